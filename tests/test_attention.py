@@ -1,0 +1,98 @@
+"""Merged-head attention: parity with keras.layers.MultiHeadAttention and masking semantics."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfattn import masking
+from tfattn.attention import MultiHeadAttention
+
+D_MODEL, HEADS = 32, 4
+
+
+def _keras_mha_copying(ours, query_len, key_len):
+  """A built keras MHA whose weights are copied from our fused layer."""
+  peer = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=D_MODEL // HEADS)
+  peer(tf.zeros([1, query_len, D_MODEL]), tf.zeros([1, key_len, D_MODEL]))
+  if ours.self_attention:
+    kernels = tf.split(ours.query_key_value.kernel, 3, axis=1)
+    biases = tf.split(ours.query_key_value.bias, 3)
+  else:
+    kernels = [ours.query.kernel, *tf.split(ours.key_value.kernel, 2, axis=1)]
+    biases = [ours.query.bias, *tf.split(ours.key_value.bias, 2)]
+  for dense, kernel, bias in zip((peer._query_dense, peer._key_dense, peer._value_dense),
+                                 kernels, biases):
+    dense.kernel.assign(tf.reshape(kernel, dense.kernel.shape))
+    dense.bias.assign(tf.reshape(bias, dense.bias.shape))
+  peer._output_dense.kernel.assign(tf.reshape(ours.output.kernel, peer._output_dense.kernel.shape))
+  peer._output_dense.bias.assign(ours.output.bias)
+  return peer
+
+
+def _keras_mask(bias):
+  """Our additive bias `[b|1, 1, q, k]` -> keras' boolean `[b, q, k]` (True = attend)."""
+  return tf.equal(bias[:, 0], 0.0)
+
+
+@pytest.mark.parametrize("self_attention,query_len,key_len,causal", [
+    (True, 7, 7, False), (True, 7, 7, True), (False, 5, 9, False), (False, 9, 4, False)])
+def test_matches_keras_multi_head_attention(self_attention, query_len, key_len, causal):
+  ours = MultiHeadAttention(D_MODEL, HEADS, self_attention=self_attention, seed=3)
+  peer = _keras_mha_copying(ours, query_len, key_len)
+  query = tf.random.stateless_normal([2, query_len, D_MODEL], [1, 2])
+  memory = query if self_attention else tf.random.stateless_normal([2, key_len, D_MODEL], [3, 4])
+  # Second example has its last two keys padded.
+  key_ids = tf.constant([[5] * key_len, [5] * (key_len - 2) + [0, 0]])
+  bias = masking.combine(masking.padding_bias(key_ids),
+                         masking.causal_bias(query_len) if causal else None)
+  bias = tf.broadcast_to(bias, [2, 1, query_len, key_len])
+
+  ours_out, ours_weights = ours(query, None if self_attention else memory, bias=bias,
+                                return_scores=True)
+  peer_out, peer_weights = peer(query, memory, attention_mask=_keras_mask(bias),
+                                return_attention_scores=True)
+  np.testing.assert_allclose(ours_out, peer_out, atol=1e-5)
+  np.testing.assert_allclose(ours_weights, peer_weights, atol=1e-5)
+
+
+def test_masked_keys_get_exactly_zero_weight():
+  attention = MultiHeadAttention(D_MODEL, HEADS)
+  x = tf.random.stateless_normal([2, 6, D_MODEL], [5, 6])
+  ids = tf.constant([[4, 4, 4, 0, 0, 0], [4, 4, 4, 4, 4, 0]])
+  _, weights = attention(x, bias=masking.padding_bias(ids), return_scores=True)
+  padded = tf.cast(tf.equal(ids, 0), tf.float32)[:, tf.newaxis, tf.newaxis, :]
+  assert float(tf.reduce_max(weights * padded)) == 0.0
+  np.testing.assert_allclose(tf.reduce_sum(weights, -1), 1.0, atol=1e-6)
+
+
+def test_lengths_bias_equals_padding_bias():
+  ids = tf.constant([[4, 4, 0, 0], [4, 4, 4, 0]])
+  np.testing.assert_array_equal(masking.lengths_bias([2, 3], 4), masking.padding_bias(ids))
+
+
+def test_biases_combine_by_minimum_without_overflow():
+  for dtype in (tf.float16, tf.bfloat16, tf.float32):
+    combined = masking.combine(masking.padding_bias(tf.constant([[0, 4]]), dtype=dtype),
+                               masking.causal_bias(2, dtype=dtype))
+    assert combined.dtype == dtype
+    assert bool(tf.reduce_all(tf.math.is_finite(tf.cast(combined, tf.float32))))
+    assert float(tf.reduce_min(tf.cast(combined, tf.float32))) == pytest.approx(
+        masking.large_negative(dtype), rel=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
+def test_low_precision_with_fully_masked_rows_is_finite(dtype):
+  attention = MultiHeadAttention(D_MODEL, HEADS)
+  x = tf.cast(tf.random.stateless_normal([2, 5, D_MODEL], [7, 8]) * 30.0, dtype)
+  ids = tf.constant([[0, 0, 0, 0, 0], [4, 4, 0, 0, 0]])  # first row: every key masked
+  bias = masking.combine(masking.padding_bias(ids, dtype=dtype), masking.causal_bias(5, dtype))
+  out, weights = attention(x, bias=bias, return_scores=True)
+  assert out.dtype == dtype
+  assert bool(tf.reduce_all(tf.math.is_finite(tf.cast(out, tf.float32))))
+  assert bool(tf.reduce_all(tf.math.is_finite(weights)))
+
+
+def test_large_negative_rejects_integer_dtype():
+  with pytest.raises(ValueError, match="floating"):
+    masking.large_negative(tf.int32)

@@ -1,0 +1,35 @@
+"""TransformerConfig: presets, validation, JSON round-trip."""
+
+import pytest
+
+from tfattn import PRESETS, TransformerConfig
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_round_trip_through_json(name):
+  config = TransformerConfig.preset(name)
+  assert TransformerConfig.from_json(config.to_json()) == config
+
+
+def test_big_preset_matches_the_paper():
+  big = TransformerConfig.preset("big")
+  assert (big.d_model, big.num_heads, big.dff, big.dropout_rate) == (1024, 16, 4096, 0.3)
+
+
+@pytest.mark.parametrize("bad,message", [
+    (dict(d_model=30, num_heads=4), "divisible"),
+    (dict(norm_position="middle"), "norm_position"),
+    (dict(compute_dtype="int8"), "compute_dtype"),
+    (dict(dropout_rate=1.0), "dropout_rate"),
+    (dict(share_embeddings=True, target_vocab_size=10), "share_embeddings"),
+])
+def test_invalid_configs_name_the_problem(bad, message):
+  with pytest.raises(ValueError, match=message):
+    TransformerConfig(**bad)
+
+
+def test_unknown_json_field_and_preset_are_rejected():
+  with pytest.raises(ValueError, match="Unknown TransformerConfig fields"):
+    TransformerConfig.from_json('{"d_modle": 4}')
+  with pytest.raises(ValueError, match="Unknown preset"):
+    TransformerConfig.preset("huge")

@@ -1,0 +1,145 @@
+"""Greedy and beam search: cache correctness, XLA, beam invariants, batch independence."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfattn
+from tfattn import decoding
+from conftest import random_ids
+
+VOCAB = 24
+
+
+def _model(seed, eos_boost=2.5):
+  """A random model that sometimes says EOS and never says padding, so outputs end clearly."""
+  config = tfattn.TransformerConfig.preset("tiny", source_vocab_size=VOCAB,
+                                           target_vocab_size=VOCAB, tie_output_embedding=False,
+                                           seed=seed, max_length=64)
+  model = tfattn.Transformer(config)
+  bias = np.zeros([VOCAB], np.float32)
+  bias[config.pad_id], bias[config.bos_id], bias[config.eos_id] = -30.0, -30.0, eos_boost
+  model.output_projection.bias.assign(bias)
+  return model
+
+
+def _lengths(ids, eos_id=2):
+  """Tokens up to and including the first EOS (all of them if none)."""
+  ids = np.asarray(ids)
+  is_eos = ids == eos_id
+  return np.where(is_eos.any(-1), is_eos.argmax(-1) + 1, ids.shape[-1])
+
+
+def _recomputed_log_probs(model, source, ids):
+  """Teacher-forced sum of log p(token) over each sequence, up to its EOS."""
+  bos = tf.fill([tf.shape(ids)[0], 1], model.config.bos_id)
+  log_probs = tf.nn.log_softmax(model(source, tf.concat([bos, ids[:, :-1]], 1)))
+  token_log_probs = tf.gather(log_probs, ids, batch_dims=2).numpy()
+  mask = np.arange(ids.shape[1])[None] < _lengths(ids)[:, None]
+  return (token_log_probs * mask).sum(-1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_greedy_equals_uncached_greedy(seed):
+  model = _model(seed)
+  source = random_ids(3, 7, VOCAB, seed)
+  cached = tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=12))
+  uncached = tf.function(
+      lambda s: decoding.greedy_decode(model, s, max_decode_length=12, use_cache=False))
+  cached_ids, cached_scores = cached(source)
+  uncached_ids, uncached_scores = uncached(source)
+  np.testing.assert_array_equal(cached_ids, uncached_ids)
+  np.testing.assert_allclose(cached_scores, uncached_scores, atol=1e-4)
+  np.testing.assert_allclose(cached_scores, _recomputed_log_probs(model, source, cached_ids),
+                             atol=1e-4)
+
+
+def test_greedy_stops_at_eos_and_pads_after():
+  model = _model(0, eos_boost=4.0)
+  ids, _ = decoding.greedy_decode(model, random_ids(4, 5, VOCAB, 3), max_decode_length=15)
+  ids = ids.numpy()
+  lengths = _lengths(ids)
+  assert (lengths < 15).any(), "test model should emit EOS for some inputs"
+  for row, length in zip(ids, lengths):
+    assert (row[length:] == 0).all()
+
+
+@pytest.mark.parametrize("padded_decode", [False, True])
+def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
+  model = _model(4)
+  source = random_ids(2, 6, VOCAB, 4)
+  reference = decoding.greedy_decode(model, source, max_decode_length=10)
+  spec = tf.TensorSpec([None, None], tf.int32)
+  greedy = tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=10,
+                                                        padded_decode=padded_decode),
+                       input_signature=[spec], jit_compile=padded_decode)
+  beam = tf.function(lambda s: decoding.beam_search(model, s, beam_size=3, max_decode_length=10,
+                                                    padded_decode=padded_decode),
+                     input_signature=[spec], jit_compile=padded_decode)
+  for result, expected in zip(greedy(source), reference):
+    np.testing.assert_allclose(result, expected, atol=1e-4)
+  beam_reference = decoding.beam_search(model, source, beam_size=3, max_decode_length=10)
+  for result, expected in zip(beam(source), beam_reference):
+    np.testing.assert_allclose(result, expected, atol=1e-4)
+  # A new batch size and source length reuse the same trace.
+  greedy(random_ids(5, 9, VOCAB, 5))
+  beam(random_ids(5, 9, VOCAB, 5))
+  assert greedy.experimental_get_tracing_count() == 1
+  assert beam.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_size_one_equals_greedy(seed):
+  model = _model(seed)
+  source = random_ids(3, 6, VOCAB, seed + 10)
+  greedy_ids, greedy_log_probs = decoding.greedy_decode(model, source, max_decode_length=12)
+  beam_ids, _, beam_log_probs = decoding.beam_search(model, source, beam_size=1, alpha=0.0,
+                                                     max_decode_length=12)
+  np.testing.assert_array_equal(beam_ids[:, 0], greedy_ids)
+  np.testing.assert_allclose(beam_log_probs[:, 0], greedy_log_probs, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_beams_are_sorted_and_scores_are_recomputed_log_probs(seed):
+  model = _model(seed)
+  source = random_ids(2, 6, VOCAB, seed + 20)
+  beam, alpha = 4, 0.6
+  ids, scores, log_probs = decoding.beam_search(model, source, beam_size=beam, alpha=alpha,
+                                                max_decode_length=12)
+  assert ids.shape == (2, beam, 12)
+  scores = scores.numpy()
+  assert (np.diff(scores, axis=1) <= 1e-6).all(), scores
+  flat_ids = tf.reshape(ids, [2 * beam, 12])
+  flat_source = tf.repeat(source, beam, axis=0)
+  recomputed = _recomputed_log_probs(model, flat_source, flat_ids).reshape(2, beam)
+  np.testing.assert_allclose(log_probs, recomputed, atol=1e-4)
+  penalty = ((5.0 + _lengths(flat_ids).reshape(2, beam)) / 6.0) ** alpha
+  np.testing.assert_allclose(scores, recomputed / penalty, atol=1e-4)
+
+
+def test_batch_entries_are_independent():
+  model = _model(6)
+  short = tf.constant([[5, 6, 7, 8, 0, 0, 0]])
+  other = random_ids(1, 7, VOCAB, 6)
+  long = tf.constant([[9, 10, 11, 12, 13, 14, 15]])
+  alone = decoding.beam_search(model, other, beam_size=3, max_decode_length=10)
+  with_short = decoding.beam_search(model, tf.concat([short, other], 0), beam_size=3,
+                                    max_decode_length=10)
+  with_long = decoding.beam_search(model, tf.concat([long, other], 0), beam_size=3,
+                                   max_decode_length=10)
+  for a, b, c in zip(alone, with_short, with_long):
+    np.testing.assert_allclose(a[0], b[1], atol=1e-4)
+    np.testing.assert_allclose(a[0], c[1], atol=1e-4)
+  greedy_alone = decoding.greedy_decode(model, other, max_decode_length=10)[0]
+  greedy_batched = decoding.greedy_decode(model, tf.concat([short, other], 0),
+                                          max_decode_length=10)[0]
+  np.testing.assert_array_equal(greedy_alone[0], greedy_batched[1])
+
+
+def test_default_length_follows_the_source_and_the_config_cap():
+  model = _model(7)
+  source = random_ids(1, 5, VOCAB, 7)
+  ids, _ = decoding.greedy_decode(model, source, extra_decode_length=4)
+  assert ids.shape[1] == 9
+  ids, _ = decoding.greedy_decode(model, source, extra_decode_length=500)
+  assert ids.shape[1] == model.config.max_length

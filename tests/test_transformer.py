@@ -1,0 +1,131 @@
+"""Transformer / EncoderClassifier: masking invariances, graph mode, XLA, and learning."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfattn
+from tfattn import losses
+from conftest import random_ids
+
+SPEC = tf.TensorSpec([None, None], tf.int32)
+
+
+def test_output_shapes_and_dtype(tiny_model, tiny_config):
+  logits = tiny_model(random_ids(3, 7, 40, 1), random_ids(3, 5, 40, 2))
+  assert logits.shape == (3, 5, tiny_config.target_vocab_size)
+  assert logits.dtype == tf.float32
+
+
+def test_padding_tokens_do_not_change_unpadded_outputs(tiny_model):
+  source = random_ids(2, 8, 40, 3)
+  target = random_ids(2, 6, 40, 4)
+  pad_tail = tf.constant([[1] * 5 + [0] * 3] * 2)
+  padded_a = source * pad_tail
+  # Same sequences, different junk "behind" the padding: only pad ids change -> identical.
+  shorter = padded_a[:, :5]
+  np.testing.assert_allclose(tiny_model(padded_a, target), tiny_model(shorter, target), atol=1e-5)
+
+
+def test_changing_a_padded_source_token_changes_nothing(tiny_model, tiny_config):
+  classifier = tfattn.EncoderClassifier(tiny_config)
+  ids = tf.constant([[5, 6, 7, 0, 0]])
+  longer = tf.constant([[5, 6, 7, 0, 0, 0, 0, 0]])
+  np.testing.assert_allclose(classifier(ids), classifier(longer), atol=1e-5)
+
+
+def test_decoder_is_causal(tiny_model):
+  source = random_ids(2, 6, 40, 5)
+  target = random_ids(2, 7, 40, 6)
+  changed = tf.concat([target[:, :4], (target[:, 4:] + 1) % 37 + 3], axis=1)
+  before = tiny_model(source, target)
+  after = tiny_model(source, changed)
+  np.testing.assert_allclose(before[:, :4], after[:, :4], atol=1e-5)
+  assert float(tf.reduce_max(tf.abs(before[:, 4:] - after[:, 4:]))) > 1e-3
+
+
+@pytest.mark.parametrize("norm_position,position_encoding", [("post", "sinusoidal"),
+                                                             ("pre", "learned")])
+def test_no_retrace_across_shapes_and_xla_matches_graph(tiny_config, norm_position,
+                                                         position_encoding):
+  config = tiny_config.replace(norm_position=norm_position, position_encoding=position_encoding)
+  model = tfattn.Transformer(config)
+  graph = tf.function(model.__call__, input_signature=[SPEC, SPEC])
+  xla = tf.function(model.__call__, input_signature=[SPEC, SPEC], jit_compile=True)
+  for batch, source_len, target_len in [(2, 5, 3), (3, 9, 4), (1, 2, 11)]:
+    source, target = random_ids(batch, source_len, 40, 7), random_ids(batch, target_len, 40, 8)
+    expected = model(source, target)
+    np.testing.assert_allclose(graph(source, target), expected, atol=1e-5)
+    np.testing.assert_allclose(xla(source, target), expected, atol=1e-4)
+  assert graph.experimental_get_tracing_count() == 1
+  assert xla.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mixed_precision_forward_is_finite(tiny_config, dtype):
+  model = tfattn.Transformer(tiny_config.replace(compute_dtype=dtype))
+  source = tf.constant([[5, 6, 7, 0, 0], [0, 0, 0, 0, 0]])  # second source fully padded
+  logits = model(source, random_ids(2, 4, 40, 9))
+  assert logits.dtype == tf.float32
+  assert bool(tf.reduce_all(tf.math.is_finite(logits)))
+  reference = tfattn.Transformer(tiny_config)(source[:1], random_ids(2, 4, 40, 9)[:1])
+  np.testing.assert_allclose(logits[:1], reference, atol=0.15)
+
+
+def test_classifier_shapes_pooling_and_graph(tiny_config):
+  for pooling in ("mean", "first"):
+    classifier = tfattn.EncoderClassifier(tiny_config.replace(pooling=pooling, num_classes=3))
+    fn = tf.function(classifier.__call__, input_signature=[SPEC], jit_compile=True)
+    logits = fn(tf.constant([[5, 6, 0], [0, 0, 0]]))
+    assert logits.shape == (2, 3)
+    assert bool(tf.reduce_all(tf.math.is_finite(logits)))
+
+
+def test_dropout_is_active_only_in_training(tiny_config):
+  model = tfattn.Transformer(tiny_config.replace(dropout_rate=0.3))
+  source, target = random_ids(2, 6, 40, 10), random_ids(2, 5, 40, 11)
+  np.testing.assert_array_equal(model(source, target), model(source, target))
+  assert float(tf.reduce_max(tf.abs(model(source, target, training=True) -
+                                    model(source, target)))) > 1e-3
+
+
+def test_shared_embeddings_and_untied_output(tiny_config):
+  shared = tfattn.Transformer(tiny_config.replace(share_embeddings=True))
+  untied = tfattn.Transformer(tiny_config.replace(tie_output_embedding=False))
+  assert shared.encoder.embedding is shared.decoder.embedding
+  default_count = len(tfattn.Transformer(tiny_config).trainable_variables)
+  assert len(shared.trainable_variables) == default_count - 1  # one embedding table
+  assert len(untied.trainable_variables) == default_count + 2  # output kernel and bias
+  assert untied(random_ids(1, 3, 40, 1), random_ids(1, 2, 40, 2)).shape == (1, 2, 40)
+
+
+def test_variable_names_are_readable(tiny_model):
+  names = {v.name for v in tiny_model.trainable_variables}
+  assert "transformer/encoder/layer_0/self_attention/query_key_value/kernel:0" in names
+  assert "transformer/decoder/layer_1/cross_attention/key_value/kernel:0" in names
+
+
+def test_copy_task_loss_falls():
+  """A few hundred steps on a tiny copy task: the loss must fall by an order of magnitude."""
+  config = tfattn.TransformerConfig.preset(
+      "tiny", source_vocab_size=14, target_vocab_size=14, d_model=32, dff=64,
+      num_encoder_layers=1, num_decoder_layers=1)
+  model = tfattn.Transformer(config)
+  optimizer = keras.optimizers.Adam(3e-3)
+
+  @tf.function(input_signature=[SPEC])
+  def train_step(source):
+    decoder_input = tf.concat([tf.fill([tf.shape(source)[0], 1], config.bos_id), source], 1)
+    labels = tf.concat([source, tf.fill([tf.shape(source)[0], 1], config.eos_id)], 1)
+    with tf.GradientTape() as tape:
+      token_losses, weights = losses.label_smoothed_cross_entropy(
+          model(source, decoder_input, training=True), labels)
+      loss = tf.reduce_sum(token_losses) / tf.reduce_sum(weights)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  history = [float(train_step(random_ids(32, 6, 14, step))) for step in range(300)]
+  first, last = np.mean(history[:10]), np.mean(history[-10:])
+  assert last < 0.1 * first, (first, last)

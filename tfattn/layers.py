@@ -1,0 +1,118 @@
+"""Basic building blocks as plain `tf.Module`s.
+
+Variables are float32 and created in `__init__`; each layer casts them to the dtype of its input,
+so a model runs in float16/bfloat16 just by feeding it activations of that dtype.
+"""
+
+import math
+
+import tensorflow as tf
+
+
+def _glorot_uniform(shape, seed):
+  fan_in, fan_out = shape[0], shape[-1]
+  limit = math.sqrt(6.0 / (fan_in + fan_out))
+  return tf.random.stateless_uniform(shape, seed=seed, minval=-limit, maxval=limit)
+
+
+def seed_for(base_seed, name):
+  """A stable per-variable stateless seed, so a model is the same whatever order it is built in."""
+  return [base_seed, sum((i + 1) * ord(c) for i, c in enumerate(name)) % (2**31 - 1)]
+
+
+def dropout(x, rate, rng, training):
+  """Inverted dropout drawing from `rng` (a checkpointed `tf.random.Generator`).
+
+  A generator instead of `tf.nn.dropout`'s op seeds makes the masks resume exactly after a
+  checkpoint restore, and gives each replica its own stream under `tf.distribute`.
+  """
+  if not training or rate == 0.0 or rng is None:
+    return x
+  keep = rng.uniform(tf.shape(x), dtype=tf.float32) >= rate
+  return x * tf.cast(keep, x.dtype) / tf.cast(1.0 - rate, x.dtype)
+
+
+class Linear(tf.Module):
+  """y = x W + b over the last axis: `[..., in_features]` -> `[..., out_features]`."""
+
+  def __init__(self, in_features, out_features, use_bias=True, seed=0, name=None):
+    super().__init__(name=name)
+    self.in_features = in_features
+    self.out_features = out_features
+    with self.name_scope:
+      self.kernel = tf.Variable(
+          _glorot_uniform([in_features, out_features], seed_for(seed, self.name_scope.name)),
+          name="kernel")
+      self.bias = tf.Variable(tf.zeros([out_features]), name="bias") if use_bias else None
+
+  def __call__(self, x):
+    # A 2-D matmul on [batch * length, in] is the fastest GEMM shape on every backend.
+    leading = tf.shape(x)[:-1]
+    y = tf.matmul(tf.reshape(x, [-1, self.in_features]), tf.cast(self.kernel, x.dtype))
+    if self.bias is not None:
+      y = tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
+    return tf.reshape(y, tf.concat([leading, [self.out_features]], axis=0))
+
+
+class Embedding(tf.Module):
+  """Token embedding scaled by sqrt(d_model) (paper section 3.4).
+
+  `logits()` reuses the same table as the pre-softmax projection when weights are shared.
+  """
+
+  def __init__(self, vocab_size, d_model, seed=0, name=None):
+    super().__init__(name=name)
+    self.vocab_size = vocab_size
+    self.d_model = d_model
+    with self.name_scope:
+      # stddev d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance.
+      init = tf.random.stateless_normal([vocab_size, d_model],
+                                        seed=seed_for(seed, self.name_scope.name),
+                                        stddev=d_model**-0.5)
+      self.table = tf.Variable(init, name="table")
+
+  def __call__(self, ids, dtype=tf.float32):
+    """ids: int `[batch, length]` -> `[batch, length, d_model]` in `dtype`."""
+    vectors = tf.cast(tf.gather(self.table, ids), dtype)
+    return vectors * tf.cast(math.sqrt(self.d_model), dtype)
+
+  def logits(self, x):
+    """x: `[batch, length, d_model]` -> `[batch, length, vocab_size]`."""
+    leading = tf.shape(x)[:-1]
+    flat = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(self.table, x.dtype),
+                     transpose_b=True)
+    return tf.reshape(flat, tf.concat([leading, [self.vocab_size]], axis=0))
+
+
+class LayerNorm(tf.Module):
+  """Layer normalisation over the last axis, computed in float32 for stability."""
+
+  def __init__(self, size, epsilon=1e-6, name=None):
+    super().__init__(name=name)
+    self.epsilon = epsilon
+    with self.name_scope:
+      self.scale = tf.Variable(tf.ones([size]), name="scale")
+      self.offset = tf.Variable(tf.zeros([size]), name="offset")
+
+  def __call__(self, x):
+    x32 = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
+    normed = (x32 - mean) * tf.math.rsqrt(variance + self.epsilon)
+    return tf.cast(normed * self.scale + self.offset, x.dtype)
+
+
+class FeedForward(tf.Module):
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2): `[..., d_model]` -> `[..., d_model]`."""
+
+  def __init__(self, d_model, dff, dropout_rate=0.0, rng=None, seed=0, name=None):
+    super().__init__(name=name)
+    self.dropout_rate = dropout_rate
+    self._rng = rng
+    with self.name_scope:
+      self.inner = Linear(d_model, dff, seed=seed, name="inner")
+      self.outer = Linear(dff, d_model, seed=seed, name="outer")
+
+  def __call__(self, x, training=False):
+    hidden = tf.nn.relu(self.inner(x))
+    hidden = dropout(hidden, self.dropout_rate, self._rng, training)
+    return self.outer(hidden)

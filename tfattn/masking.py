@@ -1,0 +1,75 @@
+"""Additive attention biases: 0 where attention is allowed, a large negative where it is not.
+
+Every bias broadcasts to `[batch, heads, q_len, k_len]`. Biases are combined with `tf.minimum`,
+never by addition, so two masks can never sum past the dtype's range.
+"""
+
+import tensorflow as tf
+
+# Large enough that exp(bias + logit) underflows to exactly 0 in float32, small enough to stay
+# finite in the dtype the bias is built in (float16 tops out at 65504).
+_LARGE_NEGATIVE = {tf.float32: -1e9, tf.bfloat16: -1e9, tf.float16: -3e4, tf.float64: -1e9}
+
+
+def large_negative(dtype=tf.float32) -> float:
+  """The masking value for `dtype`: finite in that dtype and in float32 softmax."""
+  dtype = tf.as_dtype(dtype)
+  if dtype not in _LARGE_NEGATIVE:
+    raise ValueError(f"No masking value for dtype {dtype.name}; use a floating dtype")
+  return _LARGE_NEGATIVE[dtype]
+
+
+def padding_bias(ids, pad_id=0, dtype=tf.float32):
+  """Masks padding keys.
+
+  Args:
+    ids: int `[batch, k_len]` token ids.
+  Returns:
+    `[batch, 1, 1, k_len]` bias.
+  """
+  is_pad = tf.cast(tf.equal(ids, tf.cast(pad_id, ids.dtype)), dtype)
+  return (is_pad * large_negative(dtype))[:, tf.newaxis, tf.newaxis, :]
+
+
+def lengths_bias(lengths, max_length, dtype=tf.float32):
+  """Masks keys at or beyond each sequence's length.
+
+  Args:
+    lengths: int `[batch]` valid lengths.
+    max_length: scalar, the key length `k_len`.
+  Returns:
+    `[batch, 1, 1, k_len]` bias.
+  """
+  valid = tf.sequence_mask(lengths, max_length, dtype=dtype)
+  return ((1.0 - valid) * large_negative(dtype))[:, tf.newaxis, tf.newaxis, :]
+
+
+def causal_bias(length, dtype=tf.float32):
+  """Masks keys after the query position (no peeking at the future).
+
+  Returns:
+    `[1, 1, length, length]` bias.
+  """
+  allowed = tf.linalg.band_part(tf.ones([length, length], dtype), -1, 0)
+  return ((1.0 - allowed) * large_negative(dtype))[tf.newaxis, tf.newaxis, :, :]
+
+
+def step_bias(decode_index, cache_length, dtype=tf.float32):
+  """For padded decoding: one query at `decode_index` may see cache slots `0..decode_index`.
+
+  Returns:
+    `[1, 1, 1, cache_length]` bias.
+  """
+  allowed = tf.cast(tf.range(cache_length) <= decode_index, dtype)
+  return ((1.0 - allowed) * large_negative(dtype))[tf.newaxis, tf.newaxis, tf.newaxis, :]
+
+
+def combine(*biases):
+  """Combines biases by broadcasting `tf.minimum`; `None`s are skipped."""
+  present = [bias for bias in biases if bias is not None]
+  if not present:
+    return None
+  combined = present[0]
+  for bias in present[1:]:
+    combined = tf.minimum(combined, tf.cast(bias, combined.dtype))
+  return combined
