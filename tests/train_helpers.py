@@ -1,0 +1,89 @@
+"""Running `python -m train` in a subprocess (strategies and determinism are per process)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A model and task small enough that a run takes seconds.
+SMALL_RUN = ["--task=copy", "--model=tiny", "--d_model=32", "--dff=64", "--num_heads=4",
+             "--num_layers=1", "--vocab_examples=300", "--batch_size=16", "--max_length=16",
+             "--log_every=1", "--eval_examples=16", "--warmup_steps=10"]
+
+
+def train_command(run_dir, *flags):
+  return [sys.executable, "-m", "train", f"--run_dir={run_dir}", *SMALL_RUN, *flags]
+
+
+def environment(**extra):
+  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+  env.pop("TF_CONFIG", None)
+  env.update(extra)
+  return env
+
+
+def run_train(run_dir, *flags, timeout=300, **env):
+  result = subprocess.run(train_command(run_dir, *flags), cwd=REPO, env=environment(**env),
+                          capture_output=True, text=True, timeout=timeout)
+  assert result.returncode == 0, result.stderr[-4000:]
+  return result
+
+
+def start_train(run_dir, *flags, **env):
+  return subprocess.Popen(train_command(run_dir, *flags), cwd=REPO, env=environment(**env),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def logged_steps(run_dir):
+  path = os.path.join(run_dir, "train_log.jsonl")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def wait_for_step(run_dir, step, process, timeout=240):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if any(record["step"] >= step for record in logged_steps(run_dir)):
+      return
+    if process.poll() is not None:
+      raise AssertionError(f"training exited early:\n{process.stdout.read()[-4000:]}")
+    time.sleep(0.1)
+  process.kill()
+  raise AssertionError(f"step {step} not reached in {timeout}s")
+
+
+def latest_variables(run_dir):
+  """name -> value of every variable in the latest checkpoint (model, optimizer, RNG)."""
+  reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints"))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if not name.startswith("data/") and name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def kill(process, sig=signal.SIGKILL):
+  process.send_signal(sig)
+  return process.wait(timeout=120)
+
+
+def assert_same_variables(a, b, atol=0.0):
+  assert set(a) == set(b)
+  for name in a:
+    np.testing.assert_allclose(a[name], b[name], atol=atol, err_msg=name)

@@ -1,0 +1,88 @@
+"""`python -m train`: train a tfattn model. With no flags it trains the built-in `numbers` task
+(digits -> English words) on this machine in a few minutes. `--help` lists every flag."""
+
+import dataclasses
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+
+from train.distribute import STRATEGIES  # noqa: E402
+from train.run_config import RunConfig  # noqa: E402
+from train.tasks import BUILTIN_TASKS, TFDS_TASKS  # noqa: E402
+
+_DEFAULTS = RunConfig()
+_TASK_DEFAULT = "(default: the task's recommended value)"
+
+flags.DEFINE_string("run_dir", _DEFAULTS.run_dir,
+                    "Run directory: config, vocabularies, checkpoints, logs. Reuse it to resume.")
+flags.DEFINE_enum("task", _DEFAULTS.task, list(BUILTIN_TASKS) + list(TFDS_TASKS) + ["tsv"],
+                  "What to learn. Built-in tasks are generated offline from --seed; TFDS tasks "
+                  "download through tensorflow-datasets; tsv reads --train_file/--eval_file.")
+flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.")
+flags.DEFINE_string("train_file", None, "TSV training file: source<TAB>target or text<TAB>label.")
+flags.DEFINE_string("eval_file", None, "TSV held-out file (default: the first 1000 train lines).")
+flags.DEFINE_enum("tsv_kind", _DEFAULTS.tsv_kind, ["seq2seq", "classification"],
+                  "What the TSV's second column is.")
+flags.DEFINE_enum("model", None, ["tiny", "small", "base", "big"],
+                  f"Model size preset {_TASK_DEFAULT}.")
+flags.DEFINE_integer("d_model", None, f"Model width {_TASK_DEFAULT}.")
+flags.DEFINE_integer("num_heads", None, f"Attention heads {_TASK_DEFAULT}.")
+flags.DEFINE_integer("dff", None, f"Feed-forward inner width {_TASK_DEFAULT}.")
+flags.DEFINE_integer("num_layers", None, f"Encoder and decoder layers each {_TASK_DEFAULT}.")
+flags.DEFINE_enum("norm_position", _DEFAULTS.norm_position, ["post", "pre"],
+                  "Layer norm after (paper) or before each sublayer.")
+flags.DEFINE_float("dropout", None, f"Dropout rate {_TASK_DEFAULT}.")
+flags.DEFINE_integer("vocab_size", None, f"WordPiece vocabulary size {_TASK_DEFAULT}.")
+flags.DEFINE_integer("vocab_examples", None,
+                     f"Training examples the vocabulary is learned from {_TASK_DEFAULT}.")
+flags.DEFINE_integer("max_length", None, f"Longest sequence in tokens {_TASK_DEFAULT}.")
+flags.DEFINE_integer("batch_size", None, f"Global batch size (all replicas) {_TASK_DEFAULT}.")
+flags.DEFINE_integer("train_steps", None, f"Total optimizer steps {_TASK_DEFAULT}.")
+flags.DEFINE_float("learning_rate", None, f"Scale on the Noam schedule {_TASK_DEFAULT}.")
+flags.DEFINE_integer("warmup_steps", None, f"Noam warm-up steps {_TASK_DEFAULT}.")
+flags.DEFINE_float("label_smoothing", _DEFAULTS.label_smoothing, "Label smoothing epsilon.")
+flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "Global gradient-norm clip; 0 disables.")
+flags.DEFINE_enum("mixed_precision", _DEFAULTS.mixed_precision,
+                  ["float32", "mixed_float16", "mixed_bfloat16"],
+                  "Compute dtype (variables stay float32; float16 uses loss scaling).")
+flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed for data generation, init, shuffling, dropout.")
+flags.DEFINE_bool("deterministic", _DEFAULTS.deterministic,
+                  "Enable TF op determinism (bitwise-reproducible runs and resumes).")
+flags.DEFINE_enum("strategy", _DEFAULTS.strategy, list(STRATEGIES),
+                  "auto: multi_worker if TF_CONFIG lists several workers, else mirrored over "
+                  "all GPUs (or the split CPU), else one_device.")
+flags.DEFINE_integer("cpu_replicas", _DEFAULTS.cpu_replicas,
+                     "Split the CPU into N logical devices (mirrored training without GPUs).")
+flags.DEFINE_integer("checkpoint_every", _DEFAULTS.checkpoint_every, "Steps between checkpoints.")
+flags.DEFINE_integer("keep_checkpoints", _DEFAULTS.keep_checkpoints, "Checkpoints to keep.")
+flags.DEFINE_integer("log_every", _DEFAULTS.log_every, "Steps between progress lines.")
+flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Steps between evaluations; 0 = at end.")
+flags.DEFINE_integer("eval_examples", _DEFAULTS.eval_examples, "Held-out examples to evaluate.")
+
+FLAGS = flags.FLAGS
+
+
+def config_from_flags() -> RunConfig:
+  return RunConfig(**{field.name: getattr(FLAGS, field.name)
+                      for field in dataclasses.fields(RunConfig)})
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from train.trainer import Trainer  # TensorFlow starts here, after flags are parsed
+  try:
+    trainer = Trainer(config_from_flags())
+  except (ValueError, OSError) as error:
+    logging.error("%s", error)
+    sys.exit(2)
+  metrics = trainer.run()
+  if metrics is not None:
+    print({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,73 @@
+"""tf.data pipelines: tokenize, filter by length, bucket, pad, prefetch."""
+
+import tensorflow as tf
+
+from train.tokenizer import END_ID, START_ID
+
+
+def _bucket_boundaries(max_length):
+  boundaries, edge = [], 8
+  while edge < max_length:
+    boundaries.append(edge + 1)
+    edge *= 2
+  return boundaries
+
+
+def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder):
+  """Groups examples of similar length, pads each batch to its longest (pad id 0)."""
+  boundaries = _bucket_boundaries(max_length)
+  ds = ds.bucket_by_sequence_length(
+      length_fn, bucket_boundaries=boundaries, bucket_batch_sizes=[batch_size] * (
+          len(boundaries) + 1), drop_remainder=drop_remainder)
+  # The tokenizers' lookup tables are read-only state, so the iterator may be checkpointed
+  # without them (exact resume saves the input position).
+  options = tf.data.Options()
+  options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+  return ds.with_options(options)
+
+
+def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_length,
+                    shuffle_seed=None, repeat=False, drop_remainder=False):
+  """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
+  `[batch, length]`; target_in = START + target, target_out = target + END."""
+  if shuffle_seed is not None:
+    raw = raw.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
+  if repeat:
+    raw = raw.repeat()
+
+  def tokenize(source, target):
+    source_ids = source_tokenizer.tokenize(source)
+    target_ids = target_tokenizer.tokenize(target)
+    return source_ids, target_ids
+
+  def frame(source, target):
+    return {"source": source,
+            "target_in": tf.concat([[START_ID], target], 0),
+            "target_out": tf.concat([target, [END_ID]], 0)}
+
+  ds = raw.batch(512).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True).unbatch()
+  ds = ds.filter(lambda s, t: tf.logical_and(tf.size(s) <= max_length,
+                                             tf.size(t) + 1 <= max_length))
+  ds = ds.map(frame, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = _bucket_and_batch(
+      ds, lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])), batch_size,
+      max_length, drop_remainder)
+  return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def classification_dataset(raw, tokenizer, batch_size, max_length, shuffle_seed=None,
+                           repeat=False, drop_remainder=False):
+  """(text, label) -> batches of {"source": int32 `[batch, length]`, "label": int64 `[batch]`}.
+
+  Long texts are truncated to max_length rather than dropped (reviews are long)."""
+  if shuffle_seed is not None:
+    raw = raw.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
+  if repeat:
+    raw = raw.repeat()
+  ds = raw.batch(512).map(lambda t, y: (tokenizer.tokenize(t)[:, :max_length], y),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+  ds = ds.map(lambda s, y: {"source": s, "label": tf.cast(y, tf.int64)})
+  ds = _bucket_and_batch(ds, lambda e: tf.size(e["source"]), batch_size, max_length,
+                         drop_remainder)
+  return ds.prefetch(tf.data.AUTOTUNE)

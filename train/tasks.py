@@ -1,0 +1,173 @@
+"""Tasks: where examples come from. Every task yields raw strings, so one tokenizer path serves
+all of them and the exported model takes text.
+
+* Built-in, generated offline and deterministically from a seed: `copy`, `reverse`, `sort`,
+  `addition` (digit sequences) and `numbers` (digits -> English words, the default).
+* `tensorflow-datasets`: `ted_hrlr_translate/pt_to_en`, `wmt14_translate/de-en`, `imdb_reviews`.
+* `tsv`: local `source<TAB>target` (seq2seq) or `text<TAB>label` (classification) files.
+"""
+
+import dataclasses
+import random
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+
+from train.number_words import number_to_words
+
+SEQ2SEQ, CLASSIFICATION = "seq2seq", "classification"
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A data source plus what to measure on it and sensible training defaults."""
+  name: str
+  kind: str
+  train: Callable[[], tf.data.Dataset]   # (source, target) strings | (text, int label)
+  eval: Callable[[], tf.data.Dataset]
+  num_classes: int = 2
+  bleu: bool = False                     # translation tasks report BLEU
+  defaults: Dict = dataclasses.field(default_factory=dict)  # RunConfig values for this task
+
+
+def _strings_dataset(pairs):
+  sources, targets = zip(*pairs)
+  return tf.data.Dataset.from_tensor_slices((list(sources), list(targets)))
+
+
+def _held_out_split(make_example, seed, num_train, num_eval):
+  """Draws distinct examples; eval examples never appear in train."""
+  rng = random.Random(seed)
+  seen, eval_pairs, train_pairs = set(), [], []
+  attempts = 0
+  while len(eval_pairs) < num_eval or len(train_pairs) < num_train:
+    attempts += 1
+    if attempts > 50 * (num_train + num_eval):
+      raise ValueError("task space too small for the requested train/eval sizes")
+    pair = make_example(rng)
+    if pair[0] in seen:
+      if len(eval_pairs) >= num_eval:
+        train_pairs.append(pair)  # repeats are fine in train, never shared with eval
+      continue
+    seen.add(pair[0])
+    (eval_pairs if len(eval_pairs) < num_eval else train_pairs).append(pair)
+  eval_sources = {source for source, _ in eval_pairs}
+  train_pairs = [p for p in train_pairs if p[0] not in eval_sources]
+  return train_pairs, eval_pairs
+
+
+def _algorithmic(name, transform, min_len=3, max_len=12):
+  def make_example(rng):
+    digits = [str(rng.randrange(10)) for _ in range(rng.randint(min_len, max_len))]
+    return " ".join(digits), " ".join(transform(digits))
+  return make_example
+
+
+def _addition(rng):
+  a, b = rng.randrange(10**rng.randint(1, 5)), rng.randrange(10**rng.randint(1, 5))
+  spaced = lambda n: " ".join(str(n))
+  return f"{spaced(a)} + {spaced(b)}", spaced(a + b)
+
+
+def _numbers(max_number):
+  def make_example(rng):
+    n = rng.randrange(max_number)
+    return str(n), number_to_words(n)
+  return make_example
+
+
+def builtin_task(name, seed=0, num_train=50_000, num_eval=1_000):
+  makers = {
+      "copy": _algorithmic("copy", lambda d: d),
+      "reverse": _algorithmic("reverse", lambda d: d[::-1]),
+      "sort": _algorithmic("sort", sorted),
+      "addition": _addition,
+      "numbers": _numbers(1_000_000),
+  }
+  train_pairs, eval_pairs = _held_out_split(makers[name], seed, num_train, num_eval)
+  return Task(name, SEQ2SEQ, lambda: _strings_dataset(train_pairs),
+              lambda: _strings_dataset(eval_pairs),
+              defaults=dict(model="tiny", d_model=128, dff=512, num_layers=2, vocab_size=1000,
+                            max_length=32, batch_size=64, train_steps=4000,
+                            warmup_steps=400, dropout=0.0, learning_rate=1.0,
+                            vocab_examples=10_000))
+
+
+BUILTIN_TASKS = ("numbers", "copy", "reverse", "sort", "addition")
+
+
+def _tfds(name, split, data_dir):
+  import tensorflow_datasets as tfds  # imported lazily: only TFDS tasks need it
+  return tfds.load(name, split=split, as_supervised=True, data_dir=data_dir,
+                   shuffle_files=False)
+
+
+def tfds_task(name, data_dir=None):
+  translation = dict(model="base", vocab_size=8000, max_length=128, batch_size=64,
+                     train_steps=100_000, warmup_steps=4000, dropout=0.1, learning_rate=1.0,
+                     vocab_examples=200_000)
+  if name in ("ted_hrlr_translate/pt_to_en", "wmt14_translate/de-en"):
+    return Task(name, SEQ2SEQ, lambda: _tfds(name, "train", data_dir),
+                lambda: _tfds(name, "validation", data_dir), bleu=True, defaults=translation)
+  if name == "imdb_reviews":
+    return Task(name, CLASSIFICATION, lambda: _tfds(name, "train", data_dir),
+                lambda: _tfds(name, "test", data_dir),
+                defaults=dict(model="small", vocab_size=8000, max_length=256, batch_size=32,
+                              train_steps=5000, warmup_steps=500, dropout=0.1,
+                              learning_rate=1.0, vocab_examples=50_000))
+  raise ValueError(f"unknown TFDS task {name!r}")
+
+
+TFDS_TASKS = ("ted_hrlr_translate/pt_to_en", "wmt14_translate/de-en", "imdb_reviews")
+
+
+def _read_tsv(path, kind):
+  """Validates the whole file up front so bad lines fail with their line number."""
+  pairs = []
+  with open(path, encoding="utf-8", errors="strict") as f:
+    for number, line in enumerate(f, 1):
+      line = line.rstrip("\n").rstrip("\r")
+      if not line.strip():
+        continue
+      fields = line.split("\t")
+      if len(fields) != 2:
+        raise ValueError(f"{path}:{number}: expected 2 tab-separated fields, got {len(fields)}")
+      if kind == CLASSIFICATION:
+        try:
+          fields[1] = int(fields[1])
+        except ValueError:
+          raise ValueError(f"{path}:{number}: label {fields[1]!r} is not an integer") from None
+        if fields[1] < 0:
+          raise ValueError(f"{path}:{number}: label must be >= 0, got {fields[1]}")
+      pairs.append(tuple(fields))
+  if not pairs:
+    raise ValueError(f"{path}: no examples")
+  return pairs
+
+
+def tsv_task(train_file, eval_file, kind=SEQ2SEQ):
+  if kind not in (SEQ2SEQ, CLASSIFICATION):
+    raise ValueError(f"tsv kind must be {SEQ2SEQ!r} or {CLASSIFICATION!r}, got {kind!r}")
+  train_pairs = _read_tsv(train_file, kind)
+  eval_pairs = _read_tsv(eval_file, kind) if eval_file else train_pairs[:1000]
+  num_classes = (max(int(y) for _, y in train_pairs + eval_pairs) + 1
+                 if kind == CLASSIFICATION else 2)
+  return Task("tsv", kind, lambda: _strings_dataset(train_pairs),
+              lambda: _strings_dataset(eval_pairs), num_classes=max(num_classes, 2),
+              defaults=dict(model="small", vocab_size=4000, max_length=64, batch_size=64,
+                            train_steps=5000, warmup_steps=1000, dropout=0.1,
+                            learning_rate=1.0, vocab_examples=200_000))
+
+
+def get_task(name, seed=0, data_dir=None, train_file=None, eval_file=None,
+             tsv_kind=SEQ2SEQ) -> Task:
+  if name in BUILTIN_TASKS:
+    return builtin_task(name, seed)
+  if name in TFDS_TASKS:
+    return tfds_task(name, data_dir)
+  if name == "tsv":
+    if not train_file:
+      raise ValueError("--task=tsv needs --train_file")
+    return tsv_task(train_file, eval_file, tsv_kind)
+  raise ValueError(f"unknown task {name!r}; choose one of "
+                   f"{list(BUILTIN_TASKS) + list(TFDS_TASKS) + ['tsv']}")

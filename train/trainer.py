@@ -1,0 +1,305 @@
+"""The training run: tokenizers, model, optimizer, distributed custom loop, checkpoints, metrics.
+
+Run directory layout:
+  run_config.json   the RunConfig the run was started with (task defaults filled in)
+  model_config.json the TransformerConfig
+  task.json         task name, kind and classes (read by serving.export)
+  vocab/            source.txt, target.txt (WordPiece vocabularies)
+  checkpoints/      tf.train.CheckpointManager: model, optimizer, step, data iterator, RNG
+  logs/             TensorBoard scalars
+  train_log.jsonl   one line a logged step; eval.json: the latest held-out metrics
+"""
+
+import json
+import os
+import shutil
+import signal
+import time
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+import tfattn
+from tfattn import losses
+from tfattn.schedules import NoamSchedule
+from train import data, distribute, evaluation, tokenizer
+from train.run_config import RunConfig
+from train.tasks import CLASSIFICATION, get_task
+
+_COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16",
+                   "mixed_bfloat16": "bfloat16"}
+
+
+def _write_json(path, value):
+  temp = f"{path}.tmp-{os.getpid()}"
+  with open(temp, "w") as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+  os.replace(temp, path)
+
+
+def model_config_for(config: RunConfig, source_vocab, target_vocab, num_classes):
+  if config.mixed_precision not in _COMPUTE_DTYPES:
+    raise ValueError(f"--mixed_precision must be one of {list(_COMPUTE_DTYPES)}")
+  overrides = dict(source_vocab_size=source_vocab, target_vocab_size=target_vocab,
+                   max_length=config.max_length, norm_position=config.norm_position,
+                   compute_dtype=_COMPUTE_DTYPES[config.mixed_precision],
+                   num_classes=num_classes, seed=config.seed, dropout_rate=config.dropout)
+  for field, value in (("d_model", config.d_model), ("num_heads", config.num_heads),
+                       ("dff", config.dff), ("num_encoder_layers", config.num_layers),
+                       ("num_decoder_layers", config.num_layers)):
+    if value is not None:
+      overrides[field] = value
+  return tfattn.TransformerConfig.preset(config.model, **overrides)
+
+
+def build_model(model_config, kind):
+  if kind == CLASSIFICATION:
+    return tfattn.EncoderClassifier(model_config)
+  return tfattn.Transformer(model_config)
+
+
+def _tokenizers(task, config, run_dir):
+  """Learns the vocabularies once; a resumed run reuses the saved files."""
+  vocab_dir = os.path.join(run_dir, "vocab")
+  source_path = os.path.join(vocab_dir, "source.txt")
+  target_path = os.path.join(vocab_dir, "target.txt")
+  if not os.path.exists(source_path):
+    logging.info("learning a %d-token source vocabulary", config.vocab_size)
+    tokenizer.write_vocabulary(
+        tokenizer.learn_vocabulary(task.train().map(lambda s, t: s), config.vocab_size,
+                                   max_examples=config.vocab_examples),
+        source_path)
+  if task.kind != CLASSIFICATION and not os.path.exists(target_path):
+    logging.info("learning a %d-token target vocabulary", config.vocab_size)
+    tokenizer.write_vocabulary(
+        tokenizer.learn_vocabulary(task.train().map(lambda s, t: t), config.vocab_size,
+                                   max_examples=config.vocab_examples),
+        target_path)
+  source = tokenizer.TextTokenizer(source_path)
+  target = tokenizer.TextTokenizer(target_path) if task.kind != CLASSIFICATION else None
+  return source, target
+
+
+class _StopRequest:
+  """Turns SIGTERM into a flag the loop checks, so the run saves a checkpoint before exiting."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+  def _handle(self, signum, frame):
+    logging.warning("SIGTERM received: saving a checkpoint and stopping")
+    self.requested = True
+
+  def restore(self):
+    signal.signal(signal.SIGTERM, self._previous)
+
+
+class Trainer:
+  """One training run; `run()` trains to `train_steps`, resuming from the latest checkpoint."""
+
+  def __init__(self, config: RunConfig):
+    self.task = get_task(config.task, config.seed, config.data_dir, config.train_file,
+                         config.eval_file, config.tsv_kind)
+    self.config = config = config.with_task_defaults(self.task.defaults)
+    if config.deterministic:
+      tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(config.seed)
+    if config.clip_norm and config.mixed_precision == "mixed_float16":
+      raise ValueError("--clip_norm with --mixed_precision=mixed_float16 is not supported "
+                       "(clipping would see loss-scaled gradients); use mixed_bfloat16")
+    self.strategy = distribute.make_strategy(config.strategy, config.cpu_replicas)
+    self.is_chief = distribute.is_chief(self.strategy)
+    self.run_dir = config.run_dir
+    os.makedirs(self.run_dir, exist_ok=True)
+    self.source_tokenizer, self.target_tokenizer = _tokenizers(self.task, config, self.run_dir)
+    target_vocab = (self.target_tokenizer.vocab_size if self.target_tokenizer
+                    else self.source_tokenizer.vocab_size)
+    self.model_config = model_config_for(config, self.source_tokenizer.vocab_size,
+                                         target_vocab, self.task.num_classes)
+    if self.is_chief:
+      config.save(os.path.join(self.run_dir, "run_config.json"))
+      with open(os.path.join(self.run_dir, "model_config.json"), "w") as f:
+        f.write(self.model_config.to_json())
+      _write_json(os.path.join(self.run_dir, "task.json"),
+                  {"name": self.task.name, "kind": self.task.kind,
+                   "num_classes": self.task.num_classes})
+
+    with self.strategy.scope():
+      self.model = build_model(self.model_config, self.task.kind)
+      schedule = NoamSchedule(self.model_config.d_model, config.warmup_steps,
+                              config.learning_rate)
+      self.optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+      if config.mixed_precision == "mixed_float16":
+        self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+      # Slots are created up front: lazily creating them inside strategy.run fails.
+      self.optimizer.build(self.model.trainable_variables)
+
+    # Data: each worker reads its own shard in batches of batch_size / num_workers, and each
+    # local replica slices its rows out of that batch inside the step. A plain tf.data
+    # iterator (unlike tf.distribute's) is checkpointable, which gives exact resume.
+    self.local_replicas = len(self.strategy.extended.worker_devices)
+    num_workers = self.strategy.num_replicas_in_sync // self.local_replicas
+    if config.batch_size % self.strategy.num_replicas_in_sync:
+      raise ValueError(f"--batch_size ({config.batch_size}) must be divisible by the number of "
+                       f"replicas ({self.strategy.num_replicas_in_sync})")
+    worker_index = (self.strategy.cluster_resolver.task_id if num_workers > 1 else 0)
+    train_raw = self.task.train()
+    if num_workers > 1:
+      train_raw = train_raw.shard(num_workers, worker_index)
+    self.train_dataset = self._dataset(train_raw, training=True,
+                                       batch_size=config.batch_size // num_workers)
+    self.eval_dataset = self._dataset(self.task.eval(), training=False)
+    self.iterator = iter(self.train_dataset)
+    self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+                                          data=self.iterator)
+    checkpoint_dir = os.path.join(self.run_dir, "checkpoints")
+    if not self.is_chief:  # other workers must write too (collectives), but somewhere private
+      checkpoint_dir = os.path.join(self.run_dir, "tmp_workers",
+                                    f"worker_{self.strategy.cluster_resolver.task_id}")
+    self.manager = tf.train.CheckpointManager(self.checkpoint, checkpoint_dir,
+                                              max_to_keep=config.keep_checkpoints)
+    self._train_step = self._make_train_step()
+
+  @property
+  def step(self):
+    return int(self.optimizer.iterations.numpy())
+
+  def _dataset(self, raw, training, batch_size=None):
+    c = self.config
+    kwargs = dict(batch_size=batch_size or c.batch_size, max_length=c.max_length,
+                  shuffle_seed=c.seed if training else None, repeat=training,
+                  drop_remainder=training)  # equal per-replica shards
+    if self.task.kind == CLASSIFICATION:
+      return data.classification_dataset(raw, self.source_tokenizer, **kwargs)
+    return data.seq2seq_dataset(raw, self.source_tokenizer, self.target_tokenizer, **kwargs)
+
+  def _loss_and_accuracy(self, batch, replica):
+    """Per-replica loss, normalised by the *global* token (or example) count so that summing
+    replica gradients gives exactly the single-device gradient of the global batch."""
+    smoothing = self.config.label_smoothing
+    if self.task.kind == CLASSIFICATION:
+      logits = self.model(batch["source"], training=True)
+      # One "token" per example; pad_id=-1 matches no label, so every example counts.
+      labels = tf.cast(batch["label"], tf.int32)[:, tf.newaxis]
+      token_losses, weights = losses.label_smoothed_cross_entropy(
+          logits[:, tf.newaxis], labels, smoothing, pad_id=-1)
+      correct, count = losses.masked_accuracy(logits[:, tf.newaxis], labels, pad_id=-1)
+    else:
+      logits = self.model(batch["source"], batch["target_in"], training=True)
+      token_losses, weights = losses.label_smoothed_cross_entropy(logits, batch["target_out"],
+                                                                  smoothing)
+      correct, count = losses.masked_accuracy(logits, batch["target_out"])
+    global_count = replica.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(weights))
+    return tf.reduce_sum(token_losses) / global_count, correct, count
+
+  def _make_train_step(self):
+    clip_norm = self.config.clip_norm
+    variables = self.model.trainable_variables
+    optimizer = self.optimizer
+    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+    local_replicas = self.local_replicas
+
+    def replica_step(worker_batch):
+      replica = tf.distribute.get_replica_context()
+      local_id = replica.replica_id_in_sync_group % local_replicas
+      rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
+      batch = {name: value[local_id * rows:(local_id + 1) * rows]
+               for name, value in worker_batch.items()}
+      with tf.GradientTape() as tape:
+        loss, correct, count = self._loss_and_accuracy(batch, replica)
+        loss_to_differentiate = optimizer.scale_loss(loss) if scaled else loss
+      grads = tape.gradient(loss_to_differentiate, variables)
+      if clip_norm:
+        # Keras clips each replica's *local* gradients; the global norm needs the sum first.
+        # The optimizer sums across replicas again, hence the division.
+        grads = replica.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+        grads = [g / replica.num_replicas_in_sync for g in grads]
+      optimizer.apply_gradients(zip(grads, variables))
+      return loss, correct, count
+
+    @tf.function
+    def train_step(iterator):
+      per_replica = self.strategy.run(replica_step, args=(iterator.get_next(),))
+      return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+              for value in per_replica]
+
+    return train_step
+
+  def evaluate(self):
+    if self.task.kind == CLASSIFICATION:
+      metrics = evaluation.evaluate_classification(self.model, self.eval_dataset,
+                                                   self.config.eval_examples)
+    else:
+      metrics = evaluation.evaluate_seq2seq(self.model, self.eval_dataset, self.target_tokenizer,
+                                            self.config.eval_examples, bleu=self.task.bleu)
+    metrics["step"] = self.step
+    return metrics
+
+  def _save(self):
+    path = self.manager.save(checkpoint_number=self.step)
+    if not self.is_chief:
+      shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    return path
+
+  def run(self):
+    c = self.config
+    restored = self.manager.restore_or_initialize()
+    if restored:
+      logging.info("resumed from %s at step %d", restored, self.step)
+    writer = (tf.summary.create_file_writer(os.path.join(self.run_dir, "logs"))
+              if self.is_chief else tf.summary.create_noop_writer())
+    log_path = os.path.join(self.run_dir, "train_log.jsonl")
+    stop = _StopRequest()
+    try:
+      interval_start, interval_step = time.time(), self.step
+      while self.step < c.train_steps and not stop.requested:
+        loss, correct, count = self._train_step(self.iterator)
+        step = self.step
+        if step % c.log_every == 0 or step == c.train_steps:
+          elapsed = time.time() - interval_start
+          steps_per_second = (step - interval_step) / max(elapsed, 1e-9)
+          eta = (c.train_steps - step) / max(steps_per_second, 1e-9)
+          record = {"step": step, "loss": float(loss),
+                    "accuracy": float(correct) / max(float(count), 1.0),
+                    "learning_rate": float(self.optimizer.learning_rate),
+                    "steps_per_second": steps_per_second}
+          logging.info("step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  ETA %dm%02ds",
+                       step, c.train_steps, record["loss"], record["accuracy"],
+                       record["learning_rate"], steps_per_second, eta // 60, eta % 60)
+          if self.is_chief:
+            with writer.as_default(step=step):
+              for name in ("loss", "accuracy", "learning_rate", "steps_per_second"):
+                tf.summary.scalar(f"train/{name}", record[name])
+            with open(log_path, "a") as f:
+              f.write(json.dumps(record) + "\n")
+          interval_start, interval_step = time.time(), step
+        if step % c.checkpoint_every == 0:
+          self._save()
+        if c.eval_every and step % c.eval_every == 0 and step < c.train_steps:
+          self._log_eval(writer)
+      self._save()
+      if stop.requested:
+        logging.warning("stopped at step %d; run again with the same --run_dir to resume",
+                        self.step)
+        return None
+      return self._log_eval(writer)
+    finally:
+      stop.restore()
+      writer.flush()
+
+  def _log_eval(self, writer):
+    metrics = self.evaluate()
+    logging.info("eval at step %d: %s", metrics["step"],
+                 "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                           for k, v in sorted(metrics.items())))
+    if self.is_chief:
+      with writer.as_default(step=metrics["step"]):
+        for name, value in metrics.items():
+          if isinstance(value, float):
+            tf.summary.scalar(f"eval/{name}", value)
+      _write_json(os.path.join(self.run_dir, "eval.json"), metrics)
+    return metrics
