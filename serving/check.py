@@ -1,0 +1,109 @@
+"""`python -m serving.check DIR`: will TF Serving (<= 2.19) load this SavedModel?
+
+Lists the ops of the graph and of every function in it, and fails naming any op that is neither
+TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Then runs
+`saved_model_cli show --all`. DIR is a version directory or a base path (checks every version).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+# TF-Text ops that TF Serving 2.12-2.19 links (TF-Text 2.12.1's ops_lib).
+SERVING_TEXT_OPS = frozenset({
+    "CaseFoldUTF8", "NormalizeUTF8", "NormalizeUTF8WithOffsetsMap", "RegexSplitWithOffsets",
+    "WordpieceTokenizeWithOffsets", "FastWordpieceTokenizeWithOffsets",
+    "TFText>FastWordpieceDetokenize", "FastBertNormalize", "WhitespaceTokenizeWithOffsets",
+    "UnicodeScriptTokenizeWithOffsets", "SentencepieceOp", "SentencepieceTokenizeOp",
+    "SentencepieceTokenizeWithOffsetsOp", "SentencepieceDetokenizeOp",
+    "SentencepieceVocabSizeOp", "SentencepieceIdToStringOp", "SentencepieceStringToIdOp",
+    "SplitMergeTokenizeWithOffsets", "SplitMergeFromLogitsTokenizeWithOffsets",
+    "TokenizerFromLogits", "NgramsStringJoin", "SentenceFragments", "ConstrainedSequence",
+    "MaxSpanningTree", "RougeL", "TFText>WhitespaceTokenizeWithOffsetsV2",
+    "TFText>WhitespaceTokenizerConfigBuilder",
+})
+# In TF-Text after 2.12.1 only: a SavedModel using them fails to load in TF Serving < 2.20.
+UNSAFE_BEFORE_2_20 = frozenset({"TFText>RoundRobinTrim", "TFText>RoundRobinGenerateMasks",
+                                "TFText>Utf8Binarize"})
+# Graph-construction pseudo-ops that appear in function bodies but are not kernels.
+_PSEUDO_OPS = frozenset({"_Arg", "_Retval", "NoOp"})
+
+
+def core_ops():
+  import tensorflow as tf
+  return set(dir(tf.raw_ops)) | _PSEUDO_OPS
+
+
+def saved_model_ops(saved_model_dir):
+  """-> {op name: sorted names of the functions using it ('<graph>' for the main graph)}."""
+  from tensorflow.core.protobuf import saved_model_pb2
+  proto = saved_model_pb2.SavedModel()
+  with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+    proto.ParseFromString(f.read())
+  used = {}
+  for meta_graph in proto.meta_graphs:
+    for node in meta_graph.graph_def.node:
+      used.setdefault(node.op, set()).add("<graph>")
+    for function in meta_graph.graph_def.library.function:
+      for node in function.node_def:
+        used.setdefault(node.op, set()).add(function.signature.name)
+  return {op: sorted(users) for op, users in sorted(used.items())}
+
+
+def problems(saved_model_dir):
+  """Human-readable reasons TF Serving <= 2.19 would fail to load the SavedModel."""
+  core = core_ops()
+  found = []
+  for op, users in saved_model_ops(saved_model_dir).items():
+    if op in UNSAFE_BEFORE_2_20:
+      found.append(f"op {op} needs TF-Text >= 2.20 (TF Serving 2.20+); used in {users[0]}")
+    elif op not in core and op not in SERVING_TEXT_OPS:
+      found.append(f"op {op} is neither TF core nor linked into TF Serving; used in {users[0]}")
+  return found
+
+
+def _version_dirs(path):
+  if os.path.exists(os.path.join(path, "saved_model.pb")):
+    return [path]
+  versions = sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True)
+  dirs = [os.path.join(path, str(v)) for v in versions
+          if os.path.exists(os.path.join(path, str(v), "saved_model.pb"))]
+  if not dirs:
+    raise ValueError(f"{path} holds no SavedModel (saved_model.pb) nor numeric versions")
+  return dirs
+
+
+def main(argv):
+  if len(argv) != 2:
+    print("usage: python -m serving.check SAVED_MODEL_DIR_OR_BASE_PATH", file=sys.stderr)
+    return 2
+  try:
+    dirs = _version_dirs(argv[1])
+  except (ValueError, OSError) as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  failed = False
+  for directory in dirs:
+    ops = saved_model_ops(directory)
+    print(f"== {directory}: {len(ops)} distinct ops")
+    for op, users in ops.items():
+      print(f"  {op:40s} {len(users)} function(s)")
+    cli = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable),
+                                                          "saved_model_cli")
+    shown = subprocess.run([cli, "show", "--dir", directory, "--all"], capture_output=True,
+                           text=True)
+    print(shown.stdout)
+    if shown.returncode:
+      print(f"saved_model_cli failed:\n{shown.stderr[-2000:]}")
+      failed = True
+    for problem in problems(directory):
+      print(f"FAIL {directory}: {problem}")
+      failed = True
+  print("FAILED" if failed else "OK: every op is TF core or a TF-Text op TF Serving <= 2.19 links")
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  sys.exit(main(sys.argv))

@@ -1,0 +1,124 @@
+"""`python -m serving.export`: a trained run -> TF Serving's `<base>/<version>/` layout.
+
+The version is written to a hidden temporary directory and renamed into place, so a server
+polling the base path never sees a partial version; an existing version is never overwritten.
+"""
+
+import json
+import os
+import shutil
+import sys
+
+import tensorflow as tf
+
+import tfattn
+from serving import warmup
+from serving.modules import ClassifierExport, Seq2SeqExport
+from train.tokenizer import RESERVED_TOKENS, TextTokenizer
+
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+
+
+def _read_json(path):
+  with open(path) as f:
+    return json.load(f)
+
+
+def load_trained(run_dir, checkpoint=None):
+  """Rebuilds the model of a run directory and restores its latest (or the given) checkpoint.
+
+  Returns (task info dict, model, source tokenizer, target tokenizer or None)."""
+  for required in ("task.json", "model_config.json", os.path.join("vocab", "source.txt")):
+    if not os.path.exists(os.path.join(run_dir, required)):
+      raise ValueError(f"{run_dir} is not a training run directory (missing {required})")
+  task = _read_json(os.path.join(run_dir, "task.json"))
+  with open(os.path.join(run_dir, "model_config.json")) as f:
+    config = tfattn.TransformerConfig.from_json(f.read())
+  model = (tfattn.EncoderClassifier(config) if task["kind"] == "classification"
+           else tfattn.Transformer(config))
+  checkpoint = checkpoint or tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+  if not checkpoint:
+    raise ValueError(f"no checkpoint under {run_dir}/checkpoints: train first")
+  tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
+  source = TextTokenizer(os.path.join(run_dir, "vocab", "source.txt"))
+  target_path = os.path.join(run_dir, "vocab", "target.txt")
+  target = TextTokenizer(target_path) if task["kind"] != "classification" else None
+  return task, model, source, target
+
+
+def next_version(base_path):
+  versions = [int(name) for name in os.listdir(base_path) if name.isdigit()] if os.path.isdir(
+      base_path) else []
+  return max(versions, default=0) + 1
+
+
+def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn", beam_size=4,
+           alpha=0.6, warmup_texts=None):
+  """Exports the run's model as `<base_path>/<version>`; returns that directory."""
+  task, model, source, target = load_trained(run_dir, checkpoint)
+  if task["kind"] == "classification":
+    module = ClassifierExport(model, source)
+  else:
+    module = Seq2SeqExport(model, source, target, beam_size=beam_size, alpha=alpha)
+  os.makedirs(base_path, exist_ok=True)
+  version = next_version(base_path) if version is None else int(version)
+  if version <= 0:
+    raise ValueError(f"--version must be a positive integer, got {version}")
+  final = os.path.join(base_path, str(version))
+  if os.path.exists(final):
+    raise ValueError(f"{final} already exists; versions are never overwritten")
+  temp = os.path.join(base_path, f".tmp-export-{version}-{os.getpid()}")
+  shutil.rmtree(temp, ignore_errors=True)
+  try:
+    tf.saved_model.save(module, temp, signatures=module.signatures())
+    os.makedirs(os.path.join(temp, "assets.extra"), exist_ok=True)
+    if warmup_texts is None:
+      with open(source.vocab_file.asset_path.numpy().decode(), encoding="utf-8") as f:
+        words = [w.strip() for w in f][len(RESERVED_TOKENS):]
+      warmup_texts = [" ".join(w for w in words[:6] if not w.startswith("##")), ""]
+    warmup.write_warmup_file(
+        os.path.join(temp, WARMUP_FILE), model_name,
+        [("serving_default", {"text": tf.constant(warmup_texts).numpy()})])
+    with open(os.path.join(temp, "assets.extra", "tfattn.json"), "w") as f:
+      json.dump({"task": task, "model_config": json.loads(model.config.to_json()),
+                 "beam_size": beam_size, "alpha": alpha}, f, indent=2)
+    os.rename(temp, final)  # atomic on one file system
+  except BaseException:
+    shutil.rmtree(temp, ignore_errors=True)
+    raise
+  return final
+
+
+def main(argv):
+  from absl import flags, logging
+  flags.DEFINE_string("run_dir", None, "Training run directory (uses its latest checkpoint).")
+  flags.DEFINE_string("checkpoint", None,
+                      "A checkpoint prefix, e.g. runs/default/checkpoints/ckpt-4000; its run "
+                      "directory is two levels up unless --run_dir is given.")
+  flags.DEFINE_string("base_path", None, "Model base path: versions go in <base_path>/<N>.")
+  flags.DEFINE_integer("version", None, "Version number (default: one above the newest).")
+  flags.DEFINE_string("model_name", "tfattn", "Model name recorded in the warm-up requests.")
+  flags.DEFINE_integer("beam_size", 4, "Beam size of serving_default (1 = greedy).")
+  flags.DEFINE_float("alpha", 0.6, "Beam search length penalty.")
+  flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
+  flags.mark_flag_as_required("base_path")
+  flags.FLAGS(argv)
+  f = flags.FLAGS
+  run_dir = f.run_dir or (os.path.dirname(os.path.dirname(f.checkpoint)) if f.checkpoint
+                          else None)
+  if not run_dir:
+    logging.error("give --run_dir or --checkpoint")
+    return 2
+  try:
+    path = export(run_dir, f.base_path, f.version, f.checkpoint, f.model_name, f.beam_size,
+                  f.alpha, f.warmup_text)
+  except (ValueError, OSError) as error:
+    logging.error("%s", error)
+    return 2
+  print(f"exported {path}")
+  return 0
+
+
+if __name__ == "__main__":
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  sys.exit(main(sys.argv))

@@ -1,0 +1,126 @@
+"""What gets exported: a model plus its tokenizers, with text- and token-level signatures.
+
+The root object also follows the Reusable SavedModel API (`__call__`, `variables`,
+`trainable_variables`, `regularization_losses`), so other TF programs can call it, map it over a
+`tf.data` pipeline, wrap it in `keras.layers.TFSMLayer` or fine-tune it.
+"""
+
+import tensorflow as tf
+
+from tfattn import decoding
+
+TEXT = tf.TensorSpec([None], tf.string, name="text")
+IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
+
+
+class _Exportable(tf.Module):
+  # tf.Module computes these as properties; the Reusable SavedModel API needs them stored as
+  # attributes so that the loaded object has them.
+  variables = trainable_variables = regularization_losses = None
+
+  def __init__(self, model, source_tokenizer, name=None):
+    super().__init__(name=name)
+    self.model = model
+    self.source_tokenizer = source_tokenizer
+    self.max_length = model.config.max_length
+    self.variables = list(model.variables)
+    self.trainable_variables = list(model.trainable_variables)
+    self.regularization_losses = []
+
+  def _source_ids(self, text):
+    """`[batch]` strings -> int32 `[batch, length]`, padded, at most max_length tokens.
+
+    Invalid UTF-8 fails here with InvalidArgument (HTTP 400 in TF Serving) instead of being
+    silently replaced."""
+    text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="strict")
+    ragged = self.source_tokenizer.tokenize(text)
+    return ragged[:, :self.max_length].to_tensor(default_value=0)
+
+  @tf.function(input_signature=[IDS])
+  def encode(self, source_ids):
+    """Token ids -> encoder states `[batch, length, d_model]` (padding rows are masked)."""
+    encoder = self.model.encoder
+    return {"encoding": tf.cast(encoder(source_ids), tf.float32)}
+
+
+class Seq2SeqExport(_Exportable):
+  """Signatures: serving_default (text -> translation, score), translate_ids, encode, score."""
+
+  def __init__(self, model, source_tokenizer, target_tokenizer, beam_size=4, alpha=0.6,
+               extra_decode_length=20):
+    super().__init__(model, source_tokenizer, name="seq2seq_export")
+    self.target_tokenizer = target_tokenizer
+    self.beam_size = beam_size
+    self.alpha = alpha
+    self.extra_decode_length = extra_decode_length
+
+  def _decode(self, source_ids):
+    if self.beam_size > 1:
+      ids, scores, _ = decoding.beam_search(self.model, source_ids, self.beam_size, self.alpha,
+                                            extra_decode_length=self.extra_decode_length)
+      return ids[:, 0], scores[:, 0]
+    return decoding.greedy_decode(self.model, source_ids,
+                                  extra_decode_length=self.extra_decode_length)
+
+  @tf.function(input_signature=[TEXT])
+  def serve_text(self, text):
+    """Raw text `[batch]` -> {"translation": `[batch]` string, "score": float32 `[batch]`}."""
+    ids, score = self._decode(self._source_ids(text))
+    return {"translation": self.target_tokenizer.detokenize(ids), "score": score}
+
+  @tf.function(input_signature=[IDS])
+  def translate_ids(self, source_ids):
+    """Token ids -> {"ids": int32 `[batch, length]` ending in END, "score": float32 `[batch]`}."""
+    ids, score = self._decode(source_ids)
+    return {"ids": ids, "score": score}
+
+  @tf.function(input_signature=[IDS, TARGET_IDS])
+  def score(self, source_ids, target_ids):
+    """log p(target_ids | source_ids), teacher-forced; target_ids end with END, 0 = padding.
+
+    Returns {"log_prob": float32 `[batch]`}. Differentiable: the fine-tuning entry point."""
+    start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.bos_id)
+    decoder_input = tf.concat([start, target_ids[:, :-1]], axis=1)
+    log_probs = tf.nn.log_softmax(self.model(source_ids, decoder_input))
+    token_log_probs = tf.gather(log_probs, target_ids, batch_dims=2)
+    mask = tf.cast(tf.not_equal(target_ids, self.model.config.pad_id), tf.float32)
+    return {"log_prob": tf.reduce_sum(token_log_probs * mask, axis=1)}
+
+  @tf.function(input_signature=[TEXT])
+  def __call__(self, text):
+    """Reusable SavedModel entry: `[batch]` text -> `[batch]` translations."""
+    return self.serve_text(text)["translation"]
+
+  def signatures(self):
+    return {"serving_default": self.serve_text, "translate_ids": self.translate_ids,
+            "encode": self.encode, "score": self.score}
+
+
+class ClassifierExport(_Exportable):
+  """Signatures: serving_default (text -> label, probabilities), classify_ids, encode."""
+
+  def __init__(self, model, source_tokenizer):
+    super().__init__(model, source_tokenizer, name="classifier_export")
+
+  def _classify(self, source_ids):
+    probabilities = tf.nn.softmax(self.model(source_ids))
+    return {"label": tf.argmax(probabilities, axis=-1), "probabilities": probabilities}
+
+  @tf.function(input_signature=[TEXT])
+  def serve_text(self, text):
+    """Raw text `[batch]` -> {"label": int64 `[batch]`, "probabilities": `[batch, classes]`}."""
+    return self._classify(self._source_ids(text))
+
+  @tf.function(input_signature=[IDS])
+  def classify_ids(self, source_ids):
+    return self._classify(source_ids)
+
+  @tf.function(input_signature=[TEXT])
+  def __call__(self, text):
+    """Reusable SavedModel entry: `[batch]` text -> `[batch, classes]` probabilities."""
+    return self.serve_text(text)["probabilities"]
+
+  def signatures(self):
+    return {"serving_default": self.serve_text, "classify_ids": self.classify_ids,
+            "encode": self.encode}
