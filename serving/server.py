@@ -99,8 +99,13 @@ class RestHandler(BaseHTTPRequestHandler):
       raise RestError("INVALID_ARGUMENT", "A request body with Content-Length is required")
     length = int(length)
     if length > self.max_body_bytes:
-      self.close_connection = True  # the unread body would poison a kept-alive connection
-      raise RestError("RESOURCE_EXHAUSTED", f"Request body of {length} bytes exceeds the "
+      # Read (and drop) a moderately oversized body so the client sees the 413 rather than a
+      # reset connection; past that, close instead of reading gigabytes.
+      drain = length if length <= self.max_body_bytes * _MAX_DECOMPRESSED else 0
+      while drain > 0:
+        drain -= len(self.rfile.read(min(drain, 1 << 20)) or b"x" * drain)
+      self.close_connection = length > self.max_body_bytes * _MAX_DECOMPRESSED
+      raise RestError("PAYLOAD_TOO_LARGE", f"Request body of {length} bytes exceeds the "
                       f"{self.max_body_bytes}-byte limit")
     data = self.rfile.read(length)
     if "gzip" in self.headers.get("Content-Encoding", "").lower():
@@ -110,7 +115,7 @@ class RestHandler(BaseHTTPRequestHandler):
       except (OSError, EOFError) as error:
         raise invalid(f"Unable to decompress gzip request body: {error}") from None
       if len(data) > self.max_body_bytes * _MAX_DECOMPRESSED:
-        raise RestError("RESOURCE_EXHAUSTED", "Decompressed request body is too large")
+        raise RestError("PAYLOAD_TOO_LARGE", "Decompressed request body exceeds the limit")
     return data
 
   def do_POST(self):

@@ -26,3 +26,37 @@ def tiny_model(tiny_config):
 def random_ids(batch, length, vocab, seed, low=3):
   """Ids in [low, vocab): no padding, BOS or EOS."""
   return tf.random.stateless_uniform([batch, length], [seed, 1], low, vocab, tf.int32)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+  """A run directory as `python -m train` leaves it (vocab, configs, a checkpoint) for a tiny,
+  untrained numbers model: enough to export and serve quickly."""
+  import json
+  from train import tasks, tokenizer
+  run_dir = tmp_path_factory.mktemp("run")
+  task = tasks.builtin_task("numbers", num_train=400, num_eval=20)
+  for side, index in (("source", 0), ("target", 1)):
+    texts = task.train().map(lambda *pair: pair[index])
+    tokenizer.write_vocabulary(tokenizer.learn_vocabulary(texts, 200),
+                               str(run_dir / "vocab" / f"{side}.txt"))
+  source = tokenizer.TextTokenizer(str(run_dir / "vocab" / "source.txt"))
+  target = tokenizer.TextTokenizer(str(run_dir / "vocab" / "target.txt"))
+  config = tfattn.TransformerConfig.preset(
+      "tiny", source_vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
+      d_model=32, dff=64, num_encoder_layers=1, num_decoder_layers=1, max_length=24)
+  (run_dir / "model_config.json").write_text(config.to_json())
+  (run_dir / "task.json").write_text(json.dumps({"name": "numbers", "kind": "seq2seq",
+                                                 "num_classes": 2}))
+  model = tfattn.Transformer(config)
+  tf.train.Checkpoint(model=model).save(str(run_dir / "checkpoints" / "ckpt"))
+  return run_dir
+
+
+@pytest.fixture(scope="session")
+def exported(trained_run, tmp_path_factory):
+  """`<base>/1` exported from `trained_run` with greedy decoding (fast)."""
+  from serving import export
+  base = tmp_path_factory.mktemp("models")
+  path = export.export(str(trained_run), str(base), beam_size=1)
+  return base, path

@@ -143,3 +143,22 @@ def test_default_length_follows_the_source_and_the_config_cap():
   assert ids.shape[1] == 9
   ids, _ = decoding.greedy_decode(model, source, extra_decode_length=500)
   assert ids.shape[1] == model.config.max_length
+
+
+def test_default_length_limit_is_per_example():
+  """An output that never reaches EOS stops at its own source length + extra, whatever else is
+  in the batch."""
+  model = _model(8, eos_boost=-30.0)  # never says EOS
+  short = tf.constant([[5, 6, 0, 0, 0, 0, 0, 0]])
+  long = random_ids(1, 8, VOCAB, 8)
+  alone_greedy = decoding.greedy_decode(model, short[:, :2], extra_decode_length=3)[0]
+  batched_greedy = decoding.greedy_decode(model, tf.concat([short, long], 0),
+                                          extra_decode_length=3)[0]
+  assert alone_greedy.shape[1] == 5 and batched_greedy.shape[1] == 11
+  np.testing.assert_array_equal(batched_greedy[0, :5], alone_greedy[0])
+  assert (batched_greedy[0, 5:].numpy() == 0).all()
+  alone_beam = decoding.beam_search(model, short[:, :2], beam_size=2, extra_decode_length=3)
+  batched_beam = decoding.beam_search(model, tf.concat([short, long], 0), beam_size=2,
+                                      extra_decode_length=3)
+  np.testing.assert_array_equal(batched_beam[0][0, :, :5], alone_beam[0][0])
+  np.testing.assert_allclose(batched_beam[1][0], alone_beam[1][0], atol=1e-5)

@@ -16,11 +16,21 @@ _NEG_INF = -1e9
 
 
 def decode_length(model, source_ids, max_decode_length=None, extra_decode_length=50):
-  """How many tokens to generate: `max_decode_length`, else source length + extra, capped by
-  the config's `max_length`."""
+  """Size of the output buffer: `max_decode_length`, else the padded source length + extra,
+  capped by the config's `max_length`."""
   if max_decode_length is not None:
     return max_decode_length
   return tf.minimum(tf.shape(source_ids)[1] + extra_decode_length, model.config.max_length)
+
+
+def example_limits(model, source_ids, max_decode_length=None, extra_decode_length=50):
+  """int32 `[batch]`: tokens each example may generate. Each example's own (unpadded) source
+  length sets its limit, so an output never depends on the other sources in its batch."""
+  batch = tf.shape(source_ids)[0]
+  if max_decode_length is not None:
+    return tf.fill([batch], tf.cast(max_decode_length, tf.int32))
+  lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, model.config.pad_id), tf.int32), 1)
+  return tf.minimum(lengths + extra_decode_length, model.config.max_length)
 
 
 def _write_column(buffer, index, values):
@@ -52,6 +62,7 @@ def greedy_decode(model, source_ids, max_decode_length=None, extra_decode_length
   memory, memory_bias = model.encode(source_ids)
   batch = tf.shape(source_ids)[0]
   length = decode_length(model, source_ids, max_decode_length, extra_decode_length)
+  limits = example_limits(model, source_ids, max_decode_length, extra_decode_length)
   cache = model.init_cache(memory, length if padded_decode else None) if use_cache else {}
   # Decoder inputs: BOS followed by the tokens chosen so far.
   inputs = tf.fill([batch, length + 1], tf.constant(config.pad_id, tf.int32))
@@ -75,7 +86,7 @@ def greedy_decode(model, source_ids, max_decode_length=None, extra_decode_length
     chosen = tf.gather(step_log_probs, tokens, batch_dims=1)
     log_probs += tf.where(finished, 0.0, chosen)
     inputs = _write_column(inputs, step + 1, tokens)
-    finished |= tf.equal(tokens, config.eos_id)
+    finished |= tf.equal(tokens, config.eos_id) | (step + 1 >= limits)
     return step + 1, inputs, tokens[:, tf.newaxis], finished, log_probs, cache
 
   def cond(step, inputs, last_tokens, finished, log_probs, cache):
@@ -123,6 +134,7 @@ def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=Non
   memory, memory_bias = model.encode(source_ids)
   batch = tf.shape(source_ids)[0]
   length = decode_length(model, source_ids, max_decode_length, extra_decode_length)
+  limits = example_limits(model, source_ids, max_decode_length, extra_decode_length)
   memory = _tile_beams(memory, beam_size)
   memory_bias = _tile_beams(memory_bias, beam_size)
   cache = model.init_cache(memory, length if padded_decode else None)
@@ -152,7 +164,8 @@ def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=Non
     top_beams = top_indices // vocab
     top_tokens = top_indices % vocab
     top_seq = _write_column(_gather_beams(alive_seq, top_beams), step + 1, top_tokens)
-    top_finished = tf.equal(top_tokens, config.eos_id)
+    # A hypothesis ends at EOS or when its example's length limit is reached.
+    top_finished = tf.equal(top_tokens, config.eos_id) | (step + 1 >= limits)[:, tf.newaxis]
 
     # Alive: the k best candidates that did not just end.
     alive_candidates = top_log_probs + tf.cast(top_finished, tf.float32) * _NEG_INF

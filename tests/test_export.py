@@ -1,0 +1,151 @@
+"""Export: TF Serving layout, warm-up file, atomic versions, op preflight, reuse elsewhere."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text as text
+
+from serving import check, export, warmup
+
+
+def test_layout_follows_tf_serving(exported):
+  base, path = exported
+  assert os.path.basename(path) == "1"
+  for required in ("saved_model.pb", "variables/variables.index", "assets/source.txt",
+                   "assets/target.txt", export.WARMUP_FILE):
+    assert os.path.exists(os.path.join(path, required)), required
+  assert [n for n in os.listdir(base) if not n.isdigit()] == []  # no temp dirs left behind
+  records = warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE))
+  assert records and records[0][0] == "serving_default"
+  assert records[0][1]["text"].dtype == object
+
+
+def test_versions_increase_and_are_never_overwritten(trained_run, tmp_path):
+  first = export.export(str(trained_run), str(tmp_path), beam_size=1)
+  second = export.export(str(trained_run), str(tmp_path), beam_size=1)
+  assert (os.path.basename(first), os.path.basename(second)) == ("1", "2")
+  with pytest.raises(ValueError, match="already exists"):
+    export.export(str(trained_run), str(tmp_path), version=2)
+  with pytest.raises(ValueError, match="not a training run directory"):
+    export.export(str(tmp_path), str(tmp_path))
+
+
+def test_warmup_records_round_trip():
+  record = warmup.prediction_log("m", "sig", {"text": np.array([b"a", b""], dtype=object),
+                                              "ids": np.array([[1, 2]], np.int32)})
+  signature, inputs = warmup.parse_prediction_log(record)
+  assert signature == "sig"
+  assert list(inputs["text"]) == [b"a", b""]
+  np.testing.assert_array_equal(inputs["ids"], [[1, 2]])
+
+
+def test_signatures_have_batch_dimension_and_names(exported):
+  _, path = exported
+  loaded = tf.saved_model.load(path)
+  assert set(loaded.signatures) == {"serving_default", "translate_ids", "encode", "score"}
+  serving = loaded.signatures["serving_default"]
+  assert serving.structured_input_signature[1]["text"].shape.as_list() == [None]
+  assert set(serving.structured_outputs) == {"translation", "score"}
+
+
+def test_preflight_check_passes_and_names_a_foreign_op(exported, tmp_path):
+  _, path = exported
+  assert check.problems(path) == []
+  ops = check.saved_model_ops(path)
+  assert "WordpieceTokenizeWithOffsets" in ops and "RegexSplitWithOffsets" in ops
+
+  class Binarize(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, s):
+      return text.utf8_binarize(s)
+
+  bad = str(tmp_path / "bad")
+  tf.saved_model.save(Binarize(), bad)
+  found = check.problems(bad)
+  assert found and "Utf8Binarize" in found[0] and "2.20" in found[0]
+
+
+def test_check_command_runs_saved_model_cli(exported):
+  base, _ = exported
+  result = subprocess.run([sys.executable, "-m", "serving.check", str(base)],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  assert "signature_def['serving_default']" in result.stdout
+  assert "OK: every op" in result.stdout
+
+
+_ISOLATED = textwrap.dedent("""
+    import json, sys
+    for blocked in ("tfattn", "train", "serving"):
+      sys.modules[blocked] = None  # importing them now fails: only TF and TF-Text are available
+    import keras
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+    path = sys.argv[1]
+    obj = tf.saved_model.load(path)
+    out = {}
+    out["call"] = [t.decode() for t in obj(tf.constant(["12", "345"])).numpy()]
+    sig = obj.signatures["serving_default"](text=tf.constant(["12", "345"]))
+    out["signature"] = [t.decode() for t in sig["translation"].numpy()]
+    ds = tf.data.Dataset.from_tensor_slices(["12", "345", "6"]).batch(2).map(obj)
+    out["dataset"] = [t.decode() for batch in ds for t in batch.numpy()]
+    layer = keras.layers.TFSMLayer(path, call_endpoint="serving_default")
+    out["tfsm_layer"] = [t.decode() for t in layer(tf.constant(["12"]))["translation"].numpy()]
+    out["num_trainable"] = len(obj.trainable_variables)
+    out["regularization_losses"] = len(obj.regularization_losses)
+    source = tf.constant([[5, 6, 0]]); target = tf.constant([[7, 8, 2]])
+    before = [v.numpy().copy() for v in obj.trainable_variables]
+    optimizer = keras.optimizers.SGD(0.5)
+    with tf.GradientTape() as tape:
+      loss = -tf.reduce_mean(obj.score(source, target)["log_prob"])
+    grads = tape.gradient(loss, obj.trainable_variables)
+    optimizer.apply_gradients(zip(grads, obj.trainable_variables))
+    after_loss = -tf.reduce_mean(obj.score(source, target)["log_prob"])
+    out["grads_present"] = sum(g is not None for g in grads)
+    out["changed"] = sum(int((b != v.numpy()).any()) for b, v in zip(before,
+                                                                      obj.trainable_variables))
+    out["loss_before"], out["loss_after"] = float(loss), float(after_loss)
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_reusable_in_a_process_without_tfattn(exported):
+  _, path = exported
+  result = subprocess.run([sys.executable, "-c", _ISOLATED, path], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=""),
+                          cwd="/")
+  assert result.returncode == 0, result.stderr[-4000:]
+  out = json.loads(result.stdout.split("RESULT ", 1)[1])
+  assert out["call"] == out["signature"] == out["dataset"][:2]
+  assert len(out["dataset"]) == 3
+  assert out["tfsm_layer"] == out["call"][:1]
+  assert out["num_trainable"] > 0 and out["regularization_losses"] == 0
+  assert out["grads_present"] > 0 and out["changed"] > 0
+  assert out["loss_after"] < out["loss_before"]
+
+
+def test_tf1_session_loader_gives_the_same_outputs(exported):
+  _, path = exported
+  texts = ["12", "345", ""]
+  expected = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    meta_graph = tf.compat.v1.saved_model.load(session, ["serve"], path)
+    signature = meta_graph.signature_def["serving_default"]
+    fetched = session.run({k: v.name for k, v in signature.outputs.items()},
+                          {signature.inputs["text"].name: texts})
+  assert list(fetched["translation"]) == list(expected["translation"].numpy())
+  np.testing.assert_allclose(fetched["score"], expected["score"], atol=1e-5)
+
+
+def test_invalid_utf8_is_rejected_by_the_signature(exported):
+  _, path = exported
+  serving = tf.saved_model.load(path).signatures["serving_default"]
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    serving(text=tf.constant([b"\xff\xfe"]))

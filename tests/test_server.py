@@ -1,0 +1,291 @@
+"""The TF-Serving-compatible REST server: API shapes, every error case, version lifecycle,
+batching. The server runs in-process on a loopback port."""
+
+import base64
+import concurrent.futures
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from serving import export
+from serving.batching import Batcher, BatchingParameters
+from serving.client import ServingClient, ServingError
+from serving.model_manager import ModelManager
+from serving.server import make_server
+
+NAME = "numbers"
+
+
+def _start(base, batcher=None, max_body_bytes=1 << 20, poll_seconds=0.2):
+  manager = ModelManager(NAME, str(base), poll_seconds=poll_seconds)
+  manager.start()
+  server = make_server(manager, "127.0.0.1", 0, batcher, max_body_bytes)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  return manager, server
+
+
+@pytest.fixture(scope="module")
+def served(exported):
+  base, _ = exported
+  manager, server = _start(base)
+  yield ServingClient(NAME, port=server.server_address[1]), server.server_address[1]
+  server.shutdown()
+  manager.stop()
+
+
+def _raw(port, method, path, body=None, headers=None):
+  """(status, decoded JSON body, content type) of a raw HTTP request."""
+  request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method,
+                                   headers=headers or {})
+  try:
+    with urllib.request.urlopen(request, timeout=60) as response:
+      return response.status, json.loads(response.read()), response.headers["Content-Type"]
+  except urllib.error.HTTPError as error:
+    return error.code, json.loads(error.read()), error.headers["Content-Type"]
+
+
+def test_status_and_metadata(served):
+  client, port = served
+  assert client.status() == {"model_version_status": [
+      {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK",
+                                                        "error_message": ""}}]}
+  assert client.status(version=1)["model_version_status"][0]["version"] == "1"
+  metadata = client.metadata()
+  assert metadata["model_spec"] == {"name": NAME, "signature_name": "", "version": "1"}
+  signature = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]
+  assert signature["method_name"] == "tensorflow/serving/predict"
+  text_input = signature["inputs"]["text"]
+  assert text_input["dtype"] == "DT_STRING"
+  assert text_input["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}],
+                                        "unknown_rank": False}
+  assert set(signature["outputs"]) == {"translation", "score"}
+
+
+def test_row_and_columnar_predict_agree(served):
+  client, _ = served
+  rows = client.predict(instances=["12", "345"])["predictions"]
+  assert [set(r) for r in rows] == [{"translation", "score"}] * 2
+  columns = client.predict(inputs={"text": ["12", "345"]})["outputs"]
+  assert columns["translation"] == [r["translation"] for r in rows]
+  assert columns["score"] == [r["score"] for r in rows]
+  assert client.predict(inputs=["12"])["outputs"]["translation"] == [rows[0]["translation"]]
+  b64 = {"b64": base64.b64encode(b"345").decode()}
+  assert client.predict(instances=[b64])["predictions"][0] == rows[1]
+
+
+def test_token_level_signatures(served):
+  client, _ = served
+  ids = client.predict(instances=[[5, 6, 7]], signature_name="translate_ids")["predictions"]
+  assert isinstance(ids[0]["ids"][0], int) and isinstance(ids[0]["score"], float)
+  scored = client.predict(signature_name="score",
+                          instances=[{"source_ids": [5, 6], "target_ids": [7, 2]}])
+  assert isinstance(scored["predictions"][0], float)
+  encoded = client.predict(signature_name="encode", inputs=[[5, 6, 0]])["outputs"]
+  assert len(encoded[0]) == 3 and len(encoded[0][0]) == 32
+
+
+def test_version_and_label_urls(served):
+  client, _ = served
+  assert client.predict(instances=["7"], version=1)["predictions"]
+  with pytest.raises(ServingError) as error:
+    client.predict(instances=["7"], version=9)
+  assert error.value.status == 404 and "Specific(numbers, 9)" in error.value.message
+  with pytest.raises(ServingError) as error:
+    client.predict(instances=["7"], label="canary")
+  assert error.value.status == 400
+
+
+@pytest.mark.parametrize("method,path,body,status,message", [
+    ("GET", "/v1/models", None, 400, "Missing model name in request."),
+    ("GET", "/v1/models/other", None, 404, "other"),
+    ("GET", "/v1/models/numbers/versions/7", None, 404, "Could not find version 7"),
+    ("GET", "/v1/models/numbers/versions/x", None, 400, "Malformed request: GET"),
+    ("GET", "/v2/models/numbers", None, 400, "Malformed request"),
+    ("POST", "/v1/models/numbers:predict", b"{not json", 400, "JSON Parse error"),
+    ("POST", "/v1/models/numbers:predict", b'["x"]', 400, "JSON object"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": ["1"], "inputs": ["1"]}', 400,
+     "Not both"),
+    ("POST", "/v1/models/numbers:predict", b'{"signature_name": "serving_default"}', 400,
+     "Missing 'inputs' or 'instances' key"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": []}', 400, "non-empty"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": [1]}', 400, "expected a string"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": [["a", "b"], ["c"]]}', 400,
+     "Encountered list at unexpected size"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": ["a", ["b"]]}', 400,
+     "incorrect level"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "***"}]}', 400,
+     "base64"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": ["1"], "signature_name": "x"}',
+     400, 'Serving signature name: "x" not found in signature def'),
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "translate_ids", "instances": [[1.0, 2]]}', 400,
+     "expected an integer"),
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "translate_ids", "instances": [[99999999999]]}', 400,
+     "does not fit int32"),
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "score", "inputs": {"source_ids": [[1]]}}', 400,
+     "Missing named input: target_ids in 'inputs' object."),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": [["nested"]]}', 400,
+     "expected rank 1"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": ["\xff\xfe"]}', 400, "UTF-8"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "//4="}]}', 400, ""),
+    ("POST", "/v1/models/numbers:classify", b'{"examples": []}', 400, "classify"),
+    ("POST", "/v1/models/nope:predict", b'{"instances": ["1"]}', 404,
+     "Servable not found for request: Latest(nope)"),
+])
+def test_errors_are_json_with_tf_serving_status_codes(served, method, path, body, status,
+                                                       message):
+  _, port = served
+  code, payload, content_type = _raw(port, method, path, body)
+  assert code == status, payload
+  assert content_type == "application/json"
+  assert set(payload) == {"error"} and message in payload["error"]
+  # ... and the server still answers correctly afterwards.
+  assert _raw(port, "POST", "/v1/models/numbers:predict", b'{"instances": ["12"]}')[0] == 200
+
+
+def test_body_size_cap_and_gzip(served):
+  client, port = served
+  code, payload, _ = _raw(port, "POST", "/v1/models/numbers:predict",
+                          b'{"instances": ["' + b"1" * (2 << 20) + b'"]}')
+  assert code == 413, payload
+  assert "exceeds" in payload["error"]
+  body = gzip.compress(b'{"instances": ["12"]}')
+  code, payload, _ = _raw(port, "POST", "/v1/models/numbers:predict", body,
+                          {"Content-Encoding": "gzip"})
+  assert code == 200 and payload == client.predict(instances=["12"])
+
+
+def test_empty_and_very_long_strings_are_answered(served):
+  client, _ = served
+  rows = client.predict(instances=["", "9" * 5000, "hello, wörld!"])["predictions"]
+  assert len(rows) == 3 and all(isinstance(r["translation"], str) for r in rows)
+
+
+def test_path_prefix_is_case_insensitive_and_names_url_decoded(served):
+  _, port = served
+  assert _raw(port, "GET", "/V1/models/numbers")[0] == 200
+  assert _raw(port, "GET", "/v1/models/%6Eumbers")[0] == 200
+
+
+def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, tmp_path):
+  base = tmp_path / "base"
+  export.export(str(trained_run), str(base), beam_size=1)
+  manager, server = _start(base)
+  client = ServingClient(NAME, port=server.server_address[1])
+  try:
+    client.wait_until_available()
+    # Half-written versions: variables without saved_model.pb, and a corrupt saved_model.pb.
+    os.makedirs(base / "5" / "variables")
+    os.makedirs(base / "6")
+    (base / "6" / "saved_model.pb").write_bytes(b"truncated")
+    time.sleep(1.0)
+    assert [s["version"] for s in client.status()["model_version_status"]] == ["1"]
+
+    shutil.rmtree(base / "5")
+    shutil.rmtree(base / "6")
+    stop, failures, answered = threading.Event(), [], [0]
+
+    def hammer():  # requests keep flowing while version 2 replaces version 1
+      while not stop.is_set():
+        try:
+          client.predict(instances=["12"])
+          answered[0] += 1
+        except Exception as error:  # noqa: BLE001 - any failure fails the test
+          failures.append(error)
+
+    threads = [threading.Thread(target=hammer) for _ in range(3)]
+    for thread in threads:
+      thread.start()
+    export.export(str(trained_run), str(base), beam_size=1)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+      versions = [s["version"] for s in client.status()["model_version_status"]]
+      if versions == ["2"]:
+        break
+      time.sleep(0.2)
+    time.sleep(0.5)
+    stop.set()
+    for thread in threads:
+      thread.join()
+    assert versions == ["2"]
+    assert not failures and answered[0] > 0
+    with pytest.raises(ServingError) as error:
+      client.predict(instances=["12"], version=1)
+    assert error.value.status == 404
+  finally:
+    server.shutdown()
+    manager.stop()
+
+
+def test_batching_merges_concurrent_requests_with_identical_answers(exported):
+  base, _ = exported
+  params = BatchingParameters(max_batch_size=8, batch_timeout_micros=20_000,
+                              num_batch_threads=1, allowed_batch_sizes=(4, 8))
+  batcher = Batcher(params)
+  manager, server = _start(base, batcher=batcher)
+  client = ServingClient(NAME, port=server.server_address[1])
+  texts = [str(n) for n in range(1, 17)]
+  try:
+    expected = client.predict(instances=texts)["predictions"]
+    calls = []
+    original = manager.servable().run
+    manager.servable().run = lambda *a: calls.append(len(a[1]["text"])) or original(*a)
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+      answers = list(pool.map(lambda t: client.predict(instances=[t])["predictions"][0], texts))
+    assert [a["translation"] for a in answers] == [e["translation"] for e in expected]
+    for got, want in zip(answers, expected):
+      assert got["score"] == pytest.approx(want["score"], abs=1e-4)
+    assert len(calls) < len(texts)  # requests were merged
+    assert set(calls) <= {4, 8}  # and padded to allowed sizes
+  finally:
+    server.shutdown()
+    manager.stop()
+    batcher.close()
+
+
+def test_batching_parameters_file_format():
+  params = BatchingParameters.from_text_proto("""
+      max_batch_size { value: 16 }
+      batch_timeout_micros { value: 500 }
+      num_batch_threads { value: 2 }
+      allowed_batch_sizes: 4
+      allowed_batch_sizes: 16
+      pad_variable_length_inputs: true""")
+  assert (params.max_batch_size, params.batch_timeout_micros, params.num_batch_threads,
+          params.allowed_batch_sizes, params.pad_variable_length_inputs) == (16, 500, 2,
+                                                                            (4, 16), True)
+  with pytest.raises(ValueError, match="unknown batching parameter"):
+    BatchingParameters.from_text_proto("max_batch_sise { value: 1 }")
+
+
+def test_server_command_line(exported, tmp_path):
+  base, _ = exported
+  port_file = tmp_path / "port"
+  process = subprocess.Popen(
+      [sys.executable, "-m", "serving.server", f"--model_name={NAME}",
+       f"--model_base_path={base}", "--rest_api_port=0", f"--port_file={port_file}",
+       "--enable_batching"], cwd=os.path.dirname(os.path.dirname(__file__)),
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 120
+    while not port_file.exists():
+      assert process.poll() is None, process.stderr.read()[-3000:]
+      assert time.time() < deadline
+      time.sleep(0.2)
+    client = ServingClient(NAME, port=int(port_file.read_text()))
+    client.wait_until_available()
+    assert client.predict(instances=["12"])["predictions"][0]["translation"]
+  finally:
+    process.terminate()
+    process.wait(timeout=30)
