@@ -62,6 +62,10 @@ flags.DEFINE_integer("log_every", _DEFAULTS.log_every, "Steps between progress l
 flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Steps between evaluations; 0 = at end.")
 flags.DEFINE_integer("eval_examples", _DEFAULTS.eval_examples, "Held-out examples to evaluate.")
 
+flags.DEFINE_string("export_base_path", None,
+                    "When training finishes, export a TF Serving version under this base path "
+                    "(runs `python -m serving.export`).")
+
 FLAGS = flags.FLAGS
 
 
@@ -80,8 +84,14 @@ def main(argv):
     logging.error("%s", error)
     sys.exit(2)
   metrics = trainer.run()
-  if metrics is not None:
-    print({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
+  if metrics is None:
+    return
+  print({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
+  if FLAGS.export_base_path and trainer.is_chief:
+    # A subprocess keeps the layering: training never imports the serving package.
+    import subprocess
+    subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={FLAGS.run_dir}",
+                    f"--base_path={FLAGS.export_base_path}"], check=True)
 
 
 if __name__ == "__main__":

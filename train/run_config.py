@@ -44,6 +44,7 @@ class RunConfig:
   log_every: int = 100
   eval_every: int = 0                       # 0 = only at the end
   eval_examples: int = 1000
+  export_base_path: Optional[str] = None    # export a new serving version when training ends
 
   def with_task_defaults(self, defaults):
     """Fills every unset (None) field from the task's recommended values."""

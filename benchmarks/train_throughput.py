@@ -1,0 +1,226 @@
+"""Train throughput: tfattn vs a Keras-MultiHeadAttention Transformer written the way the
+TensorFlow tutorial writes it, same config, same training step, measured side by side.
+
+  python benchmarks/train_throughput.py [--steps 5] [--batch 64] [--length 64]
+
+Prints target tokens/s of both, the ratio, with and without XLA, and model FLOP utilisation
+(analytic training FLOPs / a measured float32 matmul peak on the same device).
+"""
+
+import argparse
+
+import common  # noqa: F401  (sys.path, quiet TF)
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfattn
+from tfattn import losses
+
+SMALL = dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000)
+
+
+# --- The peer: the TF tutorial's Transformer, with keras.layers.MultiHeadAttention ----------
+def positional_encoding(length, depth):
+  depth = depth / 2
+  positions = np.arange(length)[:, np.newaxis]
+  depths = np.arange(depth)[np.newaxis, :] / depth
+  angle_rads = positions / (10000**depths)
+  return tf.cast(np.concatenate([np.sin(angle_rads), np.cos(angle_rads)], axis=-1), tf.float32)
+
+
+class PositionalEmbedding(keras.layers.Layer):
+
+  def __init__(self, vocab_size, d_model):
+    super().__init__()
+    self.d_model = d_model
+    self.embedding = keras.layers.Embedding(vocab_size, d_model)
+    self.pos_encoding = positional_encoding(length=2048, depth=d_model)
+
+  def call(self, x):
+    length = tf.shape(x)[1]
+    x = self.embedding(x) * tf.math.sqrt(tf.cast(self.d_model, tf.float32))
+    return x + self.pos_encoding[tf.newaxis, :length, :]
+
+
+class BaseAttention(keras.layers.Layer):
+
+  def __init__(self, **kwargs):
+    super().__init__()
+    self.mha = keras.layers.MultiHeadAttention(**kwargs)
+    self.layernorm = keras.layers.LayerNormalization()
+    self.add = keras.layers.Add()
+
+
+class CrossAttention(BaseAttention):
+
+  def call(self, x, context, mask):
+    attn_output = self.mha(query=x, key=context, value=context, attention_mask=mask)
+    return self.layernorm(self.add([x, attn_output]))
+
+
+class GlobalSelfAttention(BaseAttention):
+
+  def call(self, x, mask):
+    return self.layernorm(self.add([x, self.mha(query=x, value=x, key=x, attention_mask=mask)]))
+
+
+class CausalSelfAttention(BaseAttention):
+
+  def call(self, x):
+    return self.layernorm(self.add([x, self.mha(query=x, value=x, key=x,
+                                                use_causal_mask=True)]))
+
+
+class FeedForward(keras.layers.Layer):
+
+  def __init__(self, d_model, dff, dropout_rate=0.1):
+    super().__init__()
+    self.seq = keras.Sequential([keras.layers.Dense(dff, activation="relu"),
+                                 keras.layers.Dense(d_model), keras.layers.Dropout(dropout_rate)])
+    self.add = keras.layers.Add()
+    self.layer_norm = keras.layers.LayerNormalization()
+
+  def call(self, x):
+    return self.layer_norm(self.add([x, self.seq(x)]))
+
+
+class KerasEncoderLayer(keras.layers.Layer):
+
+  def __init__(self, d_model, num_heads, dff, dropout_rate=0.1):
+    super().__init__()
+    self.self_attention = GlobalSelfAttention(num_heads=num_heads, key_dim=d_model // num_heads,
+                                              dropout=dropout_rate)
+    self.ffn = FeedForward(d_model, dff)
+
+  def call(self, x, mask):
+    return self.ffn(self.self_attention(x, mask))
+
+
+class KerasDecoderLayer(keras.layers.Layer):
+
+  def __init__(self, d_model, num_heads, dff, dropout_rate=0.1):
+    super().__init__()
+    self.causal_self_attention = CausalSelfAttention(num_heads=num_heads,
+                                                     key_dim=d_model // num_heads,
+                                                     dropout=dropout_rate)
+    self.cross_attention = CrossAttention(num_heads=num_heads, key_dim=d_model // num_heads,
+                                          dropout=dropout_rate)
+    self.ffn = FeedForward(d_model, dff)
+
+  def call(self, x, context, cross_mask):
+    return self.ffn(self.cross_attention(self.causal_self_attention(x), context, cross_mask))
+
+
+class KerasTransformer(keras.Model):
+
+  def __init__(self, num_layers, d_model, num_heads, dff, vocab, dropout_rate=0.1):
+    super().__init__()
+    self.source_embedding = PositionalEmbedding(vocab, d_model)
+    self.target_embedding = PositionalEmbedding(vocab, d_model)
+    self.encoder_layers = [KerasEncoderLayer(d_model, num_heads, dff, dropout_rate)
+                           for _ in range(num_layers)]
+    self.decoder_layers = [KerasDecoderLayer(d_model, num_heads, dff, dropout_rate)
+                           for _ in range(num_layers)]
+    self.dropout = keras.layers.Dropout(dropout_rate)
+    self.final_layer = keras.layers.Dense(vocab)
+
+  def call(self, inputs, training=False):
+    source, target = inputs
+    source_valid = tf.not_equal(source, 0)
+    encoder_mask = source_valid[:, tf.newaxis, :] & source_valid[:, :, tf.newaxis]
+    cross_mask = tf.broadcast_to(source_valid[:, tf.newaxis, :],
+                                 [tf.shape(target)[0], tf.shape(target)[1], tf.shape(source)[1]])
+    x = self.dropout(self.source_embedding(source), training=training)
+    for layer in self.encoder_layers:
+      x = layer(x, encoder_mask, training=training)
+    y = self.dropout(self.target_embedding(target), training=training)
+    for layer in self.decoder_layers:
+      y = layer(y, x, cross_mask, training=training)
+    return self.final_layer(y)
+
+
+# --- Measurement --------------------------------------------------------------------------
+def training_flops(batch, source_len, target_len, d_model, dff, layers, vocab):
+  """Analytic FLOPs of one training step (forward x 3), counting matmuls only."""
+  s, t, d = source_len, target_len, d_model
+  encoder = layers * s * (4 * d * d + 2 * d * dff + 2 * s * d)
+  decoder = layers * (t * (2 * d * d + 2 * d * d + 2 * d * dff + 2 * t * d + 2 * s * d)
+                      + s * 2 * d * d)
+  output = t * d * vocab
+  return 3 * 2 * batch * (encoder + decoder + output)
+
+
+def matmul_peak(size=2048, repeats=10):
+  a = tf.random.normal([size, size])
+  b = tf.random.normal([size, size])
+  matmul = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
+  return 2 * size**3 / common.timed(lambda: matmul().numpy(), repeats)
+
+
+def make_step(model_fn, variables, optimizer, jit):
+  spec = tf.TensorSpec([None, None], tf.int32)
+
+  @tf.function(input_signature=[spec, spec, spec], jit_compile=jit)
+  def step(source, target_in, target_out):
+    with tf.GradientTape() as tape:
+      token_losses, weights = losses.label_smoothed_cross_entropy(
+          model_fn(source, target_in), target_out, 0.1)
+      loss = tf.reduce_sum(token_losses) / tf.reduce_sum(weights)
+    grads = tape.gradient(loss, variables)
+    optimizer.apply_gradients(zip(grads, variables))
+    return loss
+
+  return step
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--steps", type=int, default=5)
+  parser.add_argument("--batch", type=int, default=64)
+  parser.add_argument("--length", type=int, default=64)
+  args = parser.parse_args()
+  c = SMALL
+  rng = np.random.default_rng(0)
+  batch = [tf.constant(rng.integers(3, c["vocab"], [args.batch, args.length]), tf.int32)
+           for _ in range(3)]
+
+  config = tfattn.TransformerConfig.preset(
+      "small", source_vocab_size=c["vocab"], target_vocab_size=c["vocab"], d_model=c["d_model"],
+      num_heads=c["num_heads"], dff=c["dff"], num_encoder_layers=c["num_layers"],
+      num_decoder_layers=c["num_layers"], dropout_rate=0.1, max_length=args.length)
+  ours = tfattn.Transformer(config)
+  peer = KerasTransformer(c["num_layers"], c["d_model"], c["num_heads"], c["dff"], c["vocab"])
+  peer((batch[0], batch[1]))  # build
+  models = {
+      "tfattn": (lambda s, t: ours(s, t, training=True), ours.trainable_variables),
+      "keras_mha": (lambda s, t: peer((s, t), training=True), peer.trainable_variables),
+  }
+  flops = training_flops(args.batch, args.length, args.length, c["d_model"], c["dff"],
+                         c["num_layers"], c["vocab"])
+  peak = matmul_peak()
+  print(f"device: {common.device_description()}")
+  print(f"config: small (4+4 layers, d_model 256, 8 heads, dff 1024, vocab 8000), batch "
+        f"{args.batch}, length {args.length}, {args.steps} timed steps after a warm-up step")
+  print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s; "
+        f"training FLOPs/step: {flops / 1e9:.1f} GFLOP\n")
+  print(f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}")
+  results = {}
+  for jit in (False, True):
+    for name, (model_fn, variables) in models.items():
+      optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+      optimizer.build(variables)
+      step = make_step(model_fn, variables, optimizer, jit)
+      seconds = common.timed(lambda: step(*batch).numpy(), args.steps)
+      tokens = args.batch * args.length / seconds
+      results[name, jit] = tokens
+      print(f"{name:<10} {'on' if jit else 'off':<5} {seconds:8.3f} {tokens:13.0f} "
+            f"{flops / seconds / peak:6.2f}")
+  print()
+  for jit in (False, True):
+    print(f"ratio tfattn / keras_mha, XLA {'on ' if jit else 'off'}: "
+          f"{results['tfattn', jit] / results['keras_mha', jit]:.2f}x")
+
+
+if __name__ == "__main__":
+  main()
