@@ -40,7 +40,9 @@ def scaled_dot_product_attention(query, key, value, bias=None, dropout_rate=0.0,
   query = query * tf.math.rsqrt(tf.cast(depth, query.dtype))
   logits = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
   if bias is not None:
-    logits += tf.cast(bias, tf.float32)
+    # Broadcasting explicitly: with static shapes, oneDNN fuses BatchMatMul + a broadcast Add of
+    # a constant bias (the causal mask) into a kernel ~50x slower than matmul then add.
+    logits += tf.broadcast_to(tf.cast(bias, tf.float32), tf.shape(logits))
   weights = tf.nn.softmax(logits, axis=-1)
   dropped = layers.dropout(tf.cast(weights, value.dtype), dropout_rate, rng, training)
   return tf.matmul(dropped, value), weights

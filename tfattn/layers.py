@@ -28,7 +28,10 @@ def dropout(x, rate, rng, training):
   """
   if not training or rate == 0.0 or rng is None:
     return x
-  keep = rng.uniform(tf.shape(x), dtype=tf.float32) >= rate
+  # One seed from the generator, then a stateless draw: XLA compiles stateless RNG much better
+  # than the generator's own stateful sampling.
+  seed = rng.make_seeds(1)[:, 0]
+  keep = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32) >= rate
   return x * tf.cast(keep, x.dtype) / tf.cast(1.0 - rate, x.dtype)
 
 
