@@ -8,9 +8,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def timed(fn, repeats):
+def timed(fn, repeats, warm_up=True):
   """Seconds per call of fn() (which must block until its result is ready), after one call."""
-  fn()
+  if warm_up:
+    fn()
   start = time.perf_counter()
   for _ in range(repeats):
     fn()
@@ -24,3 +25,16 @@ def device_description():
     return f"{len(gpus)} GPU(s): " + ", ".join(
         tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus)
   return f"CPU only, {os.cpu_count()} cores"
+
+
+def interleaved_medians(functions, rounds, repeats):
+  """{name: median seconds per call}, timing the functions in turn, round after round, so a
+  noisy machine slows all of them alike. Each function is called once first (compilation)."""
+  import statistics
+  for fn in functions.values():
+    fn()
+  samples = {name: [] for name in functions}
+  for _ in range(rounds):
+    for name, fn in functions.items():
+      samples[name].append(timed(fn, repeats, warm_up=False))
+  return {name: statistics.median(values) for name, values in samples.items()}

@@ -32,7 +32,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--source_length", type=int, default=32)
-  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--rounds", type=int, default=5)
   args = parser.parse_args()
   model = make_model()
   spec = tf.TensorSpec([None, None], tf.int32)
@@ -45,29 +45,33 @@ def main():
                                                         **kwargs)[0],
                        input_signature=[spec], jit_compile=kwargs.get("padded_decode", False))
 
-  def rate(fn, length):
-    return args.batch * length / common.timed(lambda: fn(source).numpy(), args.repeats)
+  def call(fn):
+    return lambda: fn(source).numpy()
 
   print(f"device: {common.device_description()}")
   print(f"model: small (4+4 layers, d_model 256), batch {args.batch}, source length "
-        f"{args.source_length}; output tokens/s (batch x length / seconds)\n")
+        f"{args.source_length}; output tokens/s (batch x length / seconds), median of "
+        f"{args.rounds} interleaved rounds\n")
   print(f"{'tokens':>6} {'cached tok/s':>13} {'uncached tok/s':>15} {'speed-up':>9}")
   for length in (16, 64, 128):
-    cached = rate(greedy(length), length)
-    uncached = rate(greedy(length, use_cache=False), length)
+    seconds = common.interleaved_medians(
+        {"cached": call(greedy(length)), "uncached": call(greedy(length, use_cache=False))},
+        args.rounds, 1)
+    cached, uncached = (args.batch * length / seconds[k] for k in ("cached", "uncached"))
     print(f"{length:>6} {cached:13.0f} {uncached:15.0f} {cached / uncached:8.1f}x")
 
   length = 64
-  greedy_rate = rate(greedy(length), length)
   beam = tf.function(lambda s: decoding.beam_search(model, s, beam_size=4, alpha=0.6,
                                                     max_decode_length=length)[0],
                      input_signature=[spec])
-  beam_rate = rate(beam, length)
-  xla_rate = rate(greedy(length, padded_decode=True), length)
-  print(f"\nat {length} tokens: greedy {greedy_rate:.0f} tok/s, beam 4 {beam_rate:.0f} tok/s "
-        f"(beam costs {greedy_rate / beam_rate:.1f}x greedy's time), padded greedy under XLA "
-        f"{xla_rate:.0f} tok/s ({xla_rate / greedy_rate:.2f}x graph-mode cached greedy)")
-
+  seconds = common.interleaved_medians(
+      {"greedy": call(greedy(length)), "beam": call(beam),
+       "xla": call(greedy(length, padded_decode=True))}, args.rounds, 1)
+  rate = {k: args.batch * length / v for k, v in seconds.items()}
+  print(f"\nat {length} tokens: greedy {rate['greedy']:.0f} tok/s, beam 4 {rate['beam']:.0f} "
+        f"tok/s (beam costs {rate['greedy'] / rate['beam']:.1f}x greedy's time), padded greedy "
+        f"under XLA {rate['xla']:.0f} tok/s ({rate['xla'] / rate['greedy']:.2f}x graph-mode "
+        f"cached greedy)")
 
 if __name__ == "__main__":
   main()

@@ -113,8 +113,9 @@ def main():
       process.wait(timeout=30)
   for batch in (1, 32):
     on, off = results[True, batch], results[False, batch]
-    print(f"batch {batch}: batching on/off throughput {on['rows_per_s'] / off['rows_per_s']:.2f}x,"
-          f" p50 {on['p50_ms'] / off['p50_ms']:.2f}x")
+    print(f"batch {batch}: batching on/off rows/s {on['rows_per_s']:.1f} / "
+          f"{off['rows_per_s']:.1f} = {on['rows_per_s'] / off['rows_per_s']:.2f}x; p50 "
+          f"{on['p50_ms']:.1f} / {off['p50_ms']:.1f} ms = {on['p50_ms'] / off['p50_ms']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -176,7 +176,8 @@ def make_step(model_fn, variables, optimizer, jit):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--steps", type=int, default=5)
+  parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
+  parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
   parser.add_argument("--batch", type=int, default=64)
   parser.add_argument("--length", type=int, default=64)
   args = parser.parse_args()
@@ -201,25 +202,29 @@ def main():
   peak = matmul_peak()
   print(f"device: {common.device_description()}")
   print(f"config: small (4+4 layers, d_model 256, 8 heads, dff 1024, vocab 8000), batch "
-        f"{args.batch}, length {args.length}, {args.steps} timed steps after a warm-up step")
+        f"{args.batch}, length {args.length}; median of {args.rounds} interleaved rounds of "
+        f"{args.steps} steps")
   print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s; "
         f"training FLOPs/step: {flops / 1e9:.1f} GFLOP\n")
-  print(f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}")
-  results = {}
+  steps = {}
   for jit in (False, True):
     for name, (model_fn, variables) in models.items():
       optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
       optimizer.build(variables)
       step = make_step(model_fn, variables, optimizer, jit)
-      seconds = common.timed(lambda: step(*batch).numpy(), args.steps)
-      tokens = args.batch * args.length / seconds
-      results[name, jit] = tokens
-      print(f"{name:<10} {'on' if jit else 'off':<5} {seconds:8.3f} {tokens:13.0f} "
-            f"{flops / seconds / peak:6.2f}")
+      steps[name, jit] = lambda step=step: step(*batch).numpy()
+  seconds = common.interleaved_medians(steps, args.rounds, args.steps)
+  print(f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}")
+  tokens = {}
+  for (name, jit), value in seconds.items():
+    tokens[name, jit] = args.batch * args.length / value
+    print(f"{name:<10} {'on' if jit else 'off':<5} {value:8.3f} {tokens[name, jit]:13.0f} "
+          f"{flops / value / peak:6.2f}")
   print()
   for jit in (False, True):
     print(f"ratio tfattn / keras_mha, XLA {'on ' if jit else 'off'}: "
-          f"{results['tfattn', jit] / results['keras_mha', jit]:.2f}x")
+          f"{tokens['tfattn', jit]:.0f} / {tokens['keras_mha', jit]:.0f} tok/s = "
+          f"{tokens['tfattn', jit] / tokens['keras_mha', jit]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -36,27 +36,26 @@ def prediction_log(model_name, signature_name, inputs):
   return _field(6, _field(1, request))
 
 
+def _read_varint(data, i):
+  """-> (value, index after it)."""
+  value, shift = 0, 0
+  while True:
+    byte = data[i]
+    i += 1
+    value |= (byte & 0x7F) << shift
+    shift += 7
+    if byte < 0x80:
+      return value, i
+
+
 def _read_fields(data):
+  """Length-delimited fields of a serialized message -> [(field number, bytes)]."""
   fields, i = [], 0
   while i < len(data):
-    key, shift = 0, 0
-    while True:
-      byte = data[i]
-      i += 1
-      key |= (byte & 0x7F) << shift
-      shift += 7
-      if byte < 0x80:
-        break
+    key, i = _read_varint(data, i)
     if key & 7 != 2:
       raise ValueError("unsupported wire type in warm-up record")
-    length, shift = 0, 0
-    while True:
-      byte = data[i]
-      i += 1
-      length |= (byte & 0x7F) << shift
-      shift += 7
-      if byte < 0x80:
-        break
+    length, i = _read_varint(data, i)
     fields.append((key >> 3, data[i:i + length]))
     i += length
   return fields

@@ -5,6 +5,7 @@ import signal
 import subprocess
 
 import numpy as np
+import pytest
 
 from train_helpers import (assert_same_variables, environment, free_ports, kill,
                            latest_variables, logged_steps, run_train, start_train,
@@ -64,3 +65,18 @@ def test_two_workers_train_with_multi_worker_mirrored_strategy(tmp_path):
   assert not (tmp_path / "tmp_workers" / "worker_1").exists() or not any(
       (tmp_path / "tmp_workers" / "worker_1").glob("ckpt-*"))
   assert latest_variables(tmp_path)
+
+
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_training_runs_and_exports(tmp_path, precision):
+  run_train(tmp_path, "--train_steps=3", f"--mixed_precision={precision}")
+  losses = [r["loss"] for r in logged_steps(tmp_path)]
+  assert len(losses) == 3 and all(np.isfinite(losses))
+  config = json.loads((tmp_path / "model_config.json").read_text())
+  assert config["compute_dtype"] == precision.split("_")[1]
+
+
+def test_clip_norm_with_float16_is_refused_clearly(tmp_path):
+  result = subprocess.run(train_command(tmp_path, "--clip_norm=1", "--mixed_precision=mixed_float16"),
+                          cwd=REPO, env=environment(), capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2 and "mixed_bfloat16" in result.stderr

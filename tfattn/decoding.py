@@ -39,11 +39,22 @@ def _write_column(buffer, index, values):
   return tf.where(column, values[..., tf.newaxis], buffer)
 
 
-def _loop_shape_invariants(loop_vars, padded_decode):
-  """A growing cache changes its length every step; padded decoding keeps all shapes fixed."""
-  if padded_decode:
+def _loop_shape_invariants(loop_vars, growing_cache):
+  """Only a growing cache's length axis changes between steps; every other shape stays as it
+  is, so heads and depth stay static and shape arithmetic folds away. The cache is the last
+  loop variable."""
+  if not growing_cache:
     return None
-  return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), loop_vars)
+  *state, cache = loop_vars
+
+  def relax(name, tensor):
+    if name in ("key", "value"):  # [batch, heads, cached length, depth]
+      return tf.TensorShape([tensor.shape[0], tensor.shape[1], None, tensor.shape[3]])
+    return tensor.shape
+
+  layers = {layer: {name: relax(name, t) for name, t in values.items()}
+            for layer, values in cache.items()}
+  return tuple(t.shape for t in state) + (layers,)
 
 
 def greedy_decode(model, source_ids, max_decode_length=None, extra_decode_length=50,
@@ -95,7 +106,7 @@ def greedy_decode(model, source_ids, max_decode_length=None, extra_decode_length
   loop_vars = (tf.constant(0), inputs, last_tokens, finished, log_probs, cache)
   _, inputs, _, _, log_probs, _ = tf.while_loop(
       cond, body, loop_vars,
-      shape_invariants=_loop_shape_invariants(loop_vars, padded_decode or not use_cache))
+      shape_invariants=_loop_shape_invariants(loop_vars, use_cache and not padded_decode))
   return inputs[:, 1:], log_probs
 
 
@@ -209,7 +220,7 @@ def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=Non
   (_, alive_seq, _, alive_log_probs, finished_seq, finished_scores, finished_log_probs,
    finished_flags, _) = tf.while_loop(
        cond, body, loop_vars,
-       shape_invariants=_loop_shape_invariants(loop_vars, padded_decode))
+       shape_invariants=_loop_shape_invariants(loop_vars, not padded_decode))
 
   # A source whose beams all ran out of length has nothing finished: return its alive beams.
   alive_lengths = tf.reduce_sum(tf.cast(tf.not_equal(alive_seq[:, :, 1:], pad), tf.int32), -1)

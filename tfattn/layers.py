@@ -49,12 +49,13 @@ class Linear(tf.Module):
       self.bias = tf.Variable(tf.zeros([out_features]), name="bias") if use_bias else None
 
   def __call__(self, x):
-    # One broadcasting matmul: measured as fast as reshaping to 2-D for big inputs and 3x
-    # faster for the one-token steps of decoding, where per-op overhead dominates.
-    y = tf.matmul(x, tf.cast(self.kernel, x.dtype))
+    # One 2-D GEMM on [batch * length, in]: its weight gradient is a single GEMM too, where a
+    # broadcasting batched matmul would reduce per-example products (measured slower).
+    leading = tf.shape(x)[:-1]
+    y = tf.matmul(tf.reshape(x, [-1, self.in_features]), tf.cast(self.kernel, x.dtype))
     if self.bias is not None:
-      y += tf.cast(self.bias, x.dtype)
-    return y
+      y = tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
+    return tf.reshape(y, tf.concat([leading, [self.out_features]], axis=0))
 
 
 class Embedding(tf.Module):
@@ -81,7 +82,10 @@ class Embedding(tf.Module):
 
   def logits(self, x):
     """x: `[batch, length, d_model]` -> `[batch, length, vocab_size]`."""
-    return tf.matmul(x, tf.cast(self.table, x.dtype), transpose_b=True)
+    leading = tf.shape(x)[:-1]
+    flat = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(self.table, x.dtype),
+                     transpose_b=True)
+    return tf.reshape(flat, tf.concat([leading, [self.vocab_size]], axis=0))
 
 
 class LayerNorm(tf.Module):

@@ -10,26 +10,15 @@ from tfattn.position import LearnedPosition, SinusoidalPosition
 
 
 class _ResidualLayer(tf.Module):
-  """Shared residual wiring: post-norm LN(x + Sublayer(x)) or pre-norm x + Sublayer(LN(x))."""
-
-  def __init__(self, config: TransformerConfig, rng, name=None):
-    super().__init__(name=name)
-    self.pre_norm = config.norm_position == "pre"
-    self.dropout_rate = config.dropout_rate
-    self._rng = rng
-
-  def _residual(self, x, norm, sublayer, training):
-    if self.pre_norm:
-      return x + dropout(sublayer(norm(x)), self.dropout_rate, self._rng, training)
-    return norm(x + dropout(sublayer(x), self.dropout_rate, self._rng, training))
-
-
-class EncoderLayer(_ResidualLayer):
-  """Self-attention then feed-forward, each wrapped in a residual + layer norm."""
+  """What encoder and decoder layers share: self-attention and feed-forward sublayers, each in
+  residual wiring, post-norm LN(x + Sublayer(x)) or pre-norm x + Sublayer(LN(x))."""
 
   def __init__(self, config: TransformerConfig, rng=None, name=None):
-    super().__init__(config, rng, name=name)
+    super().__init__(name=name)
     c = config
+    self.pre_norm = c.norm_position == "pre"
+    self.dropout_rate = c.dropout_rate
+    self._rng = rng
     with self.name_scope:
       self.self_attention = MultiHeadAttention(c.d_model, c.num_heads, True,
                                                c.attention_dropout_rate, rng, c.seed,
@@ -41,12 +30,24 @@ class EncoderLayer(_ResidualLayer):
       self.feed_forward_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                          name="feed_forward_norm")
 
+  def _residual(self, x, norm, sublayer, training):
+    if self.pre_norm:
+      return x + dropout(sublayer(norm(x)), self.dropout_rate, self._rng, training)
+    return norm(x + dropout(sublayer(x), self.dropout_rate, self._rng, training))
+
+  def _feed_forward_block(self, x, training):
+    return self._residual(x, self.feed_forward_norm,
+                          lambda h: self.feed_forward(h, training=training), training)
+
+
+class EncoderLayer(_ResidualLayer):
+  """Self-attention then feed-forward, each wrapped in a residual + layer norm."""
+
   def __call__(self, x, bias=None, training=False):
     """x: `[batch, length, d_model]`; bias: `[batch, 1, 1, length]` -> `[batch, length, d_model]`."""
     x = self._residual(x, self.self_attention_norm,
                        lambda h: self.self_attention(h, bias=bias, training=training), training)
-    return self._residual(x, self.feed_forward_norm,
-                          lambda h: self.feed_forward(h, training=training), training)
+    return self._feed_forward_block(x, training)
 
 
 class DecoderLayer(_ResidualLayer):
@@ -56,20 +57,11 @@ class DecoderLayer(_ResidualLayer):
     super().__init__(config, rng, name=name)
     c = config
     with self.name_scope:
-      self.self_attention = MultiHeadAttention(c.d_model, c.num_heads, True,
-                                               c.attention_dropout_rate, rng, c.seed,
-                                               name="self_attention")
-      self.self_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
-                                           name="self_attention_norm")
       self.cross_attention = MultiHeadAttention(c.d_model, c.num_heads, False,
                                                 c.attention_dropout_rate, rng, c.seed,
                                                 name="cross_attention")
       self.cross_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                             name="cross_attention_norm")
-      self.feed_forward = FeedForward(c.d_model, c.dff, c.dropout_rate, rng, c.seed,
-                                      name="feed_forward")
-      self.feed_forward_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
-                                         name="feed_forward_norm")
 
   def __call__(self, x, memory, self_bias=None, memory_bias=None, training=False, cache=None,
                decode_index=None):
@@ -88,8 +80,7 @@ class DecoderLayer(_ResidualLayer):
         x, self.cross_attention_norm,
         lambda h: self.cross_attention(h, memory, bias=memory_bias, training=training,
                                        memory_key_value=memory_key_value), training)
-    return self._residual(x, self.feed_forward_norm,
-                          lambda h: self.feed_forward(h, training=training), training)
+    return self._feed_forward_block(x, training)
 
 
 def _make_position(config: TransformerConfig, name):
