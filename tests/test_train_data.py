@@ -144,3 +144,23 @@ def test_bad_flags_fail_with_a_clear_message(tmp_path):
   assert result.returncode == 2
   assert "expected 2 tab-separated fields" in result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_run):
+  import json
+  import tfattn
+  from train import evaluation
+  config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
+  model = tfattn.Transformer(config)
+  tf.train.Checkpoint(model=model).read(
+      tf.train.latest_checkpoint(str(trained_run / "checkpoints"))).expect_partial()
+  source = tokenizer.TextTokenizer(str(trained_run / "vocab" / "source.txt"))
+  target = tokenizer.TextTokenizer(str(trained_run / "vocab" / "target.txt"))
+  raw = tasks.builtin_task("numbers", num_train=10, num_eval=12).eval()
+  dataset = data.seq2seq_dataset(raw, source, target, batch_size=4, max_length=24)
+  metrics = evaluation.evaluate_seq2seq(model, dataset, target, max_examples=8, bleu=True)
+  assert metrics["examples"] == 8
+  for name in ("exact_match", "token_accuracy", "bleu"):
+    assert isinstance(metrics[name], float), name
+  assert 0.0 <= metrics["exact_match"] <= 1.0 and 0.0 <= metrics["bleu"] <= 100.0
+  json.dumps(metrics)  # written to eval.json
