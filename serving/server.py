@@ -101,9 +101,12 @@ class RestHandler(BaseHTTPRequestHandler):
     if length > self.max_body_bytes:
       # Read (and drop) a moderately oversized body so the client sees the 413 rather than a
       # reset connection; past that, close instead of reading gigabytes.
-      drain = length if length <= self.max_body_bytes * _MAX_DECOMPRESSED else 0
-      while drain > 0:
-        drain -= len(self.rfile.read(min(drain, 1 << 20)) or b"x" * drain)
+      remaining = length if length <= self.max_body_bytes * _MAX_DECOMPRESSED else 0
+      while remaining > 0:
+        chunk = self.rfile.read(min(remaining, 1 << 20))
+        if not chunk:  # client gave up
+          break
+        remaining -= len(chunk)
       self.close_connection = length > self.max_body_bytes * _MAX_DECOMPRESSED
       raise RestError("PAYLOAD_TOO_LARGE", f"Request body of {length} bytes exceeds the "
                       f"{self.max_body_bytes}-byte limit")
