@@ -55,20 +55,10 @@ def load(port, model, batch, concurrency, seconds):
 
 
 def start_server(base, model, batching, batching_file):
-  port_file = os.path.join(tempfile.mkdtemp(), "port")
-  command = [sys.executable, "-m", "serving.server", f"--model_name={model}",
-             f"--model_base_path={base}", "--rest_api_port=0", f"--port_file={port_file}"]
-  if batching:
-    command += ["--enable_batching", f"--batching_parameters_file={batching_file}"]
-  process = subprocess.Popen(command, cwd=common.sys.path[0], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-  deadline = time.time() + 180
-  while not os.path.exists(port_file):
-    if process.poll() is not None or time.time() > deadline:
-      raise RuntimeError("server did not start")
-    time.sleep(0.2)
-  port = int(open(port_file).read())
   from serving.client import ServingClient
+  from serving.server import start_subprocess
+  flags = ["--enable_batching", f"--batching_parameters_file={batching_file}"] if batching else []
+  process, port = start_subprocess(model, os.path.abspath(base), extra_flags=flags)
   ServingClient(model, port=port).wait_until_available()
   return process, port
 

@@ -4,10 +4,7 @@ command and the model's held-out accuracy from training."""
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 DEFAULT_TEXTS = ["4213", "19", "700005", "31337"]
 
@@ -22,24 +19,14 @@ def main(argv):
   flags.FLAGS(argv)
   f = flags.FLAGS
   from serving.client import ServingClient, ServingError
+  from serving.server import start_subprocess
 
-  port_file = os.path.join(tempfile.mkdtemp(), "port")
-  server = subprocess.Popen(
-      [sys.executable, "-m", "serving.server", f"--model_name={f.model_name}",
-       f"--model_base_path={f.model_base_path}", f"--rest_api_port={f.port}",
-       f"--port_file={port_file}"], stderr=subprocess.PIPE, text=True)
   try:
-    deadline = time.time() + 180
-    while not os.path.exists(port_file):
-      if server.poll() is not None:
-        print(server.stderr.read()[-3000:], file=sys.stderr)
-        print(f"the server exited (port {f.port} busy? try make run PORT=8502)", file=sys.stderr)
-        return 1
-      if time.time() > deadline:
-        print("the server did not start within 180 s", file=sys.stderr)
-        return 1
-      time.sleep(0.2)
-    port = int(open(port_file).read())
+    server, port = start_subprocess(f.model_name, f.model_base_path, f.port)
+  except RuntimeError as error:
+    print(f"{error}\n(port {f.port} busy? try make run PORT=8502)", file=sys.stderr)
+    return 1
+  try:
     client = ServingClient(f.model_name, port=port)
     status = client.wait_until_available()
     print(f"\nserving {f.model_name} version {status[0]['version']} at "

@@ -13,8 +13,11 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -161,6 +164,33 @@ def make_server(manager, host="127.0.0.1", port=8501, batcher=None,
   server = ThreadingHTTPServer((host, port), handler)
   server.daemon_threads = True
   return server
+
+
+def start_subprocess(model_name, model_base_path, port=0, extra_flags=(), timeout=180):
+  """Starts `python -m serving.server` as a child process; returns (process, bound port) once it
+  listens. Its log goes to a file (an unread pipe would stall a chatty server); the tail of
+  that log is in the RuntimeError raised if the server exits or does not start in time."""
+  work_dir = tempfile.mkdtemp(prefix="tfattn-server-")
+  port_file = os.path.join(work_dir, "port")
+  log_path = os.path.join(work_dir, "server.log")
+  repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(log_path, "w") as log:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "serving.server", f"--model_name={model_name}",
+         f"--model_base_path={model_base_path}", f"--rest_api_port={port}",
+         f"--port_file={port_file}", *extra_flags], cwd=repo_root, stdout=log,
+        stderr=subprocess.STDOUT)
+  deadline = time.time() + timeout
+  while not os.path.exists(port_file):
+    if process.poll() is not None or time.time() > deadline:
+      process.kill()
+      process.wait()
+      with open(log_path) as log:
+        tail = log.read()[-3000:]
+      raise RuntimeError(f"the server did not start (log {log_path}):\n{tail}")
+    time.sleep(0.2)
+  with open(port_file) as f:
+    return process, int(f.read())
 
 
 def _parse_labels(text):

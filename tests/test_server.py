@@ -7,8 +7,6 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -19,7 +17,7 @@ from serving import export
 from serving.batching import Batcher, BatchingParameters
 from serving.client import ServingClient, ServingError
 from serving.model_manager import ModelManager
-from serving.server import make_server
+from serving.server import make_server, start_subprocess
 
 NAME = "numbers"
 
@@ -269,21 +267,11 @@ def test_batching_parameters_file_format():
     BatchingParameters.from_text_proto("max_batch_sise { value: 1 }")
 
 
-def test_server_command_line(exported, tmp_path):
+def test_server_command_line(exported):
   base, _ = exported
-  port_file = tmp_path / "port"
-  process = subprocess.Popen(
-      [sys.executable, "-m", "serving.server", f"--model_name={NAME}",
-       f"--model_base_path={base}", "--rest_api_port=0", f"--port_file={port_file}",
-       "--enable_batching"], cwd=os.path.dirname(os.path.dirname(__file__)),
-      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  process, port = start_subprocess(NAME, str(base), extra_flags=["--enable_batching"])
   try:
-    deadline = time.time() + 120
-    while not port_file.exists():
-      assert process.poll() is None, process.stderr.read()[-3000:]
-      assert time.time() < deadline
-      time.sleep(0.2)
-    client = ServingClient(NAME, port=int(port_file.read_text()))
+    client = ServingClient(NAME, port=port)
     client.wait_until_available()
     assert client.predict(instances=["12"])["predictions"][0]["translation"]
   finally:

@@ -2,8 +2,9 @@
 
 import dataclasses
 import json
-import os
 from typing import Optional
+
+from train.files import write_json_atomically
 
 
 @dataclasses.dataclass
@@ -55,11 +56,7 @@ class RunConfig:
     return RunConfig(**filled)
 
   def save(self, path):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temp = f"{path}.tmp-{os.getpid()}"
-    with open(temp, "w") as f:
-      json.dump(dataclasses.asdict(self), f, indent=2, sort_keys=True)
-    os.replace(temp, path)
+    write_json_atomically(path, dataclasses.asdict(self))
 
   @classmethod
   def load(cls, path):

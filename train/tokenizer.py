@@ -4,11 +4,12 @@ Only ops that TF Serving <= 2.19 links (TF-Text 2.12.1) are used: CaseFoldUTF8, 
 RegexSplitWithOffsets, WordpieceTokenizeWithOffsets, plus TF core.
 """
 
-import os
 
 import tensorflow as tf
 import tensorflow_text as text
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+
+from train.files import write_text_atomically
 
 PAD, START, END, UNK = "[PAD]", "[START]", "[END]", "[UNK]"
 RESERVED_TOKENS = [PAD, START, END, UNK]  # ids 0..3: pad_id, bos_id, eos_id, unknown
@@ -39,12 +40,8 @@ def learn_vocabulary(texts, vocab_size, lower_case=True, max_examples=200_000):
 
 
 def write_vocabulary(vocab, path):
-  """Writes one token a line, atomically (temp file + rename)."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  temp = f"{path}.tmp-{os.getpid()}"
-  with open(temp, "w", encoding="utf-8") as f:
-    f.write("\n".join(vocab) + "\n")
-  os.replace(temp, path)
+  """Writes one token a line, atomically."""
+  write_text_atomically(path, "\n".join(vocab) + "\n")
 
 
 class TextTokenizer(tf.Module):

@@ -24,18 +24,12 @@ import tfattn
 from tfattn import losses
 from tfattn.schedules import NoamSchedule
 from train import data, distribute, evaluation, tokenizer
+from train.files import write_json_atomically, write_text_atomically
 from train.run_config import RunConfig
 from train.tasks import CLASSIFICATION, get_task
 
 _COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16",
                    "mixed_bfloat16": "bfloat16"}
-
-
-def _write_json(path, value):
-  temp = f"{path}.tmp-{os.getpid()}"
-  with open(temp, "w") as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-  os.replace(temp, path)
 
 
 def model_config_for(config: RunConfig, source_vocab, target_vocab, num_classes):
@@ -120,9 +114,9 @@ class Trainer:
                                          target_vocab, self.task.num_classes)
     if self.is_chief:
       config.save(os.path.join(self.run_dir, "run_config.json"))
-      with open(os.path.join(self.run_dir, "model_config.json"), "w") as f:
-        f.write(self.model_config.to_json())
-      _write_json(os.path.join(self.run_dir, "task.json"),
+      write_text_atomically(os.path.join(self.run_dir, "model_config.json"),
+                            self.model_config.to_json())
+      write_json_atomically(os.path.join(self.run_dir, "task.json"),
                   {"name": self.task.name, "kind": self.task.kind,
                    "num_classes": self.task.num_classes})
 
@@ -301,5 +295,5 @@ class Trainer:
         for name, value in metrics.items():
           if isinstance(value, float):
             tf.summary.scalar(f"eval/{name}", value)
-      _write_json(os.path.join(self.run_dir, "eval.json"), metrics)
+      write_json_atomically(os.path.join(self.run_dir, "eval.json"), metrics)
     return metrics
