@@ -28,7 +28,12 @@ def main(argv):
     return 1
   try:
     client = ServingClient(f.model_name, port=port)
-    status = client.wait_until_available()
+    try:
+      status = client.wait_until_available()
+    except TimeoutError:
+      print(f"no version under {f.model_base_path} became AVAILABLE: export one first "
+            "(python -m serving.export)", file=sys.stderr)
+      return 1
     print(f"\nserving {f.model_name} version {status[0]['version']} at "
           f"http://127.0.0.1:{port}/v1/models/{f.model_name}")
     body = json.dumps({"instances": f.text})
