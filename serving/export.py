@@ -14,7 +14,7 @@ import tensorflow as tf
 import tfattn
 from serving import warmup
 from serving.modules import ClassifierExport, Seq2SeqExport
-from train.tokenizer import RESERVED_TOKENS, TextTokenizer
+from tfattn import text
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
@@ -28,9 +28,10 @@ def load_trained(run_dir, checkpoint=None):
   """Rebuilds the model of a run directory and restores its latest (or the given) checkpoint.
 
   Returns (task info dict, model, source tokenizer, target tokenizer or None)."""
-  for required in ("task.json", "model_config.json", os.path.join("vocab", "source.txt")):
+  for required in ("task.json", "model_config.json"):
     if not os.path.exists(os.path.join(run_dir, required)):
       raise ValueError(f"{run_dir} is not a training run directory (missing {required})")
+  vocab_dir = os.path.join(run_dir, "vocab")
   task = _read_json(os.path.join(run_dir, "task.json"))
   with open(os.path.join(run_dir, "model_config.json")) as f:
     config = tfattn.TransformerConfig.from_json(f.read())
@@ -40,9 +41,9 @@ def load_trained(run_dir, checkpoint=None):
   if not checkpoint:
     raise ValueError(f"no checkpoint under {run_dir}/checkpoints: train first")
   tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
-  source = TextTokenizer(os.path.join(run_dir, "vocab", "source.txt"))
-  target_path = os.path.join(run_dir, "vocab", "target.txt")
-  target = TextTokenizer(target_path) if task["kind"] != "classification" else None
+  source = text.load_tokenizer(text.tokenizer_path(vocab_dir, "source"))
+  target = (text.load_tokenizer(text.tokenizer_path(vocab_dir, "target"))
+            if task["kind"] != "classification" else None)
   return task, model, source, target
 
 
@@ -57,7 +58,7 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
   """Exports the run's model as `<base_path>/<version>`; returns that directory."""
   task, model, source, target = load_trained(run_dir, checkpoint)
   if task["kind"] == "classification":
-    module = ClassifierExport(model, source)
+    module = ClassifierExport(model, source, truncate=task.get("truncate", "right"))
   else:
     module = Seq2SeqExport(model, source, target, beam_size=beam_size, alpha=alpha)
   os.makedirs(base_path, exist_ok=True)
@@ -72,10 +73,9 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
   try:
     tf.saved_model.save(module, temp, signatures=module.signatures())
     os.makedirs(os.path.join(temp, "assets.extra"), exist_ok=True)
-    if warmup_texts is None:
-      with open(source.vocab_file.asset_path.numpy().decode(), encoding="utf-8") as f:
-        words = [w.strip() for w in f][len(RESERVED_TOKENS):]
-      warmup_texts = [" ".join(w for w in words[:6] if not w.startswith("##")), ""]
+    if warmup_texts is None:  # a few vocabulary pieces as text, and the empty string
+      first_pieces = tf.range(len(text.RESERVED_TOKENS), min(source.vocab_size, 12))
+      warmup_texts = [source.detokenize(first_pieces[tf.newaxis])[0].numpy().decode(), ""]
     warmup.write_warmup_file(
         os.path.join(temp, WARMUP_FILE), model_name,
         [("serving_default", {"text": tf.constant(warmup_texts).numpy()})])

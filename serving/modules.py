@@ -7,7 +7,7 @@ The root object also follows the Reusable SavedModel API (`__call__`, `variables
 
 import tensorflow as tf
 
-from tfattn import decoding
+from tfattn import decoding, text as tfattn_text
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -19,11 +19,12 @@ class _Exportable(tf.Module):
   # attributes so that the loaded object has them.
   variables = trainable_variables = regularization_losses = None
 
-  def __init__(self, model, source_tokenizer, name=None):
+  def __init__(self, model, source_tokenizer, truncate="right", name=None):
     super().__init__(name=name)
     self.model = model
     self.source_tokenizer = source_tokenizer
     self.max_length = model.config.max_length
+    self.truncate = truncate  # which end of a long input is cut, as in training
     self.variables = list(model.variables)
     self.trainable_variables = list(model.trainable_variables)
     self.regularization_losses = []
@@ -35,7 +36,8 @@ class _Exportable(tf.Module):
     silently replaced."""
     text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="strict")
     ragged = self.source_tokenizer.tokenize(text)
-    return ragged[:, :self.max_length].to_tensor(default_value=0)
+    return tfattn_text.truncate_tokens(ragged, self.max_length, self.truncate).to_tensor(
+        default_value=tfattn_text.PAD_ID)
 
   @tf.function(input_signature=[IDS])
   def encode(self, source_ids):
@@ -100,8 +102,8 @@ class Seq2SeqExport(_Exportable):
 class ClassifierExport(_Exportable):
   """Signatures: serving_default (text -> label, probabilities), classify_ids, encode."""
 
-  def __init__(self, model, source_tokenizer):
-    super().__init__(model, source_tokenizer, name="classifier_export")
+  def __init__(self, model, source_tokenizer, truncate="right"):
+    super().__init__(model, source_tokenizer, truncate, name="classifier_export")
 
   def _classify(self, source_ids):
     probabilities = tf.nn.softmax(self.model(source_ids))

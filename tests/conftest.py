@@ -33,15 +33,15 @@ def trained_run(tmp_path_factory):
   """A run directory as `python -m train` leaves it (vocab, configs, a checkpoint) for a tiny,
   untrained numbers model: enough to export and serve quickly."""
   import json
+  from tfattn import text
   from train import tasks, tokenizer
   run_dir = tmp_path_factory.mktemp("run")
   task = tasks.builtin_task("numbers", num_train=400, num_eval=20)
-  for side, index in (("source", 0), ("target", 1)):
-    texts = task.train().map(lambda *pair: pair[index])
-    tokenizer.write_vocabulary(tokenizer.learn_vocabulary(texts, 200),
-                               str(run_dir / "vocab" / f"{side}.txt"))
-  source = tokenizer.TextTokenizer(str(run_dir / "vocab" / "source.txt"))
-  target = tokenizer.TextTokenizer(str(run_dir / "vocab" / "target.txt"))
+  source, target = (
+      text.load_tokenizer(tokenizer.learn_and_write(
+          tokenizer.SENTENCEPIECE, task.train().map(lambda *pair: pair[index]), 200,
+          str(run_dir / "vocab" / side)))
+      for side, index in (("source", 0), ("target", 1)))
   config = tfattn.TransformerConfig.preset(
       "tiny", source_vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
       d_model=32, dff=64, num_encoder_layers=1, num_decoder_layers=1, max_length=24)

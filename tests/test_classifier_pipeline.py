@@ -16,7 +16,7 @@ def test_tsv_classifier_trains_exports_and_serves(tmp_path):
                      train_file=str(tmp_path / "train.tsv"), tsv_kind="classification",
                      model="tiny", d_model=32, dff=64, num_heads=4, num_layers=1, dropout=0.0,
                      vocab_size=100, vocab_examples=200, batch_size=8, max_length=16,
-                     train_steps=40, warmup_steps=5, learning_rate=2.0, log_every=10,
+                     train_steps=40, warmup_steps=5, schedule="rsqrt", learning_rate=3e-3, log_every=10,
                      eval_examples=32, checkpoint_every=100)
   metrics = Trainer(config).run()
   assert metrics["examples"] == 32 and metrics["accuracy"] > 0.5

@@ -17,8 +17,8 @@ from serving import check, export, warmup
 def test_layout_follows_tf_serving(exported):
   base, path = exported
   assert os.path.basename(path) == "1"
-  for required in ("saved_model.pb", "variables/variables.index", "assets/source.txt",
-                   "assets/target.txt", export.WARMUP_FILE):
+  for required in ("saved_model.pb", "variables/variables.index", "assets/source.model",
+                   "assets/target.model", export.WARMUP_FILE):
     assert os.path.exists(os.path.join(path, required)), required
   assert [n for n in os.listdir(base) if not n.isdigit()] == []  # no temp dirs left behind
   records = warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE))
@@ -58,7 +58,7 @@ def test_preflight_check_passes_and_names_a_foreign_op(exported, tmp_path):
   _, path = exported
   assert check.problems(path) == []
   ops = check.saved_model_ops(path)
-  assert "WordpieceTokenizeWithOffsets" in ops and "RegexSplitWithOffsets" in ops
+  assert {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"} <= set(ops)
 
   class Binarize(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])

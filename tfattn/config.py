@@ -7,6 +7,7 @@ _NORM_POSITIONS = ("post", "pre")
 _POSITION_KINDS = ("sinusoidal", "learned")
 _COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 _POOLINGS = ("mean", "first")
+_CLASSIFIER_BODIES = ("transformer", "attention")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,10 @@ class TransformerConfig:
   eos_id: int = 2
   num_classes: int = 2             # EncoderClassifier only
   pooling: str = "mean"            # EncoderClassifier only: masked mean or first token
+  # EncoderClassifier only: "transformer" = the encoder stack; "attention" = one merged-head
+  # self-attention over embeddings + positions, no residual, norm or feed-forward (the
+  # single-layer experiment of Su Jianlin's write-up); dropout_rate then applies after pooling.
+  classifier_body: str = "transformer"
   seed: int = 0                    # initialisers and dropout
 
   def __post_init__(self):
@@ -56,6 +61,8 @@ class TransformerConfig:
     require(self.norm_position in _NORM_POSITIONS, f"norm_position must be one of {_NORM_POSITIONS}")
     require(self.compute_dtype in _COMPUTE_DTYPES, f"compute_dtype must be one of {_COMPUTE_DTYPES}")
     require(self.pooling in _POOLINGS, f"pooling must be one of {_POOLINGS}")
+    require(self.classifier_body in _CLASSIFIER_BODIES,
+            f"classifier_body must be one of {_CLASSIFIER_BODIES}")
     require(self.source_vocab_size > max(self.pad_id, self.bos_id, self.eos_id),
             "source_vocab_size must include the special token ids")
     require(self.target_vocab_size > max(self.pad_id, self.bos_id, self.eos_id),

@@ -1,4 +1,7 @@
-"""The paper's learning-rate schedule (section 5.3)."""
+"""Learning-rate schedules: the paper's (section 5.3, peak tied to d_model) and warm-up schedules
+whose peak is set directly."""
+
+import math
 
 import keras
 import tensorflow as tf
@@ -23,3 +26,44 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
   def get_config(self):
     return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+WARMUP_DECAYS = ("rsqrt", "cosine", "constant")
+
+
+def warmup_learning_rate(step, peak, warmup_steps, total_steps, decay="cosine"):
+  """Linear warm-up to `peak` over `warmup_steps`, then `decay`: "rsqrt" (Noam's shape, peak
+  set directly: peak * sqrt(warmup / step)), "cosine" (to 0 at `total_steps`) or "constant".
+  Steps count from 1 like `noam_learning_rate`."""
+  if decay not in WARMUP_DECAYS:
+    raise ValueError(f"decay must be one of {WARMUP_DECAYS}, got {decay!r}")
+  step = tf.cast(step, tf.float32) + 1.0
+  warmup = tf.maximum(tf.cast(warmup_steps, tf.float32), 1.0)
+  total = tf.maximum(tf.cast(total_steps, tf.float32), warmup + 1.0)
+  ramp = tf.minimum(step / warmup, 1.0)
+  if decay == "rsqrt":
+    after = tf.math.rsqrt(tf.maximum(step, warmup) / warmup)
+  elif decay == "cosine":
+    progress = tf.clip_by_value((step - warmup) / (total - warmup), 0.0, 1.0)
+    after = 0.5 * (1.0 + tf.cos(math.pi * progress))
+  else:
+    after = 1.0
+  return peak * ramp * after
+
+
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+  """`warmup_learning_rate` as an optimizer schedule."""
+
+  def __init__(self, peak, warmup_steps, total_steps, decay="cosine"):
+    if decay not in WARMUP_DECAYS:
+      raise ValueError(f"decay must be one of {WARMUP_DECAYS}, got {decay!r}")
+    self.peak, self.warmup_steps, self.total_steps, self.decay = (peak, warmup_steps,
+                                                                  total_steps, decay)
+
+  def __call__(self, step):
+    return warmup_learning_rate(step, self.peak, self.warmup_steps, self.total_steps,
+                                self.decay)
+
+  def get_config(self):
+    return {"peak": self.peak, "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps, "decay": self.decay}

@@ -219,6 +219,29 @@ class Transformer(tf.Module):
     return cache
 
 
+class AttentionEncoder(tf.Module):
+  """Embedding + positions + one merged-head self-attention, nothing else: the single attention
+  layer of Su Jianlin's IMDB experiment (`classifier_body="attention"`)."""
+
+  def __init__(self, config: TransformerConfig, embedding, name="attention_encoder"):
+    super().__init__(name=name)
+    self.config = config
+    self.compute_dtype = tf.as_dtype(config.compute_dtype)
+    with self.name_scope:
+      self.embedding = embedding
+      self.position = _make_position(config, "position")
+      self.self_attention = MultiHeadAttention(config.d_model, config.num_heads, True,
+                                               config.attention_dropout_rate, seed=config.seed,
+                                               name="self_attention")
+
+  def __call__(self, ids, bias=None, training=False):
+    """ids: int `[batch, length]` -> `[batch, length, d_model]`; bias defaults to padding."""
+    if bias is None:
+      bias = masking.padding_bias(ids, self.config.pad_id)
+    x = self.position(self.embedding(ids, self.compute_dtype))
+    return self.self_attention(x, bias=bias, training=training)
+
+
 class EncoderClassifier(tf.Module):
   """Encoder, masked pooling and a dense layer: text classification (e.g. IMDB sentiment)."""
 
@@ -229,7 +252,10 @@ class EncoderClassifier(tf.Module):
       self.dropout_rng = tf.random.Generator.from_seed(config.seed)
       embedding = Embedding(config.source_vocab_size, config.d_model, config.seed,
                             name="embedding")
-      self.encoder = Encoder(config, embedding, self.dropout_rng)
+      if config.classifier_body == "attention":
+        self.encoder = AttentionEncoder(config, embedding)
+      else:
+        self.encoder = Encoder(config, embedding, self.dropout_rng)
       self.classifier = Linear(config.d_model, config.num_classes, seed=config.seed,
                                name="classifier")
 

@@ -10,7 +10,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 from train.distribute import STRATEGIES  # noqa: E402
-from train.run_config import RunConfig  # noqa: E402
+from train.recipes import RECIPES  # noqa: E402
+from train.run_config import FALLBACKS, RunConfig  # noqa: E402
 from train.tasks import BUILTIN_TASKS, TFDS_TASKS  # noqa: E402
 
 _DEFAULTS = RunConfig()
@@ -26,6 +27,10 @@ flags.DEFINE_string("train_file", None, "TSV training file: source<TAB>target or
 flags.DEFINE_string("eval_file", None, "TSV held-out file (default: the first 1000 train lines).")
 flags.DEFINE_enum("tsv_kind", _DEFAULTS.tsv_kind, ["seq2seq", "classification"],
                   "What the TSV's second column is.")
+flags.DEFINE_enum("recipe", None, sorted(RECIPES),
+                  "A named recipe measured on real data (train/recipes.py): fills every flag "
+                  "not given explicitly. imdb_attention / imdb_transformer: --task=imdb_reviews "
+                  "or a classification TSV; multi30k_de_en: a de->en TSV.")
 flags.DEFINE_enum("model", None, ["tiny", "small", "base", "big"],
                   f"Model size preset {_TASK_DEFAULT}.")
 flags.DEFINE_integer("d_model", None, f"Model width {_TASK_DEFAULT}.")
@@ -34,16 +39,33 @@ flags.DEFINE_integer("dff", None, f"Feed-forward inner width {_TASK_DEFAULT}.")
 flags.DEFINE_integer("num_layers", None, f"Encoder and decoder layers each {_TASK_DEFAULT}.")
 flags.DEFINE_enum("norm_position", _DEFAULTS.norm_position, ["post", "pre"],
                   "Layer norm after (paper) or before each sublayer.")
+flags.DEFINE_enum("classifier_body", None, ["transformer", "attention"],
+                  "Classification only: the encoder stack, or one self-attention layer over "
+                  f"embeddings (Su Jianlin's experiment) {_TASK_DEFAULT}.")
 flags.DEFINE_float("dropout", None, f"Dropout rate {_TASK_DEFAULT}.")
-flags.DEFINE_integer("vocab_size", None, f"WordPiece vocabulary size {_TASK_DEFAULT}.")
+flags.DEFINE_enum("tokenizer", None, ["sentencepiece", "wordpiece"],
+                  "sentencepiece: lossless (case, spacing, punctuation kept); wordpiece: "
+                  f"case-folded words (default: the task's, else {FALLBACKS['tokenizer']}).")
+flags.DEFINE_bool("lower_case", None, "Case-fold text before SentencePiece (default: the "
+                  "task's: on for classification, off for seq2seq).")
+flags.DEFINE_integer("vocab_size", None, f"Vocabulary size {_TASK_DEFAULT}.")
 flags.DEFINE_integer("vocab_examples", None,
                      f"Training examples the vocabulary is learned from {_TASK_DEFAULT}.")
 flags.DEFINE_integer("max_length", None, f"Longest sequence in tokens {_TASK_DEFAULT}.")
+flags.DEFINE_enum("truncate", None, ["right", "left"],
+                  "Classification: which end of a long text is cut off; left keeps the last "
+                  "max_length tokens (reviews end with their verdict) (default: the task's).")
 flags.DEFINE_integer("batch_size", None, f"Global batch size (all replicas) {_TASK_DEFAULT}.")
 flags.DEFINE_integer("train_steps", None, f"Total optimizer steps {_TASK_DEFAULT}.")
-flags.DEFINE_float("learning_rate", None, f"Scale on the Noam schedule {_TASK_DEFAULT}.")
-flags.DEFINE_integer("warmup_steps", None, f"Noam warm-up steps {_TASK_DEFAULT}.")
-flags.DEFINE_float("label_smoothing", _DEFAULTS.label_smoothing, "Label smoothing epsilon.")
+flags.DEFINE_enum("schedule", None, ["noam", "rsqrt", "cosine", "constant"],
+                  "Learning-rate schedule: noam (the paper's; peak depends on d_model), or a "
+                  "linear warm-up to --learning_rate then rsqrt decay, cosine decay to 0, or "
+                  f"constant (default: the task's, else {FALLBACKS['schedule']}).")
+flags.DEFINE_float("learning_rate", None, "noam: scale on the schedule; rsqrt/cosine/constant: "
+                   f"the peak learning rate {_TASK_DEFAULT}.")
+flags.DEFINE_integer("warmup_steps", None, f"Warm-up steps {_TASK_DEFAULT}.")
+flags.DEFINE_float("label_smoothing", None, "Label smoothing epsilon (default: the task's, "
+                   f"else {FALLBACKS['label_smoothing']}).")
 flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "Global gradient-norm clip; 0 disables.")
 flags.DEFINE_enum("mixed_precision", _DEFAULTS.mixed_precision,
                   ["float32", "mixed_float16", "mixed_bfloat16"],
@@ -61,6 +83,10 @@ flags.DEFINE_integer("keep_checkpoints", _DEFAULTS.keep_checkpoints, "Checkpoint
 flags.DEFINE_integer("log_every", _DEFAULTS.log_every, "Steps between progress lines.")
 flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Steps between evaluations; 0 = at end.")
 flags.DEFINE_integer("eval_examples", _DEFAULTS.eval_examples, "Held-out examples to evaluate.")
+flags.DEFINE_integer("eval_beam_size", None,
+                     "Seq2seq evaluation: 1 = greedy, > 1 = beam search (slower, better BLEU) "
+                     f"(default: the recipe's, else {FALLBACKS['eval_beam_size']}).")
+flags.DEFINE_float("eval_alpha", _DEFAULTS.eval_alpha, "Beam search length penalty in evaluation.")
 
 flags.DEFINE_string("export_base_path", None,
                     "When training finishes, export a TF Serving version under this base path "

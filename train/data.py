@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from train.tokenizer import END_ID, START_ID
+from tfattn.text import END_ID, START_ID, truncate_tokens
 
 
 def _bucket_boundaries(max_length):
@@ -27,28 +27,34 @@ def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder):
 
 
 def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_length,
-                    shuffle_seed=None, repeat=False, drop_remainder=False):
+                    shuffle_seed=None, repeat=False, drop_remainder=False, keep_text=False):
   """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
-  `[batch, length]`; target_in = START + target, target_out = target + END."""
+  `[batch, length]`; target_in = START + target, target_out = target + END.
+
+  Training drops pairs longer than max_length. With `keep_text` (evaluation) every pair is
+  kept, truncated to max_length, and the batch also carries the raw reference string
+  "target_text" `[batch]`, so metrics compare with the reference text itself."""
   if shuffle_seed is not None:
     raw = raw.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
   if repeat:
     raw = raw.repeat()
 
   def tokenize(source, target):
-    source_ids = source_tokenizer.tokenize(source)
-    target_ids = target_tokenizer.tokenize(target)
-    return source_ids, target_ids
+    return source_tokenizer.tokenize(source), target_tokenizer.tokenize(target), target
 
-  def frame(source, target):
-    return {"source": source,
-            "target_in": tf.concat([[START_ID], target], 0),
-            "target_out": tf.concat([target, [END_ID]], 0)}
+  def frame(source, target, target_text):
+    example = {"source": source[:max_length],
+               "target_in": tf.concat([[START_ID], target], 0)[:max_length],
+               "target_out": tf.concat([target, [END_ID]], 0)[:max_length]}
+    if keep_text:
+      example["target_text"] = target_text
+    return example
 
   ds = raw.batch(512).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=True).unbatch()
-  ds = ds.filter(lambda s, t: tf.logical_and(tf.size(s) <= max_length,
-                                             tf.size(t) + 1 <= max_length))
+  if not keep_text:
+    ds = ds.filter(lambda s, t, _: tf.logical_and(tf.size(s) <= max_length,
+                                                  tf.size(t) + 1 <= max_length))
   ds = ds.map(frame, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = _bucket_and_batch(
       ds, lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])), batch_size,
@@ -57,15 +63,16 @@ def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_len
 
 
 def classification_dataset(raw, tokenizer, batch_size, max_length, shuffle_seed=None,
-                           repeat=False, drop_remainder=False):
+                           repeat=False, drop_remainder=False, truncate="right"):
   """(text, label) -> batches of {"source": int32 `[batch, length]`, "label": int64 `[batch]`}.
 
-  Long texts are truncated to max_length rather than dropped (reviews are long)."""
+  Long texts are truncated to max_length on the `truncate` side rather than dropped."""
   if shuffle_seed is not None:
     raw = raw.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
   if repeat:
     raw = raw.repeat()
-  ds = raw.batch(512).map(lambda t, y: (tokenizer.tokenize(t)[:, :max_length], y),
+  ds = raw.batch(512).map(lambda t, y: (truncate_tokens(tokenizer.tokenize(t), max_length,
+                                                       truncate), y),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
   ds = ds.map(lambda s, y: {"source": s, "label": tf.cast(y, tf.int64)})
   ds = _bucket_and_batch(ds, lambda e: tf.size(e["source"]), batch_size, max_length,

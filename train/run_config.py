@@ -15,6 +15,7 @@ class RunConfig:
   train_file: Optional[str] = None
   eval_file: Optional[str] = None
   tsv_kind: str = "seq2seq"
+  recipe: Optional[str] = None              # a named recipe (train/recipes.py) under the flags
   # Model: a preset, optionally resized. None = the task's default.
   model: Optional[str] = None
   d_model: Optional[int] = None
@@ -22,16 +23,22 @@ class RunConfig:
   dff: Optional[int] = None
   num_layers: Optional[int] = None
   norm_position: str = "post"
+  classifier_body: Optional[str] = None     # classification: transformer | attention
   dropout: Optional[float] = None
+  # Text. None = the task's default (then the fallbacks below).
+  tokenizer: Optional[str] = None           # sentencepiece (lossless) | wordpiece
+  lower_case: Optional[bool] = None         # case-fold before tokenizing (SentencePiece)
   vocab_size: Optional[int] = None
   vocab_examples: Optional[int] = None      # examples the vocabulary is learned from
   max_length: Optional[int] = None
+  truncate: Optional[str] = None            # classification: drop tokens on the right | left
   # Optimisation.
   batch_size: Optional[int] = None          # global, across replicas
   train_steps: Optional[int] = None
-  learning_rate: Optional[float] = None     # scale on the Noam schedule
+  schedule: Optional[str] = None            # noam | rsqrt | cosine
+  learning_rate: Optional[float] = None     # noam: scale on the schedule; rsqrt/cosine: peak
   warmup_steps: Optional[int] = None
-  label_smoothing: float = 0.1
+  label_smoothing: Optional[float] = None
   clip_norm: float = 0.0                    # 0 = no clipping
   mixed_precision: str = "float32"          # float32 | mixed_float16 | mixed_bfloat16
   seed: int = 0
@@ -45,15 +52,27 @@ class RunConfig:
   log_every: int = 100
   eval_every: int = 0                       # 0 = only at the end
   eval_examples: int = 1000
+  eval_beam_size: Optional[int] = None      # seq2seq evaluation: 1 = greedy, > 1 = beam search
+  eval_alpha: float = 0.6                   # beam search length penalty in evaluation
   export_base_path: Optional[str] = None    # export a new serving version when training ends
 
-  def with_task_defaults(self, defaults):
-    """Fills every unset (None) field from the task's recommended values."""
+  def with_defaults(self, defaults):
+    """Fills every unset (None) field from `defaults` (a recipe's or a task's values)."""
     filled = dataclasses.asdict(self)
+    unknown = sorted(set(defaults) - set(filled))
+    if unknown:
+      raise ValueError(f"unknown RunConfig fields {unknown}")
     for key, value in defaults.items():
       if filled.get(key) is None:
         filled[key] = value
     return RunConfig(**filled)
+
+  def resolved(self, *defaults):
+    """Fills unset fields from each of `defaults` in turn, then from the global fallbacks."""
+    config = self
+    for values in defaults + (FALLBACKS,):
+      config = config.with_defaults(values)
+    return config
 
   def save(self, path):
     write_json_atomically(path, dataclasses.asdict(self))
@@ -62,3 +81,8 @@ class RunConfig:
   def load(cls, path):
     with open(path) as f:
       return cls(**json.load(f))
+
+
+# What an unset field means when neither the recipe nor the task sets it.
+FALLBACKS = dict(tokenizer="sentencepiece", lower_case=False, truncate="right", schedule="noam",
+                 label_smoothing=0.1, eval_beam_size=1)

@@ -1,76 +1,74 @@
-"""WordPiece tokenizers built with tensorflow-text, exportable inside a SavedModel.
+"""Learning vocabularies for the in-graph tokenizers of `tfattn.text`.
 
-Only ops that TF Serving <= 2.19 links (TF-Text 2.12.1) are used: CaseFoldUTF8, NormalizeUTF8,
-RegexSplitWithOffsets, WordpieceTokenizeWithOffsets, plus TF core.
+SentencePiece (default): the `sentencepiece` package's trainer, configured to be lossless
+(NFKC, whitespace kept, no dummy prefix, digits split, byte fallback). WordPiece:
+`bert_vocab_from_dataset` over `tfattn.text.split_words`.
 """
 
+import io
+import time
 
 import tensorflow as tf
-import tensorflow_text as text
-from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+from absl import logging
 
-from train.files import write_text_atomically
+from tfattn import text
+from train.files import write_bytes_atomically, write_text_atomically
 
-PAD, START, END, UNK = "[PAD]", "[START]", "[END]", "[UNK]"
-RESERVED_TOKENS = [PAD, START, END, UNK]  # ids 0..3: pad_id, bos_id, eos_id, unknown
-PAD_ID, START_ID, END_ID = 0, 1, 2
-
-# Words are split at whitespace; punctuation, symbols and every single digit become their own
-# words, so numbers are read digit by digit and generalise beyond the training vocabulary.
-_SPLIT = r"\s+|[\p{P}\p{S}]|\p{N}"
-_KEEP = r"[\p{P}\p{S}]|\p{N}"
+SENTENCEPIECE, WORDPIECE = "sentencepiece", "wordpiece"
+TOKENIZERS = (SENTENCEPIECE, WORDPIECE)
+# Byte fallback spends 256 ids on raw bytes: only worth it (and possible) in larger vocabularies.
+_BYTE_FALLBACK_MIN_VOCAB = 512
 
 
-def split_words(strings, lower_case=True):
-  """`[batch]` strings -> ragged `[batch, (words)]` strings."""
-  strings = text.normalize_utf8(strings, "NFKC")
-  if lower_case:
-    strings = text.case_fold_utf8(strings)
-  return text.regex_split(strings, _SPLIT, _KEEP)
+def _strings(texts, max_examples):
+  for value in texts.take(max_examples).as_numpy_iterator():
+    yield value.decode("utf-8")
 
 
-def learn_vocabulary(texts, vocab_size, lower_case=True, max_examples=200_000):
-  """Learns a WordPiece vocabulary from a dataset of scalar strings (`bert_vocab_from_dataset`)."""
+def learn_sentencepiece(texts, vocab_size, lower_case=False, max_examples=200_000):
+  """Trains a SentencePiece unigram model on a dataset of scalar strings; returns its bytes.
+
+  Ids 0..3 are PAD, START, END, UNK. The vocabulary may come out smaller than `vocab_size`
+  when the text has fewer distinct pieces (tiny synthetic tasks)."""
+  model = io.BytesIO()
+  import sentencepiece  # imported lazily: only learning needs the package, not the export
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=_strings(texts, max_examples), model_writer=model,
+      vocab_size=vocab_size, model_type="unigram", hard_vocab_limit=False,
+      normalization_rule_name="nfkc_cf" if lower_case else "nfkc",
+      remove_extra_whitespaces=False, add_dummy_prefix=False, split_digits=True,
+      byte_fallback=vocab_size >= _BYTE_FALLBACK_MIN_VOCAB, max_sentence_length=1 << 16,
+      pad_id=text.PAD_ID, bos_id=text.START_ID, eos_id=text.END_ID, unk_id=text.UNK_ID,
+      pad_piece=text.PAD, bos_piece=text.START, eos_piece=text.END, unk_piece=text.UNK,
+      num_threads=2, minloglevel=2)
+  return model.getvalue()
+
+
+def learn_wordpiece(texts, vocab_size, max_examples=200_000):
+  """Learns a (case-folded) WordPiece vocabulary; returns the list of tokens."""
+  from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
   words = texts.take(max_examples).batch(1024).map(
-      lambda batch: tf.strings.reduce_join(split_words(batch, lower_case), axis=-1,
-                                           separator=" "))
+      lambda batch: tf.strings.reduce_join(text.split_words(batch), axis=-1, separator=" "))
   return bert_vocab_from_dataset.bert_vocab_from_dataset(
-      words.unbatch(), vocab_size=vocab_size, reserved_tokens=RESERVED_TOKENS,
+      words.unbatch(), vocab_size=vocab_size, reserved_tokens=list(text.RESERVED_TOKENS),
       bert_tokenizer_params=dict(lower_case=False), learn_params={})
 
 
-def write_vocabulary(vocab, path):
-  """Writes one token a line, atomically."""
-  write_text_atomically(path, "\n".join(vocab) + "\n")
-
-
-class TextTokenizer(tf.Module):
-  """Raw text <-> int32 token ids. The vocabulary file travels as a SavedModel asset."""
-
-  def __init__(self, vocab_path, lower_case=True, name=None):
-    super().__init__(name=name)
-    with open(vocab_path, encoding="utf-8") as f:
-      vocab = [line.rstrip("\n") for line in f]
-    if vocab[:len(RESERVED_TOKENS)] != RESERVED_TOKENS:
-      raise ValueError(f"{vocab_path}: a vocabulary must start with {RESERVED_TOKENS}")
-    self.vocab_size = len(vocab)
-    self.lower_case = lower_case
-    self.vocab_file = tf.saved_model.Asset(vocab_path)
-    self.vocab = tf.Variable(vocab, trainable=False, name="vocab")
-    self._wordpiece = text.WordpieceTokenizer(vocab_path, token_out_type=tf.int64,
-                                              unknown_token=UNK)
-
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-  def tokenize(self, strings):
-    """`[batch]` strings -> ragged int32 `[batch, (tokens)]`, without START/END."""
-    pieces = self._wordpiece.tokenize(split_words(strings, self.lower_case))
-    return tf.cast(pieces.merge_dims(-2, -1), tf.int32)
-
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-  def detokenize(self, ids):
-    """int32 `[batch, length]` -> `[batch]` strings; stops at END, drops PAD, START and END."""
-    ended = tf.cumsum(tf.cast(tf.equal(ids, END_ID), tf.int32), axis=1) > 0
-    keep = tf.logical_and(tf.logical_not(ended), ids > END_ID)  # [UNK] stays visible
-    tokens = tf.gather(self.vocab, tf.ragged.boolean_mask(ids, keep))
-    joined = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
-    return tf.strings.regex_replace(joined, " ##", "")
+def learn_and_write(kind, texts, vocab_size, path_without_suffix, lower_case=False,
+                    max_examples=200_000):
+  """Learns a vocabulary of `kind` and writes it atomically; returns the file's path."""
+  if kind not in TOKENIZERS:
+    raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {kind!r}")
+  started = time.time()
+  logging.info("learning a %d-token %s vocabulary from up to %d examples -> %s", vocab_size,
+               kind, max_examples, path_without_suffix)
+  if kind == SENTENCEPIECE:
+    path = path_without_suffix + text.SENTENCEPIECE_SUFFIX
+    write_bytes_atomically(path, learn_sentencepiece(texts, vocab_size, lower_case,
+                                                     max_examples))
+  else:
+    path = path_without_suffix + text.WORDPIECE_SUFFIX
+    write_text_atomically(path, "\n".join(learn_wordpiece(texts, vocab_size, max_examples))
+                          + "\n")
+  logging.info("vocabulary learned in %.1f s", time.time() - started)
+  return path

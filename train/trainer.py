@@ -4,12 +4,14 @@ Run directory layout:
   run_config.json   the RunConfig the run was started with (task defaults filled in)
   model_config.json the TransformerConfig
   task.json         task name, kind and classes (read by serving.export)
-  vocab/            source.txt, target.txt (WordPiece vocabularies)
+  vocab/            source.model, target.model (SentencePiece) or source.txt, target.txt
+                    (WordPiece)
   checkpoints/      tf.train.CheckpointManager: model, optimizer, step, data iterator, RNG
   logs/             TensorBoard scalars
   train_log.jsonl   one line a logged step; eval.json: the latest held-out metrics
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -21,12 +23,15 @@ import tensorflow as tf
 from absl import logging
 
 import tfattn
-from tfattn import losses
-from tfattn.schedules import NoamSchedule
-from train import data, distribute, evaluation, tokenizer
+from tfattn import losses, text
+from tfattn.schedules import WARMUP_DECAYS, NoamSchedule, WarmupSchedule
+from train import data, distribute, evaluation, recipes, tokenizer
 from train.files import write_json_atomically, write_text_atomically
 from train.run_config import RunConfig
 from train.tasks import CLASSIFICATION, get_task
+
+_SCHEDULES = ("noam",) + WARMUP_DECAYS
+_TRUNCATE_SIDES = ("right", "left")
 
 _COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16",
                    "mixed_bfloat16": "bfloat16"}
@@ -39,6 +44,8 @@ def model_config_for(config: RunConfig, source_vocab, target_vocab, num_classes)
                    max_length=config.max_length, norm_position=config.norm_position,
                    compute_dtype=_COMPUTE_DTYPES[config.mixed_precision],
                    num_classes=num_classes, seed=config.seed, dropout_rate=config.dropout)
+  if config.classifier_body is not None:
+    overrides["classifier_body"] = config.classifier_body
   for field, value in (("d_model", config.d_model), ("num_heads", config.num_heads),
                        ("dff", config.dff), ("num_encoder_layers", config.num_layers),
                        ("num_decoder_layers", config.num_layers)):
@@ -53,26 +60,47 @@ def build_model(model_config, kind):
   return tfattn.Transformer(model_config)
 
 
+def resolve_config(config: RunConfig, task) -> RunConfig:
+  """Explicit flags, then the recipe, then the task's defaults, then the global fallbacks;
+  checks the values that would otherwise fail late (after vocabulary learning)."""
+  layers = (recipes.recipe_values(config.recipe, task.kind),) if config.recipe else ()
+  config = config.resolved(*layers, task.defaults)
+  if config.tokenizer not in tokenizer.TOKENIZERS:
+    raise ValueError(f"--tokenizer must be one of {tokenizer.TOKENIZERS}")
+  if config.truncate not in _TRUNCATE_SIDES:
+    raise ValueError(f"--truncate must be one of {_TRUNCATE_SIDES}")
+  if config.schedule not in _SCHEDULES:
+    raise ValueError(f"--schedule must be one of {_SCHEDULES}")
+  for name in ("batch_size", "vocab_size", "max_length", "log_every", "checkpoint_every",
+               "eval_examples", "eval_beam_size"):
+    if getattr(config, name) <= 0:
+      raise ValueError(f"--{name} must be positive, got {getattr(config, name)}")
+  if config.train_steps < 0 or config.warmup_steps < 0 or config.learning_rate <= 0:
+    raise ValueError("--train_steps and --warmup_steps must be >= 0 and --learning_rate > 0")
+  return config
+
+
+def make_schedule(config: RunConfig, d_model):
+  if config.schedule == "noam":
+    return NoamSchedule(d_model, config.warmup_steps, config.learning_rate)
+  return WarmupSchedule(config.learning_rate, config.warmup_steps, config.train_steps,
+                        config.schedule)
+
+
 def _tokenizers(task, config, run_dir):
   """Learns the vocabularies once; a resumed run reuses the saved files."""
   vocab_dir = os.path.join(run_dir, "vocab")
-  source_path = os.path.join(vocab_dir, "source.txt")
-  target_path = os.path.join(vocab_dir, "target.txt")
-  if not os.path.exists(source_path):
-    logging.info("learning a %d-token source vocabulary", config.vocab_size)
-    tokenizer.write_vocabulary(
-        tokenizer.learn_vocabulary(task.train().map(lambda s, t: s), config.vocab_size,
-                                   max_examples=config.vocab_examples),
-        source_path)
-  if task.kind != CLASSIFICATION and not os.path.exists(target_path):
-    logging.info("learning a %d-token target vocabulary", config.vocab_size)
-    tokenizer.write_vocabulary(
-        tokenizer.learn_vocabulary(task.train().map(lambda s, t: t), config.vocab_size,
-                                   max_examples=config.vocab_examples),
-        target_path)
-  source = tokenizer.TextTokenizer(source_path)
-  target = tokenizer.TextTokenizer(target_path) if task.kind != CLASSIFICATION else None
-  return source, target
+  sides = (("source", 0),) if task.kind == CLASSIFICATION else (("source", 0), ("target", 1))
+  loaded = []
+  for side, index in sides:
+    try:
+      path = text.tokenizer_path(vocab_dir, side)
+    except ValueError:  # a new run: learn it
+      path = tokenizer.learn_and_write(
+          config.tokenizer, task.train().map(lambda *pair: pair[index]), config.vocab_size,
+          os.path.join(vocab_dir, side), config.lower_case, config.vocab_examples)
+    loaded.append(text.load_tokenizer(path))
+  return loaded[0], (loaded[1] if len(loaded) > 1 else None)
 
 
 class _StopRequest:
@@ -96,7 +124,9 @@ class Trainer:
   def __init__(self, config: RunConfig):
     self.task = get_task(config.task, config.seed, config.data_dir, config.train_file,
                          config.eval_file, config.tsv_kind)
-    self.config = config = config.with_task_defaults(self.task.defaults)
+    self.config = config = resolve_config(config, self.task)
+    logging.info("effective configuration: %s", "  ".join(
+        f"{k}={v}" for k, v in sorted(dataclasses.asdict(config).items()) if v is not None))
     if config.deterministic:
       tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
@@ -118,12 +148,11 @@ class Trainer:
                             self.model_config.to_json())
       write_json_atomically(os.path.join(self.run_dir, "task.json"),
                   {"name": self.task.name, "kind": self.task.kind,
-                   "num_classes": self.task.num_classes})
+                   "num_classes": self.task.num_classes, "truncate": config.truncate})
 
     with self.strategy.scope():
       self.model = build_model(self.model_config, self.task.kind)
-      schedule = NoamSchedule(self.model_config.d_model, config.warmup_steps,
-                              config.learning_rate)
+      schedule = make_schedule(config, self.model_config.d_model)
       self.optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
       if config.mixed_precision == "mixed_float16":
         self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
@@ -166,8 +195,10 @@ class Trainer:
                   shuffle_seed=c.seed if training else None, repeat=training,
                   drop_remainder=training)  # equal per-replica shards
     if self.task.kind == CLASSIFICATION:
-      return data.classification_dataset(raw, self.source_tokenizer, **kwargs)
-    return data.seq2seq_dataset(raw, self.source_tokenizer, self.target_tokenizer, **kwargs)
+      return data.classification_dataset(raw, self.source_tokenizer, truncate=c.truncate,
+                                         **kwargs)
+    return data.seq2seq_dataset(raw, self.source_tokenizer, self.target_tokenizer,
+                                keep_text=not training, **kwargs)
 
   def _loss_and_accuracy(self, batch, replica):
     """Per-replica loss, normalised by the *global* token (or example) count so that summing
@@ -229,7 +260,9 @@ class Trainer:
                                                    self.config.eval_examples)
     else:
       metrics = evaluation.evaluate_seq2seq(self.model, self.eval_dataset, self.target_tokenizer,
-                                            self.config.eval_examples, bleu=self.task.bleu)
+                                            self.config.eval_examples,
+                                            beam_size=self.config.eval_beam_size,
+                                            alpha=self.config.eval_alpha)
     metrics["step"] = self.step
     return metrics
 

@@ -1,0 +1,113 @@
+"""Recipes and real-text round trips, end to end on small data the tests write: each named
+recipe trains a few steps, exports and answers; a cased, punctuated translation survives
+training, export and the REST server unchanged."""
+
+import threading
+
+import pytest
+import tensorflow as tf
+
+from serving import check, export
+from serving.client import ServingClient
+from serving.model_manager import ModelManager
+from serving.server import make_server
+from train import recipes
+from train.run_config import RunConfig
+from train.trainer import Trainer
+from tfds_helpers import prepare_fake_tfds
+
+# Cased text with punctuation, accents and doubled spaces: what lossless tokenization keeps.
+CASED_PAIRS = [
+    ("hallo welt", "Hello, World!"), ("guten morgen", "Good morning, Anna."),
+    ("das ist gut", "That's GOOD."), ("wie geht es", "How are you?"),
+    ("danke schön", "Thank you  very much!"), ("ich heiße Jörg", "My name is Jörg."),
+    ("bis bald", "See you soon (I hope)."), ("ja oder nein", "Yes -- or no?"),
+]
+REVIEWS = [("A wonderful, moving film. Loved it!", 1), ("Dull, slow and far too long.", 0),
+           ("Great acting and a great story.", 1), ("Terrible script. Avoid it.", 0)]
+
+
+def _serve(base, name):
+  manager = ModelManager(name, str(base), poll_seconds=0.2)
+  manager.start()
+  server = make_server(manager, "127.0.0.1", 0, None, 1 << 20)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  client = ServingClient(name, port=server.server_address[1])
+  client.wait_until_available()
+  return client, lambda: (server.shutdown(), manager.stop())
+
+
+def _write_tsv(path, rows):
+  path.write_text("".join(f"{a}\t{b}\n" for a, b in rows), encoding="utf-8")
+  return str(path)
+
+
+def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path):
+  train_file = _write_tsv(tmp_path / "train.tsv", CASED_PAIRS * 4)
+  config = RunConfig(run_dir=str(tmp_path / "run"), task="tsv", train_file=train_file,
+                     eval_file=train_file, model="tiny", d_model=64, dff=128, num_heads=4,
+                     num_layers=1, dropout=0.0, vocab_size=300, batch_size=16, max_length=32,
+                     train_steps=300, schedule="rsqrt", learning_rate=3e-3, warmup_steps=30,
+                     label_smoothing=0.0, log_every=100, checkpoint_every=1000)
+  metrics = Trainer(config).run()
+  assert metrics["exact_match"] == 1.0, metrics  # compared as text: case and spacing count
+  assert metrics["bleu"] == pytest.approx(100.0)
+
+  path = export.export(config.run_dir, str(tmp_path / "models"), beam_size=2)
+  assert check.problems(path) == []
+  client, stop = _serve(tmp_path / "models", "cased")
+  try:
+    answer = client.predict(instances=[source for source, _ in CASED_PAIRS])
+  finally:
+    stop()
+  assert [p["translation"] for p in answer["predictions"]] == [t for _, t in CASED_PAIRS]
+
+
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+def test_every_recipe_trains_exports_and_answers(tmp_path, name):
+  kind = recipes.RECIPES[name]["kind"]
+  rows = CASED_PAIRS if kind == "seq2seq" else REVIEWS
+  train_file = _write_tsv(tmp_path / "train.tsv", rows * 4)
+  # The recipe fills everything else; only the budget is cut for a test.
+  config = RunConfig(run_dir=str(tmp_path / "run"), task="tsv", tsv_kind=kind, recipe=name,
+                     train_file=train_file, vocab_size=300, train_steps=3, batch_size=8,
+                     log_every=1, eval_examples=8)
+  trainer = Trainer(config)
+  for field, value in recipes.recipe_values(name, kind).items():
+    if field not in ("vocab_size", "train_steps", "batch_size"):
+      assert getattr(trainer.config, field) == value, field
+  metrics = trainer.run()
+  assert metrics["step"] == 3 and metrics["examples"] >= 8
+  path = export.export(config.run_dir, str(tmp_path / "models"), beam_size=1)
+  loaded = tf.saved_model.load(path)
+  out = loaded.signatures["serving_default"](text=tf.constant([rows[0][0]]))
+  assert set(out) == ({"translation", "score"} if kind == "seq2seq"
+                      else {"label", "probabilities"})
+
+
+def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
+  """--task=imdb_reviews --recipe=imdb_attention on a TFDS data_dir prepared locally."""
+  prepare_fake_tfds("imdb_reviews", tmp_path / "tfds")
+  config = RunConfig(run_dir=str(tmp_path / "run"), task="imdb_reviews", recipe="imdb_attention",
+                     data_dir=str(tmp_path / "tfds"), vocab_size=200, train_steps=4,
+                     batch_size=4, log_every=2, eval_examples=8)
+  trainer = Trainer(config)
+  assert trainer.model_config.classifier_body == "attention"
+  assert trainer.config.max_length == 80 and trainer.config.truncate == "left"
+  metrics = trainer.run()
+  assert metrics["examples"] == 8
+  path = export.export(config.run_dir, str(tmp_path / "models"))
+  assert check.problems(path) == []
+  client, stop = _serve(tmp_path / "models", "imdb")
+  try:
+    answer = client.predict(instances=["Loved it!", "Avoid it."])
+  finally:
+    stop()
+  assert [len(p["probabilities"]) for p in answer["predictions"]] == [2, 2]
+
+
+def test_recipes_refuse_the_wrong_kind_of_task():
+  with pytest.raises(ValueError, match="is for classification tasks"):
+    recipes.recipe_values("imdb_attention", "seq2seq")
+  with pytest.raises(ValueError, match="unknown recipe"):
+    recipes.recipe_values("nope", "seq2seq")

@@ -1,0 +1,159 @@
+"""In-graph tokenizers: raw text <-> int32 token ids, exportable inside a SavedModel.
+
+Two kinds, one interface (`tokenize`, `detokenize`, `vocab_size`):
+
+* `SentencePieceTokenizer` (the default): lossless. A SentencePiece model trained with
+  whitespace kept as it is, no dummy prefix and byte fallback gives
+  detokenize(tokenize(s)) == NFKC(s), case, spacing and punctuation included.
+* `WordPieceTokenizer`: NFKC + (optional) case fold, split at whitespace, punctuation and each
+  digit, then WordPiece; detokenized text is the pieces joined with spaces (lossy).
+
+Only ops that TF Serving <= 2.19 links (TF-Text 2.12.1) are used: SentencepieceOp,
+SentencepieceTokenizeOp, SentencepieceDetokenizeOp, CaseFoldUTF8, NormalizeUTF8,
+RegexSplitWithOffsets, WordpieceTokenizeWithOffsets, plus TF core.
+"""
+
+import hashlib
+import os
+
+import tensorflow as tf
+import tensorflow_text as text
+from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
+
+# Special tokens, defined once: ids 0..3 of every vocabulary.
+PAD, START, END, UNK = "[PAD]", "[START]", "[END]", "[UNK]"
+RESERVED_TOKENS = (PAD, START, END, UNK)
+PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
+
+SENTENCEPIECE_SUFFIX, WORDPIECE_SUFFIX = ".model", ".txt"
+
+# WordPiece words: split at whitespace; punctuation, symbols and every single digit become
+# their own words, so numbers are read digit by digit and generalise beyond the vocabulary.
+_SPLIT = r"\s+|[\p{P}\p{S}]|\p{N}"
+_KEEP = r"[\p{P}\p{S}]|\p{N}"
+
+
+def split_words(strings, lower_case=True):
+  """`[batch]` strings -> ragged `[batch, (words)]` strings (WordPiece pre-tokenization)."""
+  strings = text.normalize_utf8(strings, "NFKC")
+  if lower_case:
+    strings = text.case_fold_utf8(strings)
+  return text.regex_split(strings, _SPLIT, _KEEP)
+
+
+def _visible_ids(ids):
+  """int32 `[batch, length]` -> ragged ids before the first END, without PAD/START/END."""
+  ended = tf.cumsum(tf.cast(tf.equal(ids, END_ID), tf.int32), axis=1) > 0
+  keep = tf.logical_and(tf.logical_not(ended), ids > END_ID)  # [UNK] stays visible
+  return tf.ragged.boolean_mask(ids, keep)
+
+
+class _SentencePieceModel(tf.saved_model.experimental.TrackableResource):
+  """The SentencePiece model as a resource with a name of its own.
+
+  TF-Text creates it with an empty shared_name: when one SavedModel holds two SentencePiece
+  models (source and target), the restored copies then share one resource and both sides
+  tokenize with the same model (seen with TF-Text 2.21). Naming the resource by a digest of
+  the model keeps different models apart and lets identical ones share."""
+
+  def __init__(self, model: bytes):
+    self._model = model
+    self._shared_name = "tfattn_sentencepiece_" + hashlib.sha256(model).hexdigest()[:24]
+    super().__init__()
+    _ = self.resource_handle  # creates the resource now
+
+  def _create_resource(self):
+    return gen_sentencepiece_tokenizer.sentencepiece_op(model=self._model,
+                                                        shared_name=self._shared_name)
+
+
+class SentencePieceTokenizer(tf.Module):
+  """Lossless subword tokenizer; the `.model` file travels as a SavedModel asset.
+
+  Args:
+    model_path: a SentencePiece model whose ids 0..3 are PAD, START, END, UNK.
+  """
+
+  def __init__(self, model_path: str, name=None):
+    super().__init__(name=name)
+    with open(model_path, "rb") as f:
+      model = f.read()
+    self.model_file = tf.saved_model.Asset(model_path)
+    self._sentencepiece = text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+    self._sentencepiece._model_resource = _SentencePieceModel(model)  # pylint: disable=protected-access
+    self.vocab_size = int(self._sentencepiece.vocab_size())
+    reserved = [piece.decode() for piece in
+                self._sentencepiece.id_to_string(tf.range(len(RESERVED_TOKENS))).numpy()]
+    if reserved != list(RESERVED_TOKENS):
+      raise ValueError(f"{model_path}: ids 0..3 must be {list(RESERVED_TOKENS)}, got {reserved}")
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def tokenize(self, strings):
+    """`[batch]` strings -> ragged int32 `[batch, (tokens)]`, without START/END."""
+    return self._sentencepiece.tokenize(strings)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  def detokenize(self, ids):
+    """int32 `[batch, length]` -> `[batch]` strings; stops at END, drops PAD, START and END."""
+    return self._sentencepiece.detokenize(_visible_ids(ids))
+
+
+class WordPieceTokenizer(tf.Module):
+  """WordPiece over split words; the vocabulary file travels as a SavedModel asset.
+
+  Args:
+    vocab_path: one token a line, starting with `RESERVED_TOKENS`.
+    lower_case: case-fold before splitting (must match how the vocabulary was learned).
+  """
+
+  def __init__(self, vocab_path: str, lower_case: bool = True, name=None):
+    super().__init__(name=name)
+    with open(vocab_path, encoding="utf-8") as f:
+      vocab = [line.rstrip("\n") for line in f]
+    if tuple(vocab[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+      raise ValueError(f"{vocab_path}: a vocabulary must start with {list(RESERVED_TOKENS)}")
+    self.vocab_size = len(vocab)
+    self.lower_case = lower_case
+    self.vocab_file = tf.saved_model.Asset(vocab_path)
+    self.vocab = tf.Variable(vocab, trainable=False, name="vocab")
+    self._wordpiece = text.WordpieceTokenizer(vocab_path, token_out_type=tf.int64,
+                                              unknown_token=UNK)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def tokenize(self, strings):
+    """`[batch]` strings -> ragged int32 `[batch, (tokens)]`, without START/END."""
+    pieces = self._wordpiece.tokenize(split_words(strings, self.lower_case))
+    return tf.cast(pieces.merge_dims(-2, -1), tf.int32)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  def detokenize(self, ids):
+    """int32 `[batch, length]` -> `[batch]` strings; stops at END, drops PAD, START and END."""
+    tokens = tf.gather(self.vocab, _visible_ids(ids))
+    joined = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+    return tf.strings.regex_replace(joined, " ##", "")
+
+
+def truncate_tokens(ragged, max_length, side="right"):
+  """Ragged `[batch, (tokens)]` -> at most max_length tokens a row: "right" drops the end
+  (keeps the first tokens), "left" drops the beginning (keeps the last tokens)."""
+  if side == "left":
+    return ragged[:, -max_length:]
+  return ragged[:, :max_length]
+
+
+def tokenizer_path(vocab_dir: str, side: str) -> str:
+  """The vocabulary file of `side` ("source" or "target") in `vocab_dir`, whichever kind."""
+  for suffix in (SENTENCEPIECE_SUFFIX, WORDPIECE_SUFFIX):
+    path = os.path.join(vocab_dir, side + suffix)
+    if os.path.exists(path):
+      return path
+  raise ValueError(f"{vocab_dir} holds no {side} vocabulary "
+                   f"({side}{SENTENCEPIECE_SUFFIX} or {side}{WORDPIECE_SUFFIX})")
+
+
+def load_tokenizer(path: str):
+  """A tokenizer from its file: `.model` -> SentencePiece (its normalization, case folding
+  included, is inside the model), `.txt` -> WordPiece (always case-folded)."""
+  if path.endswith(SENTENCEPIECE_SUFFIX):
+    return SentencePieceTokenizer(path)
+  return WordPieceTokenizer(path)
