@@ -114,7 +114,9 @@ def translate_with_export(run_dir, base_path, test_tsv, batch_size=64):
   import tensorflow_text  # noqa: F401  registers the tokenizer ops
   from serving import export
   from train.evaluation import bleu_scores
-  path = export.export(run_dir, base_path)
+  with open(os.path.join(run_dir, "run_config.json")) as f:
+    average_last = json.load(f)["average_checkpoints"]
+  path = export.export(run_dir, base_path, average_last=average_last)
   translate = tf.saved_model.load(path).signatures["serving_default"]
   with open(test_tsv, encoding="utf-8") as f:
     sources, references = zip(*(line.rstrip("\n").split("\t") for line in f))

@@ -24,8 +24,43 @@ def _read_json(path):
     return json.load(f)
 
 
-def load_trained(run_dir, checkpoint=None):
-  """Rebuilds the model of a run directory and restores its latest (or the given) checkpoint.
+def _restore_average(model, checkpoints):
+  """Restores the mean of the model's trainable weights over `checkpoints` (Vaswani et al.
+  average the last 5 checkpoints); other state (the dropout RNG) comes from the last one."""
+  reader = tf.train.Checkpoint(model=model)
+  total = None
+  for path in checkpoints:
+    reader.read(path).expect_partial().assert_existing_objects_matched()
+    values = [v.numpy().astype("float64") for v in model.trainable_variables]
+    total = values if total is None else [t + v for t, v in zip(total, values)]
+  for variable, summed in zip(model.trainable_variables, total):
+    variable.assign((summed / len(checkpoints)).astype(variable.dtype.as_numpy_dtype))
+
+
+def checkpoints_to_average(run_dir, checkpoint=None, average_last=1):
+  """The checkpoint prefixes an export restores: the given (or latest) one and the ones
+  before it, `average_last` in all."""
+  state = tf.train.get_checkpoint_state(os.path.join(run_dir, "checkpoints"))
+  available = list(state.all_model_checkpoint_paths) if state else []
+  if not available and not checkpoint:
+    raise ValueError(f"no checkpoint under {run_dir}/checkpoints: train first")
+  if average_last < 1:
+    raise ValueError(f"--average_last must be >= 1, got {average_last}")
+  if average_last == 1:
+    return [checkpoint or available[-1]]
+  if checkpoint and checkpoint not in available:
+    raise ValueError(f"{checkpoint} is not among the run's kept checkpoints; cannot average")
+  last = available.index(checkpoint) if checkpoint else len(available) - 1
+  chosen = available[max(0, last + 1 - average_last):last + 1]
+  if len(chosen) < average_last:
+    raise ValueError(f"--average_last={average_last} but only {len(chosen)} checkpoints are "
+                     f"kept up to {chosen[-1]}")
+  return chosen
+
+
+def load_trained(run_dir, checkpoint=None, average_last=1):
+  """Rebuilds the model of a run directory and restores its latest (or the given) checkpoint,
+  or the average of the last `average_last` checkpoints.
 
   Returns (task info dict, model, source tokenizer, target tokenizer or None)."""
   for required in ("task.json", "model_config.json"):
@@ -37,10 +72,7 @@ def load_trained(run_dir, checkpoint=None):
     config = tfattn.TransformerConfig.from_json(f.read())
   model = (tfattn.EncoderClassifier(config) if task["kind"] == "classification"
            else tfattn.Transformer(config))
-  checkpoint = checkpoint or tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
-  if not checkpoint:
-    raise ValueError(f"no checkpoint under {run_dir}/checkpoints: train first")
-  tf.train.Checkpoint(model=model).read(checkpoint).expect_partial().assert_existing_objects_matched()
+  _restore_average(model, checkpoints_to_average(run_dir, checkpoint, average_last))
   source = text.load_tokenizer(text.tokenizer_path(vocab_dir, "source"))
   target = (text.load_tokenizer(text.tokenizer_path(vocab_dir, "target"))
             if task["kind"] != "classification" else None)
@@ -54,9 +86,10 @@ def next_version(base_path):
 
 
 def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn", beam_size=4,
-           alpha=0.6, warmup_texts=None):
+           alpha=0.6, warmup_texts=None, average_last=1):
   """Exports the run's model as `<base_path>/<version>`; returns that directory."""
-  task, model, source, target = load_trained(run_dir, checkpoint)
+  averaged = checkpoints_to_average(run_dir, checkpoint, average_last)
+  task, model, source, target = load_trained(run_dir, checkpoint, average_last)
   if task["kind"] == "classification":
     module = ClassifierExport(model, source, truncate=task.get("truncate", "right"))
   else:
@@ -81,7 +114,8 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
         [("serving_default", {"text": tf.constant(warmup_texts).numpy()})])
     with open(os.path.join(temp, "assets.extra", "tfattn.json"), "w") as f:
       json.dump({"task": task, "model_config": json.loads(model.config.to_json()),
-                 "beam_size": beam_size, "alpha": alpha}, f, indent=2)
+                 "beam_size": beam_size, "alpha": alpha,
+                 "checkpoints": [os.path.basename(p) for p in averaged]}, f, indent=2)
     os.rename(temp, final)  # atomic on one file system
   except BaseException:
     shutil.rmtree(temp, ignore_errors=True)
@@ -101,6 +135,7 @@ def main(argv):
   flags.DEFINE_integer("beam_size", 4, "Beam size of serving_default (1 = greedy).")
   flags.DEFINE_float("alpha", 0.6, "Beam search length penalty.")
   flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
+  flags.DEFINE_integer("average_last", 1, "Average the weights of the last N kept checkpoints.")
   flags.mark_flag_as_required("base_path")
   flags.FLAGS(argv)
   f = flags.FLAGS
@@ -111,7 +146,7 @@ def main(argv):
     return 2
   try:
     path = export(run_dir, f.base_path, f.version, f.checkpoint, f.model_name, f.beam_size,
-                  f.alpha, f.warmup_text)
+                  f.alpha, f.warmup_text, f.average_last)
   except (ValueError, OSError) as error:
     logging.error("%s", error)
     return 2

@@ -149,3 +149,32 @@ def test_invalid_utf8_is_rejected_by_the_signature(exported):
   serving = tf.saved_model.load(path).signatures["serving_default"]
   with pytest.raises(tf.errors.InvalidArgumentError):
     serving(text=tf.constant([b"\xff\xfe"]))
+
+
+def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
+  import shutil
+  import tfattn
+  run_dir = tmp_path / "run"  # vocab and configs of trained_run, checkpoints of its own
+  shutil.copytree(trained_run, run_dir, ignore=shutil.ignore_patterns("checkpoints"))
+  config = tfattn.TransformerConfig.from_json((run_dir / "model_config.json").read_text())
+  model = tfattn.Transformer(config)
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
+                                       str(run_dir / "checkpoints"), max_to_keep=5)
+  weights = []
+  for step in range(3):  # three checkpoints whose weights differ
+    for variable in model.trainable_variables:
+      variable.assign(tf.random.stateless_normal(variable.shape, [step, 7]))
+    weights.append([v.numpy() for v in model.trainable_variables])
+    manager.save(checkpoint_number=10 + step)
+
+  _, averaged, _, _ = export.load_trained(str(run_dir), average_last=2)
+  for variable, older, newer in zip(averaged.trainable_variables, weights[1], weights[2]):
+    np.testing.assert_allclose(variable.numpy(), (older + newer) / 2, rtol=1e-6, atol=1e-6)
+  _, latest, _, _ = export.load_trained(str(run_dir))
+  for variable, newest in zip(latest.trainable_variables, weights[2]):
+    np.testing.assert_array_equal(variable.numpy(), newest)
+  with pytest.raises(ValueError, match="only 3 checkpoints"):
+    export.load_trained(str(run_dir), average_last=4)
+  path = export.export(str(run_dir), str(tmp_path / "models"), beam_size=1, average_last=3)
+  with open(os.path.join(path, "assets.extra", "tfattn.json")) as f:
+    assert json.load(f)["checkpoints"] == ["ckpt-10", "ckpt-11", "ckpt-12"]

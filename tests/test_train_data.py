@@ -117,3 +117,11 @@ def test_bad_flags_fail_with_a_clear_message(tmp_path):
   assert "Traceback" not in result.stderr
 
 
+
+
+def test_sorted_data_is_shuffled_whole():
+  """A TSV sorted by label must not feed one class for thousands of steps."""
+  labels = [0] * 15000 + [1] * 15000  # more than a 10k buffer would mix
+  raw = tf.data.Dataset.from_tensor_slices((["x"] * 30000, labels))
+  first = [int(y) for _, y in data.shuffled(raw, seed=1).take(100)]
+  assert 20 <= sum(first) <= 80

@@ -78,8 +78,14 @@ flags.DEFINE_enum("strategy", _DEFAULTS.strategy, list(STRATEGIES),
                   "all GPUs (or the split CPU), else one_device.")
 flags.DEFINE_integer("cpu_replicas", _DEFAULTS.cpu_replicas,
                      "Split the CPU into N logical devices (mirrored training without GPUs).")
-flags.DEFINE_integer("checkpoint_every", _DEFAULTS.checkpoint_every, "Steps between checkpoints.")
-flags.DEFINE_integer("keep_checkpoints", _DEFAULTS.keep_checkpoints, "Checkpoints to keep.")
+flags.DEFINE_integer("checkpoint_every", None, "Steps between checkpoints (default: the "
+                     f"recipe's, else {FALLBACKS['checkpoint_every']}).")
+flags.DEFINE_integer("keep_checkpoints", None, "Checkpoints to keep (default: the recipe's, "
+                     f"else {FALLBACKS['keep_checkpoints']}).")
+flags.DEFINE_integer("average_checkpoints", None,
+                     "The export averages the weights of the last N checkpoints (the paper "
+                     "averages the last 5 for its base models); needs --keep_checkpoints >= N "
+                     f"(default: the recipe's, else {FALLBACKS['average_checkpoints']}).")
 flags.DEFINE_integer("log_every", _DEFAULTS.log_every, "Steps between progress lines.")
 flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Steps between evaluations; 0 = at end.")
 flags.DEFINE_integer("eval_examples", _DEFAULTS.eval_examples, "Held-out examples to evaluate.")
@@ -117,7 +123,8 @@ def main(argv):
     # A subprocess keeps the layering: training never imports the serving package.
     import subprocess
     subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={FLAGS.run_dir}",
-                    f"--base_path={FLAGS.export_base_path}"], check=True)
+                    f"--base_path={FLAGS.export_base_path}",
+                    f"--average_last={trainer.config.average_checkpoints}"], check=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,20 @@ import tensorflow as tf
 from tfattn.text import END_ID, START_ID, truncate_tokens
 
 
+# A dataset whose size is known and at most this is shuffled whole each epoch; larger or
+# unknown ones through a buffer of this many examples.
+MAX_SHUFFLE_BUFFER = 200_000
+
+
+def shuffled(raw, seed):
+  """Shuffles examples each epoch. Files are often sorted (all negative reviews, then all
+  positive ones): a small buffer would feed the model one class for thousands of steps, so
+  the whole dataset is shuffled when its size is known and fits the buffer."""
+  size = int(raw.cardinality())
+  buffer = size if 0 < size <= MAX_SHUFFLE_BUFFER else MAX_SHUFFLE_BUFFER
+  return raw.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+
 def _bucket_boundaries(max_length):
   boundaries, edge = [], 8
   while edge < max_length:
@@ -35,7 +49,7 @@ def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_len
   kept, truncated to max_length, and the batch also carries the raw reference string
   "target_text" `[batch]`, so metrics compare with the reference text itself."""
   if shuffle_seed is not None:
-    raw = raw.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
+    raw = shuffled(raw, shuffle_seed)
   if repeat:
     raw = raw.repeat()
 
@@ -68,7 +82,7 @@ def classification_dataset(raw, tokenizer, batch_size, max_length, shuffle_seed=
 
   Long texts are truncated to max_length on the `truncate` side rather than dropped."""
   if shuffle_seed is not None:
-    raw = raw.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=True)
+    raw = shuffled(raw, shuffle_seed)
   if repeat:
     raw = raw.repeat()
   ds = raw.batch(512).map(lambda t, y: (truncate_tokens(tokenizer.tokenize(t), max_length,

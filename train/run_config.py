@@ -47,8 +47,9 @@ class RunConfig:
   strategy: str = "auto"
   cpu_replicas: int = 0
   # Book-keeping.
-  checkpoint_every: int = 500
-  keep_checkpoints: int = 3
+  checkpoint_every: Optional[int] = None
+  keep_checkpoints: Optional[int] = None
+  average_checkpoints: Optional[int] = None  # the export averages the last N checkpoints
   log_every: int = 100
   eval_every: int = 0                       # 0 = only at the end
   eval_examples: int = 1000
@@ -85,4 +86,5 @@ class RunConfig:
 
 # What an unset field means when neither the recipe nor the task sets it.
 FALLBACKS = dict(tokenizer="sentencepiece", lower_case=False, truncate="right", schedule="noam",
-                 label_smoothing=0.1, eval_beam_size=1)
+                 label_smoothing=0.1, eval_beam_size=1, checkpoint_every=500,
+                 keep_checkpoints=3, average_checkpoints=1)

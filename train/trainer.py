@@ -72,9 +72,12 @@ def resolve_config(config: RunConfig, task) -> RunConfig:
   if config.schedule not in _SCHEDULES:
     raise ValueError(f"--schedule must be one of {_SCHEDULES}")
   for name in ("batch_size", "vocab_size", "max_length", "log_every", "checkpoint_every",
-               "eval_examples", "eval_beam_size"):
+               "keep_checkpoints", "average_checkpoints", "eval_examples", "eval_beam_size"):
     if getattr(config, name) <= 0:
       raise ValueError(f"--{name} must be positive, got {getattr(config, name)}")
+  if config.average_checkpoints > config.keep_checkpoints:
+    raise ValueError(f"--average_checkpoints ({config.average_checkpoints}) needs "
+                     f"--keep_checkpoints >= it (got {config.keep_checkpoints})")
   if config.train_steps < 0 or config.warmup_steps < 0 or config.learning_rate <= 0:
     raise ValueError("--train_steps and --warmup_steps must be >= 0 and --learning_rate > 0")
   return config
