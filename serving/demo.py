@@ -51,8 +51,10 @@ def main(argv):
     if os.path.exists(eval_path):
       metrics = json.load(open(eval_path))
       shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                        for k, v in sorted(metrics.items()))
+                        for k, v in sorted(metrics.items()) if not k.endswith("_signature"))
       print(f"\nheld-out accuracy of this model (from training): {shown}")
+      if "bleu_signature" in metrics:
+        print(f"sacreBLEU signature: {metrics['bleu_signature']}")
     return 0
   finally:
     server.terminate()

@@ -88,8 +88,8 @@ def next_version(base_path):
 def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn", beam_size=4,
            alpha=0.6, warmup_texts=None, average_last=1):
   """Exports the run's model as `<base_path>/<version>`; returns that directory."""
-  averaged = checkpoints_to_average(run_dir, checkpoint, average_last)
   task, model, source, target = load_trained(run_dir, checkpoint, average_last)
+  averaged = checkpoints_to_average(run_dir, checkpoint, average_last)
   if task["kind"] == "classification":
     module = ClassifierExport(model, source, truncate=task.get("truncate", "right"))
   else:

@@ -14,7 +14,8 @@ RECIPES = {
     # Published: val_acc 0.843 without positions, 0.8447 with sinusoidal positions.
     "imdb_attention": dict(
         kind=CLASSIFICATION, classifier_body="attention", d_model=128, num_heads=8,
-        num_layers=1, dff=512, dropout=0.5, tokenizer="wordpiece", vocab_size=20000,
+        num_layers=1, dff=512, dropout=0.5, tokenizer="sentencepiece", lower_case=True,
+        vocab_size=20000,
         vocab_examples=25_000, max_length=80, truncate="left", batch_size=32,
         train_steps=3910, schedule="constant", learning_rate=1e-3, warmup_steps=0,
         label_smoothing=0.0),

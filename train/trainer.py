@@ -284,6 +284,9 @@ class Trainer:
               if self.is_chief else tf.summary.create_noop_writer())
     log_path = os.path.join(self.run_dir, "train_log.jsonl")
     stop = _StopRequest()
+    if self.step < c.train_steps:
+      logging.info("training from step %d to %d (the first step builds the graph)", self.step,
+                   c.train_steps)
     try:
       interval_start, interval_step = time.time(), self.step
       while self.step < c.train_steps and not stop.requested:
@@ -322,6 +325,9 @@ class Trainer:
       writer.flush()
 
   def _log_eval(self, writer):
+    logging.info("evaluating on up to %d held-out examples%s", self.config.eval_examples,
+                 f" (beam {self.config.eval_beam_size})" if self.task.kind != CLASSIFICATION
+                 else "")
     metrics = self.evaluate()
     logging.info("eval at step %d: %s", metrics["step"],
                  "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
