@@ -58,12 +58,8 @@ class Seq2SeqExport(_Exportable):
     self.extra_decode_length = extra_decode_length
 
   def _decode(self, source_ids):
-    if self.beam_size > 1:
-      ids, scores, _ = decoding.beam_search(self.model, source_ids, self.beam_size, self.alpha,
-                                            extra_decode_length=self.extra_decode_length)
-      return ids[:, 0], scores[:, 0]
-    return decoding.greedy_decode(self.model, source_ids,
-                                  extra_decode_length=self.extra_decode_length)
+    return decoding.best_output(self.model, source_ids, self.beam_size, self.alpha,
+                                self.extra_decode_length)
 
   @tf.function(input_signature=[TEXT])
   def serve_text(self, text):

@@ -11,6 +11,7 @@ import tensorflow_datasets as tfds
 from tfattn import text
 from train import data, tasks, tokenizer
 from tfds_helpers import FAKE_ROWS, prepare_fake_tfds
+from train_helpers import free_ports
 
 
 @pytest.mark.parametrize("name", tasks.TFDS_TASKS)
@@ -42,14 +43,9 @@ def test_tfds_tasks_read_locally_prepared_data(name, tmp_path):
     assert batch["target_text"].numpy()[0].decode() == rows["validation"][0][1]
 
 
-def _closed_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def test_unprepared_tfds_data_fails_fast_offline_naming_data_dir(tmp_path, monkeypatch):
-  monkeypatch.setitem(tasks.TFDS_DOWNLOAD_HOSTS, "imdb_reviews", ("127.0.0.1", _closed_port()))
+  closed = ("127.0.0.1", free_ports(1)[0])
+  monkeypatch.setitem(tasks.TFDS_DOWNLOAD_HOSTS, "imdb_reviews", closed)
   started = time.time()
   with pytest.raises(tasks.DataUnavailableError) as raised:
     tasks.get_task("imdb_reviews", data_dir=str(tmp_path))
@@ -64,7 +60,7 @@ def test_reachable_is_bounded_in_time():
     listening.bind(("127.0.0.1", 0))
     listening.listen()
     assert tasks.reachable("127.0.0.1", listening.getsockname()[1])
-  assert not tasks.reachable("127.0.0.1", _closed_port())
+  assert not tasks.reachable("127.0.0.1", free_ports(1)[0])
 
 
 def test_builtin_tasks_are_deterministic_and_hold_out_eval():

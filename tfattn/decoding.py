@@ -230,3 +230,16 @@ def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=Non
       tf.reshape(use_finished, [-1] + [1] * (f.shape.rank - 1)), f, a)
   return (pick(finished_seq, alive_seq)[:, :, 1:], pick(finished_scores, alive_scores),
           pick(finished_log_probs, alive_log_probs))
+
+
+def best_output(model, source_ids, beam_size=1, alpha=0.6, extra_decode_length=50):
+  """The single best output a row: greedy for beam_size 1 (exactly what beam 1 would give),
+  else beam search's top beam.
+
+  Returns (int32 ids `[batch, out_length]` ending in EOS then padding, float32 scores
+  `[batch]`)."""
+  if beam_size > 1:
+    ids, scores, _ = beam_search(model, source_ids, beam_size, alpha,
+                                 extra_decode_length=extra_decode_length)
+    return ids[:, 0], scores[:, 0]
+  return greedy_decode(model, source_ids, extra_decode_length=extra_decode_length)

@@ -26,11 +26,7 @@ def bleu_scores(hypotheses, references):
 def make_decoder(model, beam_size=1, alpha=0.6, extra_decode_length=20):
   """int32 source ids `[batch, length]` -> best int32 output ids `[batch, out_length]`."""
   def decode(source):
-    if beam_size > 1:
-      ids, _, _ = decoding.beam_search(model, source, beam_size, alpha,
-                                       extra_decode_length=extra_decode_length)
-      return ids[:, 0]
-    return decoding.greedy_decode(model, source, extra_decode_length=extra_decode_length)[0]
+    return decoding.best_output(model, source, beam_size, alpha, extra_decode_length)[0]
   return tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 
