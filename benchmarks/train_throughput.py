@@ -1,10 +1,14 @@
 """Train throughput: tfattn vs a Keras-MultiHeadAttention Transformer written the way the
 TensorFlow tutorial writes it, same config, same training step, measured side by side.
 
-  python benchmarks/train_throughput.py [--steps 5] [--batch 64] [--length 64]
+  python benchmarks/train_throughput.py [--config small|base] [--dtype float32|bfloat16]
+      [--steps 5] [--batch 64] [--length 64]
 
-Prints target tokens/s of both, the ratio, with and without XLA, and model FLOP utilisation
-(analytic training FLOPs / a measured float32 matmul peak on the same device).
+Prints target tokens/s of both, the ratio, with and without XLA, and model FLOP utilisation:
+analytic training FLOPs (`tfattn.flops`, tested against the graph's matmuls) over a matmul
+peak measured on the same device in the same dtype. With bfloat16, tfattn computes in
+bfloat16 (`compute_dtype`) and the peer runs under Keras' `mixed_bfloat16` policy; variables
+stay float32 in both.
 """
 
 import argparse
@@ -15,9 +19,13 @@ import numpy as np
 import tensorflow as tf
 
 import tfattn
-from tfattn import losses
+from tfattn import flops, losses
+from train import performance
 
-SMALL = dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000)
+CONFIGS = {
+    "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),
+    "base": dict(d_model=512, num_heads=8, dff=2048, num_layers=6, vocab=32000),
+}
 
 
 # --- The peer: the TF tutorial's Transformer, with keras.layers.MultiHeadAttention ----------
@@ -39,8 +47,9 @@ class PositionalEmbedding(keras.layers.Layer):
 
   def call(self, x):
     length = tf.shape(x)[1]
-    x = self.embedding(x) * tf.math.sqrt(tf.cast(self.d_model, tf.float32))
-    return x + self.pos_encoding[tf.newaxis, :length, :]
+    x = self.embedding(x)  # the policy's compute dtype: float32 or bfloat16
+    x = x * tf.math.sqrt(tf.cast(self.d_model, x.dtype))
+    return x + tf.cast(self.pos_encoding[tf.newaxis, :length, :], x.dtype)
 
 
 class BaseAttention(keras.layers.Layer):
@@ -141,30 +150,13 @@ class KerasTransformer(keras.Model):
 
 
 # --- Measurement --------------------------------------------------------------------------
-def training_flops(batch, source_len, target_len, d_model, dff, layers, vocab):
-  """Analytic FLOPs of one training step (forward x 3), counting matmuls only."""
-  s, t, d = source_len, target_len, d_model
-  encoder = layers * s * (4 * d * d + 2 * d * dff + 2 * s * d)
-  decoder = layers * (t * (2 * d * d + 2 * d * d + 2 * d * dff + 2 * t * d + 2 * s * d)
-                      + s * 2 * d * d)
-  output = t * d * vocab
-  return 3 * 2 * batch * (encoder + decoder + output)
-
-
-def matmul_peak(size=2048, repeats=10):
-  a = tf.random.normal([size, size])
-  b = tf.random.normal([size, size])
-  matmul = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
-  return 2 * size**3 / common.timed(lambda: matmul().numpy(), repeats)
-
-
 def make_step(model_fn, variables, optimizer, jit):
   spec = tf.TensorSpec([None, None], tf.int32)
 
   @tf.function(input_signature=[spec, spec, spec], jit_compile=jit)
   def step(source, target_in, target_out):
     with tf.GradientTape() as tape:
-      token_losses, weights = losses.label_smoothed_cross_entropy(
+      token_losses, weights = losses.label_smoothed_cross_entropy(  # sparse, float32
           model_fn(source, target_in), target_out, 0.1)
       loss = tf.reduce_sum(token_losses) / tf.reduce_sum(weights)
     grads = tape.gradient(loss, variables)
@@ -176,12 +168,14 @@ def make_step(model_fn, variables, optimizer, jit):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--config", choices=sorted(CONFIGS), default="small")
+  parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
   parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
   parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
   parser.add_argument("--batch", type=int, default=64)
   parser.add_argument("--length", type=int, default=64)
   args = parser.parse_args()
-  c = SMALL
+  c = CONFIGS[args.config]
   rng = np.random.default_rng(0)
   batch = [tf.constant(rng.integers(3, c["vocab"], [args.batch, args.length]), tf.int32)
            for _ in range(3)]
@@ -189,23 +183,28 @@ def main():
   config = tfattn.TransformerConfig.preset(
       "small", source_vocab_size=c["vocab"], target_vocab_size=c["vocab"], d_model=c["d_model"],
       num_heads=c["num_heads"], dff=c["dff"], num_encoder_layers=c["num_layers"],
-      num_decoder_layers=c["num_layers"], dropout_rate=0.1, max_length=args.length)
+      num_decoder_layers=c["num_layers"], dropout_rate=0.1, max_length=args.length,
+      compute_dtype=args.dtype)
   ours = tfattn.Transformer(config)
+  if args.dtype == "bfloat16":
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
   peer = KerasTransformer(c["num_layers"], c["d_model"], c["num_heads"], c["dff"], c["vocab"])
   peer((batch[0], batch[1]))  # build
   models = {
       "tfattn": (lambda s, t: ours(s, t, training=True), ours.trainable_variables),
       "keras_mha": (lambda s, t: peer((s, t), training=True), peer.trainable_variables),
   }
-  flops = training_flops(args.batch, args.length, args.length, c["d_model"], c["dff"],
-                         c["num_layers"], c["vocab"])
-  peak = matmul_peak()
+  step_flops = flops.training_flops(
+      flops.seq2seq_forward_flops(config, args.batch, args.length, args.length))
+  device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+  peak = performance.measure_matmul_peak(device, args.dtype, seconds=2.0)
   print(f"device: {common.device_description()}")
-  print(f"config: small (4+4 layers, d_model 256, 8 heads, dff 1024, vocab 8000), batch "
-        f"{args.batch}, length {args.length}; median of {args.rounds} interleaved rounds of "
-        f"{args.steps} steps")
-  print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s; "
-        f"training FLOPs/step: {flops / 1e9:.1f} GFLOP\n")
+  print(f"config: {args.config} ({c['num_layers']}+{c['num_layers']} layers, d_model "
+        f"{c['d_model']}, {c['num_heads']} heads, dff {c['dff']}, vocab {c['vocab']}), "
+        f"{args.dtype}, batch {args.batch}, length {args.length}; median of {args.rounds} "
+        f"interleaved rounds of {args.steps} steps")
+  print(f"measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s; "
+        f"training FLOPs/step: {step_flops / 1e9:.1f} GFLOP\n")
   steps = {}
   for jit in (False, True):
     for name, (model_fn, variables) in models.items():
@@ -219,7 +218,7 @@ def main():
   for (name, jit), value in seconds.items():
     tokens[name, jit] = args.batch * args.length / value
     print(f"{name:<10} {'on' if jit else 'off':<5} {value:8.3f} {tokens[name, jit]:13.0f} "
-          f"{flops / value / peak:6.2f}")
+          f"{step_flops / value / peak:6.2f}")
   print()
   for jit in (False, True):
     print(f"ratio tfattn / keras_mha, XLA {'on ' if jit else 'off'}: "

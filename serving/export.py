@@ -15,6 +15,7 @@ import tfattn
 from serving import warmup
 from serving.modules import ClassifierExport, Seq2SeqExport
 from tfattn import text
+from tfattn.checkpoints import checkpoints_to_average, restore_average
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
@@ -22,40 +23,6 @@ WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 def _read_json(path):
   with open(path) as f:
     return json.load(f)
-
-
-def _restore_average(model, checkpoints):
-  """Restores the mean of the model's trainable weights over `checkpoints` (Vaswani et al.
-  average the last 5 checkpoints); other state (the dropout RNG) comes from the last one."""
-  reader = tf.train.Checkpoint(model=model)
-  total = None
-  for path in checkpoints:
-    reader.read(path).expect_partial().assert_existing_objects_matched()
-    values = [v.numpy().astype("float64") for v in model.trainable_variables]
-    total = values if total is None else [t + v for t, v in zip(total, values)]
-  for variable, summed in zip(model.trainable_variables, total):
-    variable.assign((summed / len(checkpoints)).astype(variable.dtype.as_numpy_dtype))
-
-
-def checkpoints_to_average(run_dir, checkpoint=None, average_last=1):
-  """The checkpoint prefixes an export restores: the given (or latest) one and the ones
-  before it, `average_last` in all."""
-  state = tf.train.get_checkpoint_state(os.path.join(run_dir, "checkpoints"))
-  available = list(state.all_model_checkpoint_paths) if state else []
-  if not available and not checkpoint:
-    raise ValueError(f"no checkpoint under {run_dir}/checkpoints: train first")
-  if average_last < 1:
-    raise ValueError(f"--average_last must be >= 1, got {average_last}")
-  if average_last == 1:
-    return [checkpoint or available[-1]]
-  if checkpoint and checkpoint not in available:
-    raise ValueError(f"{checkpoint} is not among the run's kept checkpoints; cannot average")
-  last = available.index(checkpoint) if checkpoint else len(available) - 1
-  chosen = available[max(0, last + 1 - average_last):last + 1]
-  if len(chosen) < average_last:
-    raise ValueError(f"--average_last={average_last} but only {len(chosen)} checkpoints are "
-                     f"kept up to {chosen[-1]}")
-  return chosen
 
 
 def load_trained(run_dir, checkpoint=None, average_last=1):
@@ -72,7 +39,8 @@ def load_trained(run_dir, checkpoint=None, average_last=1):
     config = tfattn.TransformerConfig.from_json(f.read())
   model = (tfattn.EncoderClassifier(config) if task["kind"] == "classification"
            else tfattn.Transformer(config))
-  _restore_average(model, checkpoints_to_average(run_dir, checkpoint, average_last))
+  restore_average(model, checkpoints_to_average(os.path.join(run_dir, "checkpoints"), checkpoint,
+                                                average_last))
   source = text.load_tokenizer(text.tokenizer_path(vocab_dir, "source"))
   target = (text.load_tokenizer(text.tokenizer_path(vocab_dir, "target"))
             if task["kind"] != "classification" else None)
@@ -89,7 +57,7 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
            alpha=0.6, warmup_texts=None, average_last=1):
   """Exports the run's model as `<base_path>/<version>`; returns that directory."""
   task, model, source, target = load_trained(run_dir, checkpoint, average_last)
-  averaged = checkpoints_to_average(run_dir, checkpoint, average_last)
+  averaged = checkpoints_to_average(os.path.join(run_dir, "checkpoints"), checkpoint, average_last)
   if task["kind"] == "classification":
     module = ClassifierExport(model, source, truncate=task.get("truncate", "right"))
   else:

@@ -11,6 +11,12 @@ import tensorflow as tf  # noqa: E402
 
 import tfattn  # noqa: E402
 
+# On Ampere and later GPUs TensorFlow runs float32 matmuls in TF32 (10-bit mantissa, ~1e-3
+# relative error); tests compare float32 computations with float32 or float64 references at
+# float32 tolerances, so they run in true float32 everywhere. (CLI tests run in subprocesses
+# on the CPU: see train_helpers.environment.)
+tf.config.experimental.enable_tensor_float_32_execution(False)
+
 
 @pytest.fixture
 def tiny_config():

@@ -48,6 +48,32 @@ def test_seq2seq_batches_are_bucketed_padded_and_framed(tmp_path):
     assert "target_text" not in batch
 
 
+def test_bucket_lengths_double_up_to_max_length():
+  assert data.bucket_lengths(64) == [8, 16, 32, 64]
+  assert data.bucket_lengths(100) == [8, 16, 32, 64, 100]
+  assert data.bucket_lengths(5) == [5]
+  assert data.bucket_batch_sizes(64, 32) == [32] * 4
+  assert data.bucket_batch_sizes(64, 32, batch_tokens=1000, multiple_of=2) == [124, 62, 30, 14]
+  with pytest.raises(ValueError, match="--batch_tokens=100 holds no 64-token example"):
+    data.bucket_batch_sizes(64, 32, batch_tokens=100, multiple_of=2)
+
+
+def test_token_batches_fill_a_budget_and_pad_to_their_bucket(tmp_path):
+  pairs = [(" ".join("7" * n), " ".join("8" * n)) for n in range(1, 30)] * 20
+  raw = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs))))
+  tok = _tokenizer(tmp_path, ["7 8"] * 10)
+  batches = list(data.seq2seq_dataset(raw, tok, tok, batch_size=8, max_length=40,
+                                      batch_tokens=160, multiple_of=2, pad_to_bucket=True,
+                                      drop_remainder=True))
+  shapes = {tuple(b["source"].shape) for b in batches}
+  # One shape per bucket: (160 // length rounded down to even, bucket length).
+  assert shapes <= {(20, 8), (10, 16), (4, 32), (4, 40)}
+  assert len(shapes) >= 3
+  for batch in batches:
+    assert batch["source"].shape == batch["target_in"].shape == batch["target_out"].shape
+    assert batch["source"].shape[0] * batch["source"].shape[1] <= 160
+
+
 def test_eval_batches_keep_every_pair_and_the_reference_text(tmp_path):
   pairs = [("7 " * n, f"Eight x{n}!") for n in range(1, 30)]
   raw = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs))))

@@ -20,6 +20,15 @@ def seed_for(base_seed, name):
   return [base_seed, sum((i + 1) * ord(c) for i, c in enumerate(name)) % (2**31 - 1)]
 
 
+def _in_xla_context():
+  """True while tracing a function XLA compiles (`jit_compile=True`, or inside one)."""
+  try:
+    from tensorflow.python.ops import control_flow_util  # no public equivalent
+  except ImportError:
+    return False
+  return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def dropout(x, rate, rng, training):
   """Inverted dropout drawing from `rng` (a checkpointed `tf.random.Generator`).
 
@@ -28,11 +37,14 @@ def dropout(x, rate, rng, training):
   """
   if not training or rate == 0.0 or rng is None:
     return x
-  # One seed from the generator, then a stateless draw: XLA compiles stateless RNG much better
-  # than the generator's own stateful sampling.
+  # One seed from the generator, then a stateless draw. Under XLA the draw uses ThreeFry:
+  # XLA's CPU backend expands TensorFlow's default (Philox) into code ~50x slower
+  # (benchmarks/dropout_cost.py); TensorFlow's own kernels implement only Philox.
   seed = rng.make_seeds(1)[:, 0]
-  keep = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32) >= rate
-  return x * tf.cast(keep, x.dtype) / tf.cast(1.0 - rate, x.dtype)
+  alg = "threefry" if _in_xla_context() else "auto_select"
+  keep = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32, alg=alg) >= rate
+  # A boolean mask and one select: no float mask tensor, no extra multiply.
+  return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros_like(x))
 
 
 class Linear(tf.Module):

@@ -13,17 +13,22 @@ def label_smoothed_cross_entropy(logits, labels, label_smoothing=0.0, pad_id=0):
     (float32 `[batch, length]` losses, float32 `[batch, length]` weights: 1 where not padding).
   """
   logits = tf.cast(logits, tf.float32)
-  vocab = tf.shape(logits)[-1]
-  confidence = 1.0 - label_smoothing
-  low = label_smoothing / tf.cast(vocab - 1, tf.float32)
-  targets = tf.one_hot(labels, vocab, on_value=confidence, off_value=low)
-  losses = tf.nn.softmax_cross_entropy_with_logits(targets, logits)
-  # Subtract the smoothed distribution's own entropy so a perfect model scores 0.
-  if label_smoothing > 0:
-    minimum = -(tf.math.xlogy(confidence, confidence) +
-                tf.cast(vocab - 1, tf.float32) * tf.math.xlogy(low, low))
-    losses -= minimum
+  vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
   weights = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
+  # Padding may use an id outside the vocabulary (-1): point it at id 0, its weight is 0.
+  safe_labels = tf.where(tf.not_equal(labels, pad_id), labels, tf.zeros_like(labels))
+  # Sparse: -log p(label) from the fused op, and sum_v -log p(v) from one logsumexp, instead
+  # of a dense one-hot target of [batch, length, vocab].
+  nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=safe_labels, logits=logits)
+  if label_smoothing == 0:
+    return nll * weights, weights
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab - 1.0)
+  sum_nll = vocab * tf.reduce_logsumexp(logits, axis=-1) - tf.reduce_sum(logits, axis=-1)
+  losses = confidence * nll + low * (sum_nll - nll)
+  # Subtract the smoothed distribution's own entropy so a perfect model scores 0.
+  minimum = -(tf.math.xlogy(confidence, confidence) + (vocab - 1.0) * tf.math.xlogy(low, low))
+  losses -= minimum
   return losses * weights, weights
 
 

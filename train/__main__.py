@@ -56,6 +56,13 @@ flags.DEFINE_enum("truncate", None, ["right", "left"],
                   "Classification: which end of a long text is cut off; left keeps the last "
                   "max_length tokens (reviews end with their verdict) (default: the task's).")
 flags.DEFINE_integer("batch_size", None, f"Global batch size (all replicas) {_TASK_DEFAULT}.")
+flags.DEFINE_integer("batch_tokens", None,
+                     "Token-based batching: each batch holds as many examples of its length "
+                     "bucket as fit this many padded tokens (the paper: ~25k); replaces "
+                     "--batch_size for training.")
+flags.DEFINE_integer("grad_accum_steps", _DEFAULTS.grad_accum_steps,
+                     "Micro-batches per optimizer step (gradient accumulation): a large "
+                     "effective batch on one GPU.")
 flags.DEFINE_integer("train_steps", None, f"Total optimizer steps {_TASK_DEFAULT}.")
 flags.DEFINE_enum("schedule", None, ["noam", "rsqrt", "cosine", "constant"],
                   "Learning-rate schedule: noam (the paper's; peak depends on d_model), or a "
@@ -68,8 +75,12 @@ flags.DEFINE_float("label_smoothing", None, "Label smoothing epsilon (default: t
                    f"else {FALLBACKS['label_smoothing']}).")
 flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "Global gradient-norm clip; 0 disables.")
 flags.DEFINE_enum("mixed_precision", _DEFAULTS.mixed_precision,
-                  ["float32", "mixed_float16", "mixed_bfloat16"],
-                  "Compute dtype (variables stay float32; float16 uses loss scaling).")
+                  ["auto", "float32", "mixed_float16", "mixed_bfloat16"],
+                  "Compute dtype (variables stay float32; float16 uses loss scaling); auto: "
+                  "bfloat16 on GPUs that have it (compute capability >= 8.0), else float32.")
+flags.DEFINE_bool("jit_compile", None,
+                  "Compile the train step with XLA (batches padded to a few length buckets, "
+                  "one program each). Default: on when a GPU is present; --nojit_compile: off.")
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed for data generation, init, shuffling, dropout.")
 flags.DEFINE_bool("deterministic", _DEFAULTS.deterministic,
                   "Enable TF op determinism (bitwise-reproducible runs and resumes).")
@@ -124,7 +135,8 @@ def main(argv):
     import subprocess
     subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={FLAGS.run_dir}",
                     f"--base_path={FLAGS.export_base_path}",
-                    f"--average_last={trainer.config.average_checkpoints}"], check=True)
+                    f"--average_last={len(metrics.get('averaged_checkpoints', [1]))}"],
+                   check=True)
 
 
 if __name__ == "__main__":

@@ -19,20 +19,41 @@ def shuffled(raw, seed):
   return raw.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
 
 
-def _bucket_boundaries(max_length):
-  boundaries, edge = [], 8
+def bucket_lengths(max_length):
+  """The padded lengths of the length buckets: 8, 16, 32, ... doubling, then max_length."""
+  lengths, edge = [], 8
   while edge < max_length:
-    boundaries.append(edge + 1)
+    lengths.append(edge)
     edge *= 2
-  return boundaries
+  return lengths + [max_length]
 
 
-def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder):
-  """Groups examples of similar length, pads each batch to its longest (pad id 0)."""
-  boundaries = _bucket_boundaries(max_length)
+def bucket_batch_sizes(max_length, batch_size, batch_tokens=None, multiple_of=1):
+  """Examples per batch in each bucket: `batch_size` everywhere, or with `batch_tokens` as many
+  as fit that many (padded) tokens, a multiple of `multiple_of` (the replicas sharing a batch)."""
+  if not batch_tokens:
+    return [batch_size] * len(bucket_lengths(max_length))
+  sizes = [batch_tokens // length // multiple_of * multiple_of
+           for length in bucket_lengths(max_length)]
+  if sizes[-1] < multiple_of:
+    raise ValueError(f"--batch_tokens={batch_tokens} holds no {max_length}-token example "
+                     f"per replica: give at least {max_length * multiple_of}")
+  return sizes
+
+
+def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder, batch_tokens=None,
+                      multiple_of=1, pad_to_bucket=False):
+  """Groups examples of similar length into batches padded with id 0: to the longest example,
+  or with `pad_to_bucket` to the bucket's length, so that every batch has one of a few shapes
+  (XLA compiles one program per shape)."""
+  lengths = bucket_lengths(max_length)
+  # bucket_by_sequence_length's bucket i holds lengths in [boundary[i-1], boundary[i]); the
+  # last boundary (max_length + 1) leaves its overflow bucket empty.
+  boundaries = [length + 1 for length in lengths]
+  sizes = bucket_batch_sizes(max_length, batch_size, batch_tokens, multiple_of)
   ds = ds.bucket_by_sequence_length(
-      length_fn, bucket_boundaries=boundaries, bucket_batch_sizes=[batch_size] * (
-          len(boundaries) + 1), drop_remainder=drop_remainder)
+      length_fn, bucket_boundaries=boundaries, bucket_batch_sizes=sizes + [sizes[-1]],
+      drop_remainder=drop_remainder, pad_to_bucket_boundary=pad_to_bucket)
   # The tokenizers' lookup tables are read-only state, so the iterator may be checkpointed
   # without them (exact resume saves the input position).
   options = tf.data.Options()
@@ -41,11 +62,13 @@ def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder):
 
 
 def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_length,
-                    shuffle_seed=None, repeat=False, drop_remainder=False, keep_text=False):
+                    shuffle_seed=None, repeat=False, drop_remainder=False, keep_text=False,
+                    **batching):
   """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
   `[batch, length]`; target_in = START + target, target_out = target + END.
 
-  Training drops pairs longer than max_length. With `keep_text` (evaluation) every pair is
+  Training drops pairs longer than max_length. `batching`: `batch_tokens`, `multiple_of` and
+  `pad_to_bucket` of `_bucket_and_batch`. With `keep_text` (evaluation) every pair is
   kept, truncated to max_length, and the batch also carries the raw reference string
   "target_text" `[batch]`, so metrics compare with the reference text itself."""
   if shuffle_seed is not None:
@@ -72,15 +95,16 @@ def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_len
   ds = ds.map(frame, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = _bucket_and_batch(
       ds, lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])), batch_size,
-      max_length, drop_remainder)
+      max_length, drop_remainder, **batching)
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def classification_dataset(raw, tokenizer, batch_size, max_length, shuffle_seed=None,
-                           repeat=False, drop_remainder=False, truncate="right"):
+                           repeat=False, drop_remainder=False, truncate="right", **batching):
   """(text, label) -> batches of {"source": int32 `[batch, length]`, "label": int64 `[batch]`}.
 
-  Long texts are truncated to max_length on the `truncate` side rather than dropped."""
+  Long texts are truncated to max_length on the `truncate` side rather than dropped.
+  `batching`: as in `seq2seq_dataset`."""
   if shuffle_seed is not None:
     raw = shuffled(raw, shuffle_seed)
   if repeat:
@@ -90,5 +114,5 @@ def classification_dataset(raw, tokenizer, batch_size, max_length, shuffle_seed=
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
   ds = ds.map(lambda s, y: {"source": s, "label": tf.cast(y, tf.int64)})
   ds = _bucket_and_batch(ds, lambda e: tf.size(e["source"]), batch_size, max_length,
-                         drop_remainder)
+                         drop_remainder, **batching)
   return ds.prefetch(tf.data.AUTOTUNE)

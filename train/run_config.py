@@ -34,13 +34,16 @@ class RunConfig:
   truncate: Optional[str] = None            # classification: drop tokens on the right | left
   # Optimisation.
   batch_size: Optional[int] = None          # global, across replicas
+  batch_tokens: Optional[int] = None        # token-based batches: padded tokens per step
+  grad_accum_steps: int = 1                 # micro-batches per optimizer step
   train_steps: Optional[int] = None
   schedule: Optional[str] = None            # noam | rsqrt | cosine
   learning_rate: Optional[float] = None     # noam: scale on the schedule; rsqrt/cosine: peak
   warmup_steps: Optional[int] = None
   label_smoothing: Optional[float] = None
   clip_norm: float = 0.0                    # 0 = no clipping
-  mixed_precision: str = "float32"          # float32 | mixed_float16 | mixed_bfloat16
+  mixed_precision: str = "auto"             # auto | float32 | mixed_float16 | mixed_bfloat16
+  jit_compile: Optional[bool] = None        # XLA train step; None = on when a GPU is present
   seed: int = 0
   deterministic: bool = False
   # Distribution.

@@ -23,9 +23,9 @@ import tensorflow as tf
 from absl import logging
 
 import tfattn
-from tfattn import losses, text
+from tfattn import checkpoints, losses, text
 from tfattn.schedules import WARMUP_DECAYS, NoamSchedule, WarmupSchedule
-from train import data, distribute, evaluation, recipes, tokenizer
+from train import data, distribute, evaluation, performance, recipes, tokenizer
 from train.files import write_json_atomically, write_text_atomically
 from train.run_config import RunConfig
 from train.tasks import CLASSIFICATION, get_task
@@ -80,7 +80,31 @@ def resolve_config(config: RunConfig, task) -> RunConfig:
                      f"--keep_checkpoints >= it (got {config.keep_checkpoints})")
   if config.train_steps < 0 or config.warmup_steps < 0 or config.learning_rate <= 0:
     raise ValueError("--train_steps and --warmup_steps must be >= 0 and --learning_rate > 0")
-  return config
+  if config.grad_accum_steps < 1:
+    raise ValueError(f"--grad_accum_steps must be >= 1, got {config.grad_accum_steps}")
+  if config.batch_tokens and config.batch_tokens < config.max_length:
+    raise ValueError(f"--batch_tokens ({config.batch_tokens}) must hold at least one "
+                     f"--max_length ({config.max_length}) example")
+  return _resolve_device_defaults(config)
+
+
+def _gpus_support_bfloat16(gpus):
+  for gpu in gpus:
+    capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+    if not capability or tuple(capability) < (8, 0):  # bf16 tensor cores: Ampere and later
+      return False
+  return True
+
+
+def _resolve_device_defaults(config: RunConfig) -> RunConfig:
+  """`--jit_compile` unset and `--mixed_precision=auto` follow the hardware: XLA and bfloat16
+  on GPUs that run them well, plain float32 graphs on CPUs."""
+  gpus = tf.config.list_physical_devices("GPU")
+  jit_compile = bool(gpus) if config.jit_compile is None else config.jit_compile
+  precision = config.mixed_precision
+  if precision == "auto":
+    precision = "mixed_bfloat16" if gpus and _gpus_support_bfloat16(gpus) else "float32"
+  return dataclasses.replace(config, jit_compile=jit_compile, mixed_precision=precision)
 
 
 def make_schedule(config: RunConfig, d_model):
@@ -174,8 +198,10 @@ class Trainer:
     train_raw = self.task.train()
     if num_workers > 1:
       train_raw = train_raw.shard(num_workers, worker_index)
-    self.train_dataset = self._dataset(train_raw, training=True,
-                                       batch_size=config.batch_size // num_workers)
+    self.jit_compile = config.jit_compile
+    self.train_dataset = self._dataset(
+        train_raw, training=True, batch_size=config.batch_size // num_workers,
+        batch_tokens=(config.batch_tokens // num_workers if config.batch_tokens else None))
     self.eval_dataset = self._dataset(self.task.eval(), training=False)
     self.iterator = iter(self.train_dataset)
     self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
@@ -187,59 +213,96 @@ class Trainer:
     self.manager = tf.train.CheckpointManager(self.checkpoint, checkpoint_dir,
                                               max_to_keep=config.keep_checkpoints)
     self._train_step = self._make_train_step()
+    device = self.strategy.extended.worker_devices[0]
+    peak = performance.measure_matmul_peak(device, self.model_config.compute_dtype)
+    # Split CPU "replicas" share one CPU; GPUs add up.
+    devices = self.local_replicas if "GPU" in device.upper() else 1
+    logging.info("%s matmul peak on %s: %.1f TFLOP/s (x%d devices: the MFU denominator)",
+                 self.model_config.compute_dtype, device, peak / 1e12, devices)
+    self.meter = performance.Meter(peak * devices)
+    self._batch_shapes = set()
 
   @property
   def step(self):
     return int(self.optimizer.iterations.numpy())
 
-  def _dataset(self, raw, training, batch_size=None):
+  def _dataset(self, raw, training, batch_size=None, batch_tokens=None):
     c = self.config
     kwargs = dict(batch_size=batch_size or c.batch_size, max_length=c.max_length,
                   shuffle_seed=c.seed if training else None, repeat=training,
                   drop_remainder=training)  # equal per-replica shards
+    if training:
+      # Bucket-length padding under XLA: a handful of batch shapes, one program each.
+      kwargs.update(batch_tokens=batch_tokens, multiple_of=self.local_replicas,
+                    pad_to_bucket=self.jit_compile)
     if self.task.kind == CLASSIFICATION:
       return data.classification_dataset(raw, self.source_tokenizer, truncate=c.truncate,
                                          **kwargs)
     return data.seq2seq_dataset(raw, self.source_tokenizer, self.target_tokenizer,
                                 keep_text=not training, **kwargs)
 
-  def _loss_and_accuracy(self, batch, replica):
-    """Per-replica loss, normalised by the *global* token (or example) count so that summing
-    replica gradients gives exactly the single-device gradient of the global batch."""
+  def _loss_sums(self, batch):
+    """One replica's micro-batch -> (summed token loss, correct, counted, input tokens): float32
+    scalars. Classification counts one "token" (the label) per example."""
     smoothing = self.config.label_smoothing
     if self.task.kind == CLASSIFICATION:
       logits = self.model(batch["source"], training=True)
-      # One "token" per example; pad_id=-1 matches no label, so every example counts.
+      # pad_id=-1 matches no label, so every example counts.
       labels = tf.cast(batch["label"], tf.int32)[:, tf.newaxis]
       token_losses, weights = losses.label_smoothed_cross_entropy(
           logits[:, tf.newaxis], labels, smoothing, pad_id=-1)
       correct, count = losses.masked_accuracy(logits[:, tf.newaxis], labels, pad_id=-1)
+      tokens = tf.reduce_sum(tf.cast(tf.not_equal(batch["source"], 0), tf.float32))
     else:
       logits = self.model(batch["source"], batch["target_in"], training=True)
       token_losses, weights = losses.label_smoothed_cross_entropy(logits, batch["target_out"],
                                                                   smoothing)
       correct, count = losses.masked_accuracy(logits, batch["target_out"])
-    global_count = replica.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(weights))
-    return tf.reduce_sum(token_losses) / global_count, correct, count
+      tokens = count
+    return tf.reduce_sum(token_losses), correct, count, tokens
 
   def _make_train_step(self):
+    """One optimizer step over `grad_accum_steps` micro-batches.
+
+    Each replica differentiates the mean loss of its slice of each micro-batch (compiled with
+    XLA when jit_compile is on), weights those gradients by the slice's token count and
+    divides the sum by the *global* token count of the whole step: summing replica gradients
+    then gives exactly the gradient of the mean token loss over every micro-batch of every
+    replica, whatever the batch shapes. All-reduce and the optimizer update stay outside XLA
+    (tf.distribute's collectives cannot be compiled into the program)."""
     clip_norm = self.config.clip_norm
     variables = self.model.trainable_variables
     optimizer = self.optimizer
     scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-
     local_replicas = self.local_replicas
+    micro_batches = self.config.grad_accum_steps
 
-    def replica_step(worker_batch):
+    def gradients(batch):
+      with tf.GradientTape() as tape:
+        loss_sum, correct, count, tokens = self._loss_sums(batch)
+        mean = loss_sum / tf.maximum(count, 1.0)
+        to_differentiate = optimizer.scale_loss(mean) if scaled else mean
+      return tape.gradient(to_differentiate, variables), loss_sum, correct, count, tokens
+
+    if self.jit_compile:
+      gradients = tf.function(gradients, jit_compile=True)
+
+    def replica_step(worker_batches):
       replica = tf.distribute.get_replica_context()
       local_id = replica.replica_id_in_sync_group % local_replicas
-      rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
-      batch = {name: value[local_id * rows:(local_id + 1) * rows]
-               for name, value in worker_batch.items()}
-      with tf.GradientTape() as tape:
-        loss, correct, count = self._loss_and_accuracy(batch, replica)
-        loss_to_differentiate = optimizer.scale_loss(loss) if scaled else loss
-      grads = tape.gradient(loss_to_differentiate, variables)
+      summed, sums = None, [tf.constant(0.0)] * 4
+      for worker_batch in worker_batches:
+        rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
+        batch = {name: value[local_id * rows:(local_id + 1) * rows]
+                 for name, value in worker_batch.items() if name != "target_text"}
+        grads, *values = gradients(batch)
+        count = values[2]
+        weighted = [g * count for g in grads]
+        summed = weighted if summed is None else [a + b for a, b in zip(summed, weighted)]
+        sums = [a + b for a, b in zip(sums, values)]
+      loss_sum, correct, count, tokens = sums
+      global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, count), 1.0)
+      grads = [g / global_count for g in summed]
       if clip_norm:
         # Keras clips each replica's *local* gradients; the global norm needs the sum first.
         # The optimizer sums across replicas again, hence the division.
@@ -247,13 +310,20 @@ class Trainer:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         grads = [g / replica.num_replicas_in_sync for g in grads]
       optimizer.apply_gradients(zip(grads, variables))
-      return loss, correct, count
+      return loss_sum / global_count, correct, count, tokens
 
     @tf.function
     def train_step(iterator):
-      per_replica = self.strategy.run(replica_step, args=(iterator.get_next(),))
-      return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-              for value in per_replica]
+      batches = [iterator.get_next() for _ in range(micro_batches)]
+      per_replica = self.strategy.run(replica_step, args=(batches,))
+      totals = [self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+                for value in per_replica]
+      # Padded (rows, source length, target length) of each micro-batch: FLOPs and the XLA
+      # program count are derived from them.
+      shapes = [tf.stack([tf.shape(b["source"])[0], tf.shape(b["source"])[1],
+                          tf.shape(b["target_in"])[1] if "target_in" in b else 0])
+                for b in batches]
+      return totals, tf.stack(shapes)
 
     return train_step
 
@@ -289,27 +359,37 @@ class Trainer:
                    c.train_steps)
     try:
       interval_start, interval_step = time.time(), self.step
+      self.meter.reset()
       while self.step < c.train_steps and not stop.requested:
-        loss, correct, count = self._train_step(self.iterator)
+        (loss, correct, count, tokens), shapes = self._train_step(self.iterator)
         step = self.step
+        shapes = [tuple(int(x) for x in row) for row in shapes.numpy()]
+        self._note_batch_shapes(shapes)
+        self.meter.add(float(tokens), performance.step_training_flops(
+            self.model_config, self.task.kind, shapes))
         if step % c.log_every == 0 or step == c.train_steps:
           elapsed = time.time() - interval_start
           steps_per_second = (step - interval_step) / max(elapsed, 1e-9)
+          tokens_per_second, mfu = self.meter.read()
           eta = (c.train_steps - step) / max(steps_per_second, 1e-9)
           record = {"step": step, "loss": float(loss),
                     "accuracy": float(correct) / max(float(count), 1.0),
                     "learning_rate": float(self.optimizer.learning_rate),
-                    "steps_per_second": steps_per_second}
-          logging.info("step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  ETA %dm%02ds",
-                       step, c.train_steps, record["loss"], record["accuracy"],
-                       record["learning_rate"], steps_per_second, eta // 60, eta % 60)
+                    "steps_per_second": steps_per_second,
+                    "tokens_per_second": tokens_per_second, "mfu": mfu}
+          logging.info("step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  "
+                       "MFU %.3f  ETA %dm%02ds", step, c.train_steps, record["loss"],
+                       record["accuracy"], record["learning_rate"], steps_per_second,
+                       tokens_per_second, mfu, eta // 60, eta % 60)
           if self.is_chief:
             with writer.as_default(step=step):
-              for name in ("loss", "accuracy", "learning_rate", "steps_per_second"):
+              for name in ("loss", "accuracy", "learning_rate", "steps_per_second",
+                           "tokens_per_second", "mfu"):
                 tf.summary.scalar(f"train/{name}", record[name])
             with open(log_path, "a") as f:
               f.write(json.dumps(record) + "\n")
           interval_start, interval_step = time.time(), step
+          self.meter.reset()
         if step % c.checkpoint_every == 0:
           self._save()
         if c.eval_every and step % c.eval_every == 0 and step < c.train_steps:
@@ -319,16 +399,46 @@ class Trainer:
         logging.warning("stopped at step %d; run again with the same --run_dir to resume",
                         self.step)
         return None
-      return self._log_eval(writer)
+      averaged = self._average_for_final_evaluation()
+      metrics = self._log_eval(writer, averaged)
+      return metrics
     finally:
       stop.restore()
       writer.flush()
 
-  def _log_eval(self, writer):
+  def _note_batch_shapes(self, shapes):
+    """Under XLA each new padded batch shape compiles one more program: say so."""
+    new = sorted(set(shapes) - self._batch_shapes)
+    self._batch_shapes.update(new)
+    if self.jit_compile and new:
+      logging.info("XLA: compiled the train step for %s (%d program%s so far)",
+                   ", ".join("rows %d x source %d%s" % (r, s_len, f" x target {t_len}" if t_len
+                                                       else "") for r, s_len, t_len in new),
+                   len(self._batch_shapes), "" if len(self._batch_shapes) == 1 else "s")
+
+  def _average_for_final_evaluation(self):
+    """Loads the mean of the last `average_checkpoints` kept checkpoints into the model, so the
+    final evaluation judges the weights the export will serve; returns their prefixes."""
+    wanted = self.config.average_checkpoints
+    if wanted <= 1 or not self.is_chief:
+      return []
+    kept = list(self.manager.checkpoints)
+    if len(kept) < wanted:
+      logging.warning("--average_checkpoints=%d but only %d checkpoints are kept: averaging %d",
+                      wanted, len(kept), len(kept))
+    chosen = kept[-wanted:]
+    if len(chosen) > 1:
+      logging.info("averaging the weights of %s", ", ".join(os.path.basename(p) for p in chosen))
+      checkpoints.restore_average(self.model, chosen)
+    return chosen
+
+  def _log_eval(self, writer, averaged=()):
     logging.info("evaluating on up to %d held-out examples%s", self.config.eval_examples,
                  f" (beam {self.config.eval_beam_size})" if self.task.kind != CLASSIFICATION
                  else "")
     metrics = self.evaluate()
+    if len(averaged) > 1:
+      metrics["averaged_checkpoints"] = [os.path.basename(p) for p in averaged]
     logging.info("eval at step %d: %s", metrics["step"],
                  "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                            for k, v in sorted(metrics.items())))

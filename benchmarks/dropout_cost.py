@@ -1,0 +1,71 @@
+"""Dropout cost, side by side in one run: forward + backward of dropout on a [rows, width]
+activation, with and without XLA, for the mask recipes a Transformer can use.
+
+  python benchmarks/dropout_cost.py [--rows 4096] [--width 1024]
+
+Variants: the pre-issue-9 tfattn dropout (Philox chosen by TF, float mask, multiply and
+divide), the same draw with a boolean mask and one `where`, and the `where` mask drawn with
+ThreeFry (XLA only) and with Philox named explicitly. Prints seconds per call and each one's ratio to the
+first.
+"""
+
+import argparse
+
+import common  # noqa: F401  (sys.path, quiet TF)
+import tensorflow as tf
+
+RATE = 0.1
+
+
+def float_mask(x, seed):  # tfattn before issue 9
+  keep = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32) >= RATE
+  return x * tf.cast(keep, x.dtype) / tf.cast(1.0 - RATE, x.dtype)
+
+
+def where_mask(alg):
+  def drop(x, seed):
+    keep = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32, alg=alg) >= RATE
+    return tf.where(keep, x * tf.cast(1.0 / (1.0 - RATE), x.dtype), tf.zeros_like(x))
+  return drop
+
+
+VARIANTS = {"float mask, auto alg": float_mask, "where, auto alg": where_mask("auto_select"),
+            "where, threefry": where_mask("threefry"), "where, philox": where_mask("philox")}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--rows", type=int, default=4096)
+  parser.add_argument("--width", type=int, default=1024)
+  parser.add_argument("--rounds", type=int, default=5)
+  parser.add_argument("--repeats", type=int, default=5)
+  args = parser.parse_args()
+  x = tf.Variable(tf.random.normal([args.rows, args.width]))
+  rng = tf.random.Generator.from_seed(0)
+  functions = {}
+  for jit in (False, True):
+    for name, drop in VARIANTS.items():
+      if "threefry" in name and not jit:
+        continue  # TensorFlow's CPU/GPU kernels implement ThreeFry only under XLA
+      @tf.function(jit_compile=jit)
+      def step(drop=drop):
+        with tf.GradientTape() as tape:
+          y = drop(x, rng.make_seeds(1)[:, 0])
+          loss = tf.reduce_sum(y * y)
+        return tf.reduce_sum(tape.gradient(loss, x))  # all of it: XLA prunes unused work
+      functions[name, jit] = lambda step=step: step().numpy()
+  seconds = common.interleaved_medians(functions, args.rounds, args.repeats)
+  print(f"device: {common.device_description()}; dropout {RATE} on [{args.rows}, {args.width}] "
+        f"float32, forward + backward; median of {args.rounds} interleaved rounds")
+  for jit in (False, True):
+    base = seconds[next(iter(VARIANTS)), jit]
+    for name in VARIANTS:
+      if (name, jit) not in seconds:
+        continue
+      value = seconds[name, jit]
+      print(f"XLA {'on ' if jit else 'off'}  {name:<22} {value * 1e3:8.2f} ms  "
+            f"{base / value:5.2f}x the first")
+
+
+if __name__ == "__main__":
+  main()

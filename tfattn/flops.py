@@ -1,0 +1,41 @@
+"""Analytic matmul FLOPs of a forward pass (2 per multiply-add); training is 3x forward (the
+backward pass computes two matmuls per forward one). Padded lengths are counted: the device
+does that work. Elementwise ops, softmax and layer norm are left out, as in MFU reports."""
+
+from tfattn.config import TransformerConfig
+
+
+def _encoder_layer(d, dff, s):
+  """Self-attention (fused q/k/v, q k^T, weights x v, output) and the feed-forward, per example."""
+  return 8 * s * d * d + 4 * s * s * d + 4 * s * d * dff
+
+
+def _decoder_layer(d, dff, s, t):
+  """Masked self-attention, cross-attention (keys and values from the s source positions) and
+  the feed-forward, per example."""
+  self_attention = 8 * t * d * d + 4 * t * t * d
+  cross_attention = 4 * t * d * d + 4 * s * d * d + 4 * t * s * d
+  return self_attention + cross_attention + 4 * t * d * dff
+
+
+def seq2seq_forward_flops(config: TransformerConfig, batch, source_length, target_length):
+  """`Transformer(source [batch, source_length], target [batch, target_length])` -> logits."""
+  d, dff, s, t = config.d_model, config.dff, source_length, target_length
+  per_example = (config.num_encoder_layers * _encoder_layer(d, dff, s) +
+                 config.num_decoder_layers * _decoder_layer(d, dff, s, t) +
+                 2 * t * d * config.target_vocab_size)
+  return batch * per_example
+
+
+def classifier_forward_flops(config: TransformerConfig, batch, length):
+  """`EncoderClassifier(ids [batch, length])` -> logits."""
+  d, s = config.d_model, length
+  if config.classifier_body == "attention":
+    body = 8 * s * d * d + 4 * s * s * d
+  else:
+    body = config.num_encoder_layers * _encoder_layer(d, config.dff, s)
+  return batch * (body + 2 * d * config.num_classes)
+
+
+def training_flops(forward_flops):
+  return 3 * forward_flops

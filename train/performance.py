@@ -1,0 +1,68 @@
+"""Throughput and model FLOP utilisation (MFU) for the progress line: analytic training FLOPs
+(`tfattn.flops`) over a matmul peak measured once, at start, on the training device."""
+
+import time
+
+import tensorflow as tf
+
+from tfattn import flops
+
+
+def measure_matmul_peak(device, dtype, size=None, seconds=0.5):
+  """FLOP/s of one square matmul of `dtype` on `device`, best of a few timed runs: the
+  denominator of MFU (what this device and TensorFlow reach, not a data-sheet number)."""
+  on_gpu = "GPU" in device.upper()
+  size = size or (8192 if on_gpu else 1024)
+  with tf.device(device):
+    a = tf.random.stateless_normal([size, size], seed=[1, 2], dtype=tf.float32)
+    a = tf.cast(a, dtype)
+    b = tf.cast(tf.random.stateless_normal([size, size], seed=[3, 4]), dtype)
+
+    @tf.function
+    def chain(x, y):
+      # Several dependent products per call so the launch cost is amortised.
+      for _ in range(4):
+        x = tf.matmul(x, y) * tf.cast(1.0 / size, dtype)
+      return tf.reduce_sum(tf.cast(x[:1, :1], tf.float32))
+
+    chain(a, b).numpy()  # trace and warm up
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    for _ in range(20):
+      start = time.perf_counter()
+      chain(a, b).numpy()
+      best = min(best, time.perf_counter() - start)
+      if time.perf_counter() > deadline:
+        break
+  return 4 * 2 * size**3 / best
+
+
+def step_training_flops(model_config, kind, shapes):
+  """Training FLOPs of one optimizer step from its micro-batches' padded shapes:
+  [(rows, source_length, target_length)] (target_length 0 for classification)."""
+  total = 0
+  for rows, source_length, target_length in shapes:
+    if kind == "classification":
+      total += flops.classifier_forward_flops(model_config, rows, source_length)
+    else:
+      total += flops.seq2seq_forward_flops(model_config, rows, source_length, target_length)
+  return flops.training_flops(total)
+
+
+class Meter:
+  """Sums tokens and FLOPs between progress lines; reports tokens/s and MFU."""
+
+  def __init__(self, peak_flops):
+    self.peak_flops = peak_flops
+    self.reset()
+
+  def reset(self):
+    self.start, self.tokens, self.flops = time.time(), 0.0, 0.0
+
+  def add(self, tokens, step_flops):
+    self.tokens += tokens
+    self.flops += step_flops
+
+  def read(self):
+    """(tokens per second, MFU) since the last reset."""
+    elapsed = max(time.time() - self.start, 1e-9)
+    return self.tokens / elapsed, self.flops / elapsed / self.peak_flops
