@@ -72,3 +72,24 @@ def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
   np.testing.assert_allclose(xla[0], graph[0], rtol=1e-5)
   for xla_grad, graph_grad in zip(xla[3], graph[3]):
     np.testing.assert_allclose(xla_grad, graph_grad, atol=1e-5)
+
+
+def test_final_evaluation_and_export_use_the_averaged_checkpoints(tmp_path):
+  import json
+  from train_helpers import run_train
+  run_train(tmp_path / "run", "--train_steps=6", "--checkpoint_every=2", "--keep_checkpoints=3",
+            "--average_checkpoints=3", f"--export_base_path={tmp_path / 'models'}")
+  with open(tmp_path / "run" / "eval.json") as f:
+    assert json.load(f)["averaged_checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
+  with open(tmp_path / "models" / "1" / "assets.extra" / "tfattn.json") as f:
+    assert json.load(f)["checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
+
+
+def test_a_run_shorter_than_the_averaging_window_averages_what_it_kept(tmp_path):
+  import json
+  from train_helpers import run_train
+  result = run_train(tmp_path, "--train_steps=4", "--checkpoint_every=2", "--keep_checkpoints=3",
+                     "--average_checkpoints=3")
+  assert "only 2 checkpoints are kept: averaging 2" in result.stderr
+  with open(tmp_path / "eval.json") as f:
+    assert json.load(f)["averaged_checkpoints"] == ["ckpt-2", "ckpt-4"]

@@ -14,9 +14,10 @@ def label_smoothed_cross_entropy(logits, labels, label_smoothing=0.0, pad_id=0):
   """
   logits = tf.cast(logits, tf.float32)
   vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
-  weights = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
+  valid = tf.not_equal(labels, pad_id)
+  weights = tf.cast(valid, tf.float32)
   # Padding may use an id outside the vocabulary (-1): point it at id 0, its weight is 0.
-  safe_labels = tf.where(tf.not_equal(labels, pad_id), labels, tf.zeros_like(labels))
+  safe_labels = tf.where(valid, labels, tf.zeros_like(labels))
   # Sparse: -log p(label) from the fused op, and sum_v -log p(v) from one logsumexp, instead
   # of a dense one-hot target of [batch, length, vocab].
   nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=safe_labels, logits=logits)

@@ -198,7 +198,6 @@ class Trainer:
     train_raw = self.task.train()
     if num_workers > 1:
       train_raw = train_raw.shard(num_workers, worker_index)
-    self.jit_compile = config.jit_compile
     self.train_dataset = self._dataset(
         train_raw, training=True, batch_size=config.batch_size // num_workers,
         batch_tokens=(config.batch_tokens // num_workers if config.batch_tokens else None))
@@ -234,7 +233,7 @@ class Trainer:
     if training:
       # Bucket-length padding under XLA: a handful of batch shapes, one program each.
       kwargs.update(batch_tokens=batch_tokens, multiple_of=self.local_replicas,
-                    pad_to_bucket=self.jit_compile)
+                    pad_to_bucket=c.jit_compile)
     if self.task.kind == CLASSIFICATION:
       return data.classification_dataset(raw, self.source_tokenizer, truncate=c.truncate,
                                          **kwargs)
@@ -284,7 +283,7 @@ class Trainer:
         to_differentiate = optimizer.scale_loss(mean) if scaled else mean
       return tape.gradient(to_differentiate, variables), loss_sum, correct, count, tokens
 
-    if self.jit_compile:
+    if self.config.jit_compile:
       gradients = tf.function(gradients, jit_compile=True)
 
     def replica_step(worker_batches):
@@ -294,12 +293,12 @@ class Trainer:
       for worker_batch in worker_batches:
         rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
         batch = {name: value[local_id * rows:(local_id + 1) * rows]
-                 for name, value in worker_batch.items() if name != "target_text"}
-        grads, *values = gradients(batch)
-        count = values[2]
+                 for name, value in worker_batch.items()}
+        grads, *batch_sums = gradients(batch)
+        count = batch_sums[2]  # gradient of the mean x token count = gradient of the sum
         weighted = [g * count for g in grads]
         summed = weighted if summed is None else [a + b for a, b in zip(summed, weighted)]
-        sums = [a + b for a, b in zip(sums, values)]
+        sums = [a + b for a, b in zip(sums, batch_sums)]
       loss_sum, correct, count, tokens = sums
       global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, count), 1.0)
       grads = [g / global_count for g in summed]
@@ -399,9 +398,7 @@ class Trainer:
         logging.warning("stopped at step %d; run again with the same --run_dir to resume",
                         self.step)
         return None
-      averaged = self._average_for_final_evaluation()
-      metrics = self._log_eval(writer, averaged)
-      return metrics
+      return self._log_eval(writer, self._average_for_final_evaluation())
     finally:
       stop.restore()
       writer.flush()
@@ -410,7 +407,7 @@ class Trainer:
     """Under XLA each new padded batch shape compiles one more program: say so."""
     new = sorted(set(shapes) - self._batch_shapes)
     self._batch_shapes.update(new)
-    if self.jit_compile and new:
+    if self.config.jit_compile and new:
       logging.info("XLA: compiled the train step for %s (%d program%s so far)",
                    ", ".join("rows %d x source %d%s" % (r, s_len, f" x target {t_len}" if t_len
                                                        else "") for r, s_len, t_len in new),
@@ -422,11 +419,12 @@ class Trainer:
     wanted = self.config.average_checkpoints
     if wanted <= 1 or not self.is_chief:
       return []
-    kept = list(self.manager.checkpoints)
-    if len(kept) < wanted:
+    kept = len(self.manager.checkpoints)
+    if kept < wanted:  # a run shorter than the averaging window
       logging.warning("--average_checkpoints=%d but only %d checkpoints are kept: averaging %d",
-                      wanted, len(kept), len(kept))
-    chosen = kept[-wanted:]
+                      wanted, kept, kept)
+    chosen = checkpoints.checkpoints_to_average(self.manager.directory,
+                                                average_last=min(wanted, kept))
     if len(chosen) > 1:
       logging.info("averaging the weights of %s", ", ".join(os.path.basename(p) for p in chosen))
       checkpoints.restore_average(self.model, chosen)
