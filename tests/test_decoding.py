@@ -162,3 +162,27 @@ def test_default_length_limit_is_per_example():
                                       extra_decode_length=3)
   np.testing.assert_array_equal(batched_beam[0][0, :, :5], alone_beam[0][0])
   np.testing.assert_allclose(batched_beam[1][0], alone_beam[1][0], atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_beam_search_returns_beam_size_real_hypotheses_when_it_stops_early(seed):
+  """A model that ends most sequences at once settles the search early; every slot must still
+  hold a distinct hypothesis the model can score, not padding with a -1e9 score."""
+  model = _model(seed, eos_boost=6.0)
+  source = random_ids(3, 6, VOCAB, seed + 30)
+  beam, alpha = 4, 0.6
+  ids, scores, log_probs = decoding.beam_search(model, source, beam_size=beam, alpha=alpha,
+                                                extra_decode_length=6)
+  ids, scores = ids.numpy(), scores.numpy()
+  assert (scores > -1e6).all(), scores
+  assert (np.diff(scores, axis=1) <= 1e-6).all(), scores
+  flat_ids = ids.reshape(3 * beam, -1)
+  lengths = _lengths(flat_ids)
+  assert (flat_ids[:, 0] != 0).all(), "a returned hypothesis is empty padding"
+  for row in ids:
+    assert len({tuple(hypothesis) for hypothesis in row}) == beam, row
+  recomputed = _recomputed_log_probs(model, tf.repeat(source, beam, axis=0),
+                                     tf.constant(flat_ids)).reshape(3, beam)
+  np.testing.assert_allclose(log_probs, recomputed, atol=1e-4)
+  penalty = ((5.0 + lengths.reshape(3, beam)) / 6.0) ** alpha
+  np.testing.assert_allclose(scores, recomputed / penalty, atol=1e-4)

@@ -136,8 +136,8 @@ def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=Non
   """Beam search with length penalty (paper section 6.1: beam 4, alpha 0.6).
 
   Returns:
-    ids: int32 `[batch, beam, max_decode_length]`, best first, each ending with EOS (unless it
-      ran out of length) then padding.
+    ids: int32 `[batch, beam, max_decode_length]`: the beam_size best distinct hypotheses,
+      best first, each ending with EOS (or cut at its example's length limit) then padding.
     scores: float32 `[batch, beam]`, log-probability / length_penalty, sorted descending.
     log_probs: float32 `[batch, beam]`, the sequences' summed token log-probabilities.
   """
@@ -207,39 +207,36 @@ def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=Non
 
   def cond(step, alive_seq, alive_last, alive_log_probs, finished_seq, finished_scores,
            finished_log_probs, finished_flags, cache):
-    # Stop when no alive beam can still beat the worst kept finished one: log-probs only fall
-    # and the penalty is largest at the maximum length.
+    # Stop when all beam_size finished slots are filled and no alive beam can still beat the
+    # worst of them: log-probs only fall and the penalty is largest at the maximum length. An
+    # unfilled slot counts as minus infinity, so the search goes on until it holds a real
+    # hypothesis (every example's limit finishes its k best, so all slots fill by then).
     best_alive = alive_log_probs[:, 0] / length_penalty(length, alpha)
-    worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, -_NEG_INF), axis=1)
-    worst_finished = tf.where(tf.reduce_any(finished_flags, axis=1), worst_finished, _NEG_INF)
+    worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, _NEG_INF), axis=1)
     search_settled = tf.reduce_all(worst_finished > best_alive)
     return tf.logical_and(step < length, tf.logical_not(search_settled))
 
   loop_vars = (tf.constant(0), alive_seq, alive_last, alive_log_probs, finished_seq,
                finished_scores, finished_log_probs, finished_flags, cache)
-  (_, alive_seq, _, alive_log_probs, finished_seq, finished_scores, finished_log_probs,
-   finished_flags, _) = tf.while_loop(
-       cond, body, loop_vars,
-       shape_invariants=_loop_shape_invariants(loop_vars, not padded_decode))
-
-  # A source whose beams all ran out of length has nothing finished: return its alive beams.
-  alive_lengths = tf.reduce_sum(tf.cast(tf.not_equal(alive_seq[:, :, 1:], pad), tf.int32), -1)
-  alive_scores = alive_log_probs / length_penalty(alive_lengths, alpha)
-  use_finished = tf.reduce_any(finished_flags, axis=1)
-  pick = lambda f, a: tf.where(
-      tf.reshape(use_finished, [-1] + [1] * (f.shape.rank - 1)), f, a)
-  return (pick(finished_seq, alive_seq)[:, :, 1:], pick(finished_scores, alive_scores),
-          pick(finished_log_probs, alive_log_probs))
+  _, _, _, _, finished_seq, finished_scores, finished_log_probs, _, _ = tf.while_loop(
+      cond, body, loop_vars,
+      shape_invariants=_loop_shape_invariants(loop_vars, not padded_decode))
+  # The loop ends with every finished slot filled (see cond): beam_size real hypotheses each.
+  return finished_seq[:, :, 1:], finished_scores, finished_log_probs
 
 
-def best_output(model, source_ids, beam_size=1, alpha=0.6, extra_decode_length=50):
+def best_output(model, source_ids, beam_size=1, alpha=0.6, extra_decode_length=50,
+                max_decode_length=None, padded_decode=False):
   """The single best output a row: greedy for beam_size 1 (exactly what beam 1 would give),
-  else beam search's top beam.
+  else beam search's top beam. `padded_decode=True` is the layout for `jit_compile=True`.
 
   Returns (int32 ids `[batch, out_length]` ending in EOS then padding, float32 scores
   `[batch]`)."""
   if beam_size > 1:
     ids, scores, _ = beam_search(model, source_ids, beam_size, alpha,
-                                 extra_decode_length=extra_decode_length)
+                                 max_decode_length=max_decode_length,
+                                 extra_decode_length=extra_decode_length,
+                                 padded_decode=padded_decode)
     return ids[:, 0], scores[:, 0]
-  return greedy_decode(model, source_ids, extra_decode_length=extra_decode_length)
+  return greedy_decode(model, source_ids, max_decode_length=max_decode_length,
+                       extra_decode_length=extra_decode_length, padded_decode=padded_decode)
