@@ -2,7 +2,9 @@
 
 Lists the ops of the graph and of every function in it, and fails naming any op that is neither
 TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Then runs
-`saved_model_cli show --all`. DIR is a version directory or a base path (checks every version).
+`saved_model_cli show --all`, and says whether the export holds XLA must-compile functions (and the
+flag TF Serving on CPU needs for them). DIR is a version directory or a base path (checks every
+version).
 """
 
 import os
@@ -51,6 +53,22 @@ def saved_model_ops(saved_model_dir):
   return {op: sorted(users) for op, users in sorted(used.items())}
 
 
+XLA_CPU_FLAG = "--xla_cpu_compilation_enabled=true"
+
+
+def must_compile_functions(saved_model_dir):
+  """Names of the functions marked `jit_compile=True` (attribute `_XlaMustCompile`). TF
+  Serving's GPU builds compile them; its CPU builds refuse them unless started with
+  XLA_CPU_FLAG (tensorflow_serving/model_servers/main.cc, default false)."""
+  from tensorflow.core.protobuf import saved_model_pb2
+  proto = saved_model_pb2.SavedModel()
+  with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+    proto.ParseFromString(f.read())
+  return sorted({function.signature.name for meta_graph in proto.meta_graphs
+                 for function in meta_graph.graph_def.library.function
+                 if function.attr["_XlaMustCompile"].b})
+
+
 def problems(saved_model_dir):
   """Human-readable reasons TF Serving <= 2.19 would fail to load the SavedModel."""
   core = core_ops()
@@ -97,6 +115,13 @@ def main(argv):
     if shown.returncode:
       print(f"saved_model_cli failed:\n{shown.stderr[-2000:]}")
       failed = True
+    compiled = must_compile_functions(directory)
+    if compiled:
+      print(f"XLA: {len(compiled)} function(s) must be compiled with XLA ({', '.join(compiled)}). "
+            f"TF Serving's GPU builds compile them; on CPU start tensorflow_model_server with "
+            f"{XLA_CPU_FLAG}, or it answers every request with an error.")
+    else:
+      print("XLA: no function must be compiled; any TF Serving build runs this model as is.")
     for problem in problems(directory):
       print(f"FAIL {directory}: {problem}")
       failed = True

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import tfattn
 from serving import warmup
-from serving.modules import ClassifierExport, Seq2SeqExport
+from serving.modules import DECODE_MODES, ClassifierExport, Seq2SeqExport
 from tfattn import text
 from tfattn.checkpoints import checkpoints_to_average, restore_average
 
@@ -47,6 +47,41 @@ def load_trained(run_dir, checkpoint=None, average_last=1):
   return task, model, source, target
 
 
+def bucket_warmup_texts(tokenizer, buckets):
+  """One text per source length bucket whose token count (after truncation to the last bucket,
+  max_length) falls in that bucket, so replaying them compiles every XLA program a request can
+  need at that batch size. Texts repeat one vocabulary word; the repeat count comes from the
+  measured tokens of 1 and 2 repeats, and the resulting counts are checked."""
+  reserved = len(text.RESERVED_TOKENS)
+  lower_bounds = (0,) + tuple(buckets[:-1])
+  count = lambda texts: tokenizer.tokenize(tf.constant(texts)).row_lengths().numpy()
+  for piece in range(reserved, min(tokenizer.vocab_size, reserved + 200)):
+    word = tokenizer.detokenize(tf.constant([[piece]]))[0].numpy().decode().strip()
+    for joiner in (" ", ""):
+      if not word:
+        continue
+      one, two = count([word, joiner.join([word] * 2)])
+      per_repeat, base = two - one, 2 * one - two  # tokens = base + per_repeat * repeats
+      if per_repeat < 1:
+        continue
+      texts = [joiner.join([word] * max(1, (bucket - base) // per_repeat)) for bucket in buckets]
+      if all(low < min(length, buckets[-1]) <= high
+             for low, length, high in zip(lower_bounds, count(texts), buckets)):
+        return texts
+  raise ValueError("found no vocabulary word whose repetitions fill every source length bucket "
+                   f"{buckets}; export with --decode=graph")
+
+
+def resolve_decode(decode):
+  """"auto" -> "xla" where this machine has a GPU (TF Serving's GPU builds compile XLA by
+  default), else "graph" (its CPU builds refuse XLA unless --xla_cpu_compilation_enabled)."""
+  if decode == "auto":
+    return "xla" if tf.config.list_physical_devices("GPU") else "graph"
+  if decode not in DECODE_MODES:
+    raise ValueError(f"--decode must be auto, graph or xla, got {decode!r}")
+  return decode
+
+
 def next_version(base_path):
   versions = [int(name) for name in os.listdir(base_path) if name.isdigit()] if os.path.isdir(
       base_path) else []
@@ -54,14 +89,30 @@ def next_version(base_path):
 
 
 def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn", beam_size=4,
-           alpha=0.6, warmup_texts=None, average_last=1):
-  """Exports the run's model as `<base_path>/<version>`; returns that directory."""
+           alpha=0.6, warmup_texts=None, average_last=1, decode="auto", warmup_batch_sizes=(1,)):
+  """Exports the run's model as `<base_path>/<version>`; returns that directory.
+
+  decode: "graph", "xla" or "auto" (see `resolve_decode`); with "xla" the warm-up records hold
+  one request per source length bucket and batch size in `warmup_batch_sizes`."""
+  decode = resolve_decode(decode)
+  if not warmup_batch_sizes or min(warmup_batch_sizes) < 1:
+    raise ValueError(f"--warmup_batch_sizes must be positive integers, got {warmup_batch_sizes}")
   task, model, source, target = load_trained(run_dir, checkpoint, average_last)
   averaged = checkpoints_to_average(os.path.join(run_dir, "checkpoints"), checkpoint, average_last)
   if task["kind"] == "classification":
     module = ClassifierExport(model, source, truncate=task.get("truncate", "right"))
+    decode = None  # one forward pass: nothing to decode
   else:
-    module = Seq2SeqExport(model, source, target, beam_size=beam_size, alpha=alpha)
+    module = Seq2SeqExport(model, source, target, beam_size=beam_size, alpha=alpha,
+                           decode=decode)
+  if warmup_texts is None:  # a few vocabulary pieces as text, and the empty string
+    first_pieces = tf.range(len(text.RESERVED_TOKENS), min(source.vocab_size, 12))
+    warmup_texts = [source.detokenize(first_pieces[tf.newaxis])[0].numpy().decode(), ""]
+  warmup_requests = [("serving_default", {"text": tf.constant(warmup_texts).numpy()})]
+  if decode == "xla":
+    bucket_texts = bucket_warmup_texts(source, module.length_buckets)
+    warmup_requests += [("serving_default", {"text": tf.constant([t] * size).numpy()})
+                        for size in sorted(set(warmup_batch_sizes)) for t in bucket_texts]
   os.makedirs(base_path, exist_ok=True)
   version = next_version(base_path) if version is None else int(version)
   if version <= 0:
@@ -74,15 +125,11 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
   try:
     tf.saved_model.save(module, temp, signatures=module.signatures())
     os.makedirs(os.path.join(temp, "assets.extra"), exist_ok=True)
-    if warmup_texts is None:  # a few vocabulary pieces as text, and the empty string
-      first_pieces = tf.range(len(text.RESERVED_TOKENS), min(source.vocab_size, 12))
-      warmup_texts = [source.detokenize(first_pieces[tf.newaxis])[0].numpy().decode(), ""]
-    warmup.write_warmup_file(
-        os.path.join(temp, WARMUP_FILE), model_name,
-        [("serving_default", {"text": tf.constant(warmup_texts).numpy()})])
+    warmup.write_warmup_file(os.path.join(temp, WARMUP_FILE), model_name, warmup_requests)
     with open(os.path.join(temp, "assets.extra", "tfattn.json"), "w") as f:
       json.dump({"task": task, "model_config": json.loads(model.config.to_json()),
-                 "beam_size": beam_size, "alpha": alpha,
+                 "beam_size": beam_size, "alpha": alpha, "decode": decode,
+                 "length_buckets": list(getattr(module, "length_buckets", ())) or None,
                  "checkpoints": [os.path.basename(p) for p in averaged]}, f, indent=2)
     os.rename(temp, final)  # atomic on one file system
   except BaseException:
@@ -104,6 +151,14 @@ def main(argv):
   flags.DEFINE_float("alpha", 0.6, "Beam search length penalty.")
   flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
   flags.DEFINE_integer("average_last", 1, "Average the weights of the last N kept checkpoints.")
+  flags.DEFINE_enum("decode", "auto", ["auto"] + list(DECODE_MODES),
+                    "Decoding in serving_default/translate_ids: xla = padded search compiled "
+                    "with XLA per source length bucket (TF Serving on CPU then needs "
+                    "--xla_cpu_compilation_enabled=true); graph = graph-mode cached search; "
+                    "auto = xla where this machine has a GPU, else graph.")
+  flags.DEFINE_list("warmup_batch_sizes", ["1"],
+                    "With --decode=xla: batch sizes the warm-up requests compile for every "
+                    "length bucket (list TF Serving's allowed_batch_sizes here).")
   flags.mark_flag_as_required("base_path")
   flags.FLAGS(argv)
   f = flags.FLAGS
@@ -113,8 +168,14 @@ def main(argv):
     logging.error("give --run_dir or --checkpoint")
     return 2
   try:
+    batch_sizes = [int(size) for size in f.warmup_batch_sizes]
+  except ValueError:
+    logging.error("--warmup_batch_sizes must be a comma-separated list of integers, got %s",
+                  ",".join(f.warmup_batch_sizes))
+    return 2
+  try:
     path = export(run_dir, f.base_path, f.version, f.checkpoint, f.model_name, f.beam_size,
-                  f.alpha, f.warmup_text, f.average_last)
+                  f.alpha, f.warmup_text, f.average_last, f.decode, batch_sizes)
   except (ValueError, OSError) as error:
     logging.error("%s", error)
     return 2

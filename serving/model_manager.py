@@ -11,6 +11,7 @@
 """
 
 import os
+import re
 import threading
 
 import tensorflow as tf
@@ -23,6 +24,25 @@ from serving import warmup
 from serving.tensor_json import RestError, invalid
 
 WARMUP_PATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
+
+
+# Lines of a TensorFlow error that frame the reason rather than state it.
+_ERROR_FRAMING = ("Graph execution error", "Detected at node", "<stack traces unavailable>",
+                  "[[{{", "File \"")
+_ASSERTION = re.compile(r"assertion failed: \[(.*?)\](?: \[|$)")
+
+
+def error_reason(message):
+  """The line of a TensorFlow error message that says what was wrong: a failed assertion's own
+  message (e.g. the signatures' token id checks), else the first line that is not framing such
+  as "Graph execution error:"."""
+  lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+  for line in lines:
+    assertion = _ASSERTION.search(line)
+    if assertion:
+      return assertion.group(1).replace("\\'", "'")[:500]
+  reasons = [line for line in lines if not line.startswith(_ERROR_FRAMING)]
+  return (reasons or lines or ["invalid input"])[0][:500]
 
 
 class Servable:
@@ -56,8 +76,7 @@ class Servable:
                  for name, value in arrays.items()}
       outputs = function(**tensors)
     except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
-      message = getattr(error, "message", None) or str(error)
-      raise invalid(message.strip().splitlines()[0][:500]) from None
+      raise invalid(error_reason(getattr(error, "message", None) or str(error))) from None
     return {name: value.numpy() for name, value in outputs.items()}
 
   def warm_up(self):

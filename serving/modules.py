@@ -13,6 +13,19 @@ TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
 
+DECODE_MODES = ("graph", "xla")
+
+
+def length_buckets(max_length, smallest=16):
+  """Source lengths the XLA decoder is compiled for: powers of two from `smallest` below
+  `max_length`, then `max_length` ((16, 32, 64) for 64). A server compiles one program per
+  bucket and batch size instead of one per request length."""
+  buckets, length = [], smallest
+  while length < max_length:
+    buckets.append(length)
+    length *= 2
+  return tuple(buckets) + (max_length,)
+
 
 class _Exportable(tf.Module):
   # tf.Module computes these as properties; the Reusable SavedModel API needs them stored as
@@ -39,27 +52,72 @@ class _Exportable(tf.Module):
     return tfattn_text.truncate_tokens(ragged, self.max_length, self.truncate).to_tensor(
         default_value=tfattn_text.PAD_ID)
 
+  def _checked_ids(self, ids, vocab_size, name):
+    """Token-level inputs are checked, not trusted: an id outside `[0, vocab_size)` or more than
+    max_length tokens fails with InvalidArgument (HTTP 400). Without the check a graph-mode GPU
+    gather returns zeros and an XLA gather clamps the id: a wrong answer instead of an error."""
+    checks = [
+        tf.debugging.assert_non_negative(
+            ids, message=f"{name} holds a negative token id; ids must be in [0, {vocab_size})"),
+        tf.debugging.assert_less(
+            ids, tf.constant(vocab_size, ids.dtype),
+            message=f"{name} holds a token id >= the vocabulary size {vocab_size}"),
+        tf.debugging.assert_less_equal(
+            tf.shape(ids)[1], self.max_length,
+            message=f"{name} has more tokens than max_length={self.max_length}"),
+    ]
+    with tf.control_dependencies(checks):
+      return tf.identity(ids)
+
   @tf.function(input_signature=[IDS])
   def encode(self, source_ids):
     """Token ids -> encoder states `[batch, length, d_model]` (padding rows are masked)."""
-    encoder = self.model.encoder
-    return {"encoding": tf.cast(encoder(source_ids), tf.float32)}
+    source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
+    return {"encoding": tf.cast(self.model.encoder(source_ids), tf.float32)}
 
 
 class Seq2SeqExport(_Exportable):
-  """Signatures: serving_default (text -> translation, score), translate_ids, encode, score."""
+  """Signatures: serving_default (text -> translation, score), translate_ids, encode, score.
+
+  decode="graph" runs the key/value-cached search as a graph-mode `tf.while_loop`; decode="xla"
+  pads the source to a length bucket and runs the padded-cache search compiled with XLA
+  (`jit_compile=True`): one program per (bucket, batch size), the same answers.
+  """
 
   def __init__(self, model, source_tokenizer, target_tokenizer, beam_size=4, alpha=0.6,
-               extra_decode_length=20):
+               extra_decode_length=20, decode="graph"):
     super().__init__(model, source_tokenizer, name="seq2seq_export")
+    if decode not in DECODE_MODES:
+      raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
     self.target_tokenizer = target_tokenizer
     self.beam_size = beam_size
     self.alpha = alpha
     self.extra_decode_length = extra_decode_length
+    self.decode_mode = decode
+    self.length_buckets = length_buckets(self.max_length)
+    if decode == "xla":  # only then: a graph export holds no must-compile function
+      self._decode_padded = tf.function(self._search_padded, input_signature=[IDS],
+                                        jit_compile=True)
 
   def _decode(self, source_ids):
+    """int32 `[batch, length]` -> (ids `[batch, min(length + extra, max_length)]`, scores)."""
+    if self.decode_mode == "graph":
+      return decoding.best_output(self.model, source_ids, self.beam_size, self.alpha,
+                                  self.extra_decode_length)
+    length = tf.shape(source_ids)[1]
+    buckets = tf.constant(self.length_buckets)
+    bucket = tf.reduce_min(tf.boolean_mask(buckets, buckets >= length))
+    ids, scores = self._decode_padded(tf.pad(source_ids, [[0, 0], [0, bucket - length]]))
+    # Limits come from each example's own length, so columns past the unpadded buffer size are
+    # padding: trimming them gives exactly the graph mode's output shape.
+    return ids[:, :decoding.decode_length(self.model, source_ids,
+                                          extra_decode_length=self.extra_decode_length)], scores
+
+  def _search_padded(self, source_ids):
+    """The search on a bucket-padded `[batch, bucket]` source, compiled with XLA as
+    `_decode_padded`: every shape inside is static for a given (batch, bucket)."""
     return decoding.best_output(self.model, source_ids, self.beam_size, self.alpha,
-                                self.extra_decode_length)
+                                self.extra_decode_length, padded_decode=True)
 
   @tf.function(input_signature=[TEXT])
   def serve_text(self, text):
@@ -70,7 +128,8 @@ class Seq2SeqExport(_Exportable):
   @tf.function(input_signature=[IDS])
   def translate_ids(self, source_ids):
     """Token ids -> {"ids": int32 `[batch, length]` ending in END, "score": float32 `[batch]`}."""
-    ids, score = self._decode(source_ids)
+    ids, score = self._decode(
+        self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids"))
     return {"ids": ids, "score": score}
 
   @tf.function(input_signature=[IDS, TARGET_IDS])
@@ -78,6 +137,8 @@ class Seq2SeqExport(_Exportable):
     """log p(target_ids | source_ids), teacher-forced; target_ids end with END, 0 = padding.
 
     Returns {"log_prob": float32 `[batch]`}. Differentiable: the fine-tuning entry point."""
+    source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
+    target_ids = self._checked_ids(target_ids, self.model.config.target_vocab_size, "target_ids")
     start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.bos_id)
     decoder_input = tf.concat([start, target_ids[:, :-1]], axis=1)
     log_probs = tf.nn.log_softmax(self.model(source_ids, decoder_input))
@@ -112,7 +173,9 @@ class ClassifierExport(_Exportable):
 
   @tf.function(input_signature=[IDS])
   def classify_ids(self, source_ids):
-    return self._classify(source_ids)
+    """Token ids -> {"label": int64 `[batch]`, "probabilities": `[batch, classes]`}."""
+    return self._classify(
+        self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids"))
 
   @tf.function(input_signature=[TEXT])
   def __call__(self, text):

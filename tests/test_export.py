@@ -178,3 +178,84 @@ def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
   path = export.export(str(run_dir), str(tmp_path / "models"), beam_size=1, average_last=3)
   with open(os.path.join(path, "assets.extra", "tfattn.json")) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-10", "ckpt-11", "ckpt-12"]
+
+
+@pytest.fixture(scope="module")
+def graph_and_xla_exports(trained_run, tmp_path_factory):
+  """{beam size: (graph export path, xla export path)} of the same weights."""
+  base = tmp_path_factory.mktemp("decode_modes")
+  return {beam: tuple(export.export(str(trained_run), str(base / f"{mode}-beam{beam}"),
+                                    beam_size=beam, decode=mode) for mode in ("graph", "xla"))
+          for beam in (1, 4)}
+
+
+# Source lengths 1-24 tokens: both length buckets (16, 24) of the max_length-24 model.
+_TEXTS = ["7", "12", "345", "", "4213", "123456", " ".join(["999"] * 5), " ".join(["77"] * 12)]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_xla_export_answers_like_the_graph_export(graph_and_xla_exports, beam):
+  graph, xla = (tf.saved_model.load(path) for path in graph_and_xla_exports[beam])
+  texts = tf.constant(_TEXTS)
+  lengths = graph.source_tokenizer.tokenize(texts).row_lengths().numpy()
+  assert lengths.min() <= 16 < lengths.max(), lengths  # both buckets are exercised
+  for batch in (texts, texts[:1], texts[-1:]):
+    expected = graph.signatures["serving_default"](text=batch)
+    result = xla.signatures["serving_default"](text=batch)
+    assert list(result["translation"].numpy()) == list(expected["translation"].numpy())
+    np.testing.assert_allclose(result["score"], expected["score"], atol=1e-4)
+  ids = graph.source_tokenizer.tokenize(texts)[:, :24].to_tensor()
+  expected = graph.signatures["translate_ids"](source_ids=ids)
+  result = xla.signatures["translate_ids"](source_ids=ids)
+  np.testing.assert_array_equal(result["ids"], expected["ids"])
+  np.testing.assert_allclose(result["score"], expected["score"], atol=1e-4)
+
+
+def test_xla_export_warms_up_every_length_bucket(graph_and_xla_exports, tmp_path):
+  _, path = graph_and_xla_exports[4]
+  with open(os.path.join(path, "assets.extra", "tfattn.json")) as f:
+    info = json.load(f)
+  assert info["decode"] == "xla" and info["length_buckets"] == [16, 24]
+  loaded = tf.saved_model.load(path)
+  warmed = set()
+  for signature, inputs in warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE)):
+    assert signature == "serving_default"
+    lengths = loaded.source_tokenizer.tokenize(tf.constant(inputs["text"])).row_lengths()
+    warmed |= {next(b for b in info["length_buckets"] if b >= min(n, 24)) for n in lengths}
+  assert warmed == {16, 24}
+
+
+def test_xla_warmup_covers_each_requested_batch_size(trained_run, tmp_path):
+  path = export.export(str(trained_run), str(tmp_path), beam_size=1, decode="xla",
+                       warmup_batch_sizes=(1, 8))
+  sizes = sorted(len(inputs["text"]) for _, inputs in
+                 warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE)))
+  assert sizes == [1, 1, 2, 8, 8]  # bucket 16 and 24 at batch 1 and 8, plus the generic pair
+  with pytest.raises(ValueError, match="warmup_batch_sizes"):
+    export.export(str(trained_run), str(tmp_path), decode="xla", warmup_batch_sizes=(0,))
+
+
+def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_xla_exports):
+  graph, xla = graph_and_xla_exports[1]
+  assert check.must_compile_functions(graph) == []
+  assert check.must_compile_functions(xla)
+  result = subprocess.run([sys.executable, "-m", "serving.check", xla], capture_output=True,
+                          text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  assert check.XLA_CPU_FLAG in result.stdout
+
+
+@pytest.mark.parametrize("decode", ["graph", "xla"])
+def test_token_signatures_reject_ids_outside_the_vocabulary(graph_and_xla_exports, decode):
+  loaded = tf.saved_model.load(graph_and_xla_exports[4][decode == "xla"])
+  translate = loaded.signatures["translate_ids"]
+  translate(source_ids=tf.constant([[5, 6]]))  # in range: answers
+  for bad, reason in (([[5, 10_000]], "vocabulary size"), ([[5, -1]], "negative token id"),
+                      ([[5] * 25], "max_length=24")):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=reason):
+      translate(source_ids=tf.constant(bad))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="target_ids"):
+    loaded.signatures["score"](source_ids=tf.constant([[5]]), target_ids=tf.constant([[10_000]]))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="vocabulary size"):
+    loaded.signatures["encode"](source_ids=tf.constant([[10_000]]))

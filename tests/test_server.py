@@ -135,6 +135,22 @@ def test_version_and_label_urls(served):
     ("POST", "/v1/models/numbers:predict",
      b'{"signature_name": "translate_ids", "instances": [[99999999999]]}', 400,
      "does not fit int32"),
+    # Token ids are checked inside the signatures (an XLA gather would clamp them silently).
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "translate_ids", "instances": [[5, 5000]]}', 400,
+     "source_ids holds a token id >= the vocabulary size"),
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "translate_ids", "instances": [[5, -1]]}', 400,
+     "source_ids holds a negative token id"),
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "translate_ids", "instances": [[' + b", ".join([b"5"] * 25) + b']]}',
+     400, "source_ids has more tokens than max_length=24"),
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "score", "instances": [{"source_ids": [5], "target_ids": [5000]}]}',
+     400, "target_ids holds a token id >= the vocabulary size"),
+    ("POST", "/v1/models/numbers:predict",
+     b'{"signature_name": "encode", "instances": [[5000]]}', 400,
+     "source_ids holds a token id >= the vocabulary size"),
     ("POST", "/v1/models/numbers:predict",
      b'{"signature_name": "score", "inputs": {"source_ids": [[1]]}}', 400,
      "Missing named input: target_ids in 'inputs' object."),
@@ -282,3 +298,24 @@ def test_server_command_line(exported):
   finally:
     process.terminate()
     process.wait(timeout=30)
+
+
+def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp_path):
+  """The XLA export (warmed up per length bucket before it is AVAILABLE) answers REST requests
+  as the graph export of the same weights does."""
+  graph_client, _ = served
+  path = export.export(str(trained_run), str(tmp_path), beam_size=1, decode="xla")
+  manager, server = _start(tmp_path)
+  client = ServingClient(NAME, port=server.server_address[1])
+  try:
+    client.wait_until_available()
+    assert manager.servable().path == path
+    texts = ["12", "345", "9" * 40, ""]
+    rows = client.predict(instances=texts)["predictions"]
+    expected = graph_client.predict(instances=texts)["predictions"]
+    assert [r["translation"] for r in rows] == [r["translation"] for r in expected]
+    assert [r["score"] for r in rows] == pytest.approx([r["score"] for r in expected],
+                                                       rel=1e-4, abs=1e-4)
+  finally:
+    server.shutdown()
+    manager.stop()

@@ -108,6 +108,10 @@ flags.DEFINE_float("eval_alpha", _DEFAULTS.eval_alpha, "Beam search length penal
 flags.DEFINE_string("export_base_path", None,
                     "When training finishes, export a TF Serving version under this base path "
                     "(runs `python -m serving.export`).")
+flags.DEFINE_enum("export_decode", "auto", ["auto", "graph", "xla"],
+                  "Decoding in the export (serving.export --decode): xla = padded search "
+                  "compiled with XLA per source length bucket; graph = graph-mode search; auto = "
+                  "xla where a GPU is present, else graph.")
 
 FLAGS = flags.FLAGS
 
@@ -135,7 +139,8 @@ def main(argv):
     import subprocess
     subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={FLAGS.run_dir}",
                     f"--base_path={FLAGS.export_base_path}",
-                    f"--average_last={len(metrics.get('averaged_checkpoints', [1]))}"],
+                    f"--average_last={len(metrics.get('averaged_checkpoints', [1]))}",
+                    f"--decode={FLAGS.export_decode}"],
                    check=True)
 
 
