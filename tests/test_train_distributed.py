@@ -38,10 +38,11 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
   np.testing.assert_array_equal(final(straight)[-5:], final(interrupted)[-5:])
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_ctrl_c_save_a_checkpoint_and_exit_cleanly(tmp_path, signum):
   process = start_train(tmp_path, "--train_steps=100000", "--checkpoint_every=100000")
   wait_for_step(tmp_path, 3, process)
-  assert kill(process, signal.SIGTERM) == 0
+  assert kill(process, signum) == 0
   saved = latest_variables(tmp_path)
   step = int(saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"])
   assert 3 <= step < 100000

@@ -131,18 +131,27 @@ def _tokenizers(task, config, run_dir):
 
 
 class _StopRequest:
-  """Turns SIGTERM into a flag the loop checks, so the run saves a checkpoint before exiting."""
+  """Turns SIGTERM and Ctrl-C (SIGINT) into a flag the loop checks, so the run saves a
+  checkpoint before exiting; a second Ctrl-C exits at once, without saving."""
+
+  _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
     self.requested = False
-    self._previous = signal.signal(signal.SIGTERM, self._handle)
+    self._previous = {signum: signal.signal(signum, self._handle) for signum in self._SIGNALS}
 
   def _handle(self, signum, frame):
-    logging.warning("SIGTERM received: saving a checkpoint and stopping")
+    name = signal.Signals(signum).name
+    if self.requested and signum == signal.SIGINT:
+      logging.warning("second %s: exiting without a checkpoint", name)
+      os._exit(130)  # the conventional status of a Ctrl-C'd program
+    logging.warning("%s received: saving a checkpoint and stopping (Ctrl-C again: exit now)",
+                    name)
     self.requested = True
 
   def restore(self):
-    signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
 
 
 class Trainer:
