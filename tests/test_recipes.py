@@ -93,7 +93,7 @@ def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
                      batch_size=4, log_every=2, eval_examples=8)
   trainer = Trainer(config)
   assert trainer.model_config.classifier_body == "attention"
-  assert trainer.config.max_length == 80 and trainer.config.truncate == "left"
+  assert trainer.config.max_length == 160 and trainer.config.truncate == "left"
   metrics = trainer.run()
   assert metrics["examples"] == 8
   path = export.export(config.run_dir, str(tmp_path / "models"))
