@@ -8,7 +8,6 @@ version).
 """
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -107,10 +106,10 @@ def main(argv):
     print(f"== {directory}: {len(ops)} distinct ops")
     for op, users in ops.items():
       print(f"  {op:40s} {len(users)} function(s)")
-    cli = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable),
-                                                          "saved_model_cli")
-    shown = subprocess.run([cli, "show", "--dir", directory, "--all"], capture_output=True,
-                           text=True)
+    # The module, not the console script: the script is missing where TensorFlow was
+    # installed with `pip --target` or is not beside sys.executable.
+    shown = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli",
+                            "show", "--dir", directory, "--all"], capture_output=True, text=True)
     print(shown.stdout)
     if shown.returncode:
       print(f"saved_model_cli failed:\n{shown.stderr[-2000:]}")

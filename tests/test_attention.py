@@ -96,3 +96,26 @@ def test_low_precision_with_fully_masked_rows_is_finite(dtype):
 def test_large_negative_rejects_integer_dtype():
   with pytest.raises(ValueError, match="floating"):
     masking.large_negative(tf.int32)
+
+
+def test_mixed_dtype_biases_combine_in_float32_and_stay_finite():
+  """A float16 padding bias combined with a float32 causal bias: casting the float32 -1e9 to
+  float16 would give -inf, and a fully masked row NaN attention."""
+  combined = masking.combine(masking.padding_bias(tf.constant([[0, 0]]), dtype=tf.float16),
+                             masking.causal_bias(2, dtype=tf.float32))
+  assert combined.dtype == tf.float32
+  assert bool(tf.reduce_all(tf.math.is_finite(combined)))
+  attention = MultiHeadAttention(D_MODEL, HEADS)
+  x = tf.random.stateless_normal([1, 2, D_MODEL], [3, 4])
+  out, weights = attention(x, bias=combined, return_scores=True)
+  assert bool(tf.reduce_all(tf.math.is_finite(out)))
+  assert bool(tf.reduce_all(tf.math.is_finite(weights)))
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
+def test_a_fully_masked_row_gets_uniform_weights_in_every_dtype(dtype):
+  attention = MultiHeadAttention(D_MODEL, HEADS)
+  x = tf.cast(tf.random.stateless_normal([1, 4, D_MODEL], [5, 6]) * 3.0, dtype)
+  bias = masking.padding_bias(tf.constant([[0, 0, 0, 0]]), dtype=dtype)  # every key masked
+  _, weights = attention(x, bias=bias, return_scores=True)
+  np.testing.assert_allclose(weights, np.full(weights.shape, 0.25), atol=1e-6)

@@ -33,3 +33,11 @@ def test_unknown_json_field_and_preset_are_rejected():
     TransformerConfig.from_json('{"d_modle": 4}')
   with pytest.raises(ValueError, match="Unknown preset"):
     TransformerConfig.preset("huge")
+
+
+def test_a_transformer_without_decoder_layers_is_refused_where_it_is_built():
+  import tfattn
+  config = tfattn.TransformerConfig.preset("tiny", num_decoder_layers=0)
+  with pytest.raises(ValueError, match="num_decoder_layers >= 1"):
+    tfattn.Transformer(config)
+  tfattn.EncoderClassifier(config)  # the classifier has no decoder: fine

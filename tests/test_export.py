@@ -2,6 +2,7 @@
 
 import json
 import os
+import site
 import subprocess
 import sys
 import textwrap
@@ -259,3 +260,19 @@ def test_token_signatures_reject_ids_outside_the_vocabulary(graph_and_xla_export
     loaded.signatures["score"](source_ids=tf.constant([[5]]), target_ids=tf.constant([[10_000]]))
   with pytest.raises(tf.errors.InvalidArgumentError, match="vocabulary size"):
     loaded.signatures["encode"](source_ids=tf.constant([[10_000]]))
+
+
+def test_check_runs_without_the_saved_model_cli_script(exported, tmp_path):
+  """TensorFlow installed without console scripts beside the interpreter (pip --target): the
+  check still shows the signatures."""
+  base, _ = exported
+  python = tmp_path / "bin" / "python"  # a bin/ folder holding no saved_model_cli
+  python.parent.mkdir()
+  python.symlink_to(sys.executable)
+  result = subprocess.run([str(python), "-m", "serving.check", str(base)], capture_output=True,
+                          text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(__file__)),
+                          env=dict(os.environ, PATH="/usr/bin:/bin",
+                                   PYTHONPATH=os.pathsep.join(site.getsitepackages())))
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  assert "signature_def['serving_default']" in result.stdout

@@ -7,7 +7,7 @@ for the values. There is no loop over heads anywhere.
 
 import tensorflow as tf
 
-from tfattn import layers
+from tfattn import layers, masking
 
 
 def split_heads(x, num_heads, depth):
@@ -42,7 +42,7 @@ def scaled_dot_product_attention(query, key, value, bias=None, dropout_rate=0.0,
   if bias is not None:
     # Broadcasting explicitly: with static shapes, oneDNN fuses BatchMatMul + a broadcast Add of
     # a constant bias (the causal mask) into a kernel ~50x slower than matmul then add.
-    logits += tf.broadcast_to(tf.cast(bias, tf.float32), tf.shape(logits))
+    logits += tf.broadcast_to(masking.as_float32_logit_bias(bias), tf.shape(logits))
   weights = tf.nn.softmax(logits, axis=-1)
   dropped = layers.dropout(tf.cast(weights, value.dtype), dropout_rate, rng, training)
   return tf.matmul(dropped, value), weights

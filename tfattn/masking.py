@@ -65,11 +65,26 @@ def step_bias(decode_index, cache_length, dtype=tf.float32):
 
 
 def combine(*biases):
-  """Combines biases by broadcasting `tf.minimum`; `None`s are skipped."""
+  """Combines biases by broadcasting `tf.minimum`; `None`s are skipped. Biases of one dtype
+  keep it; mixed dtypes combine in float32, where every dtype's masking value is finite (a
+  float32 -1e9 cast to float16 would be -inf, and a fully masked row would become NaN)."""
   present = [bias for bias in biases if bias is not None]
   if not present:
     return None
+  if len({bias.dtype for bias in present}) > 1:
+    present = [tf.cast(bias, tf.float32) for bias in present]
   combined = present[0]
   for bias in present[1:]:
-    combined = tf.minimum(combined, tf.cast(bias, combined.dtype))
+    combined = tf.minimum(combined, bias)
   return combined
+
+
+def as_float32_logit_bias(bias):
+  """A bias in float32 for adding to float32 logits. float16's masking value (-3e4) is raised to
+  float32's (-1e9): -3e4 only shifts a fully masked row's logits, which would then keep the
+  unmasked softmax, where float32 and bfloat16 masks give every key the same weight."""
+  float32_bias = tf.cast(bias, tf.float32)
+  if bias.dtype == tf.float16:
+    float32_bias = tf.where(float32_bias <= large_negative(tf.float16),
+                            large_negative(tf.float32), float32_bias)
+  return float32_bias

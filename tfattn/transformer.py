@@ -160,6 +160,9 @@ class Transformer(tf.Module):
 
   def __init__(self, config: TransformerConfig, name="transformer"):
     super().__init__(name=name)
+    if config.num_decoder_layers < 1:
+      raise ValueError("A Transformer needs num_decoder_layers >= 1 (decoding has nothing to "
+                       "run otherwise); an EncoderClassifier ignores num_decoder_layers")
     self.config = config
     c = config
     with self.name_scope:
