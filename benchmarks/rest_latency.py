@@ -23,7 +23,7 @@ import common
 TEXTS = ["4213", "19", "700005", "31337", "8", "123456", "99", "5000"]
 # Server-side batching pads merged batches to these sizes, so an XLA export compiles (and warms
 # up) a bounded set of programs; the largest is max_batch_size.
-ALLOWED_BATCH_SIZES = (8, 32, 64)
+ALLOWED_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def load(port, model, batch, concurrency, seconds, texts):
