@@ -18,6 +18,12 @@ def timed(fn, repeats, warm_up=True):
   return (time.perf_counter() - start) / repeats
 
 
+def read_texts(path):
+  """Request texts from a file: one a line, the first column of a TSV, blank lines skipped."""
+  with open(path, encoding="utf-8") as f:
+    return [line.rstrip("\n").split("\t")[0] for line in f if line.strip()]
+
+
 def device_description():
   import tensorflow as tf
   gpus = tf.config.list_physical_devices("GPU")

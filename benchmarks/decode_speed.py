@@ -47,21 +47,20 @@ def compare_exports(args):
   import tempfile
   import time
 
-  from serving import export, warmup
+  from serving import export
+  from serving.model_manager import Servable
   base = tempfile.mkdtemp(prefix="decode-speed-")
   paths = {mode: export.export(args.run_dir, os.path.join(base, mode), beam_size=args.beam,
                                decode=mode, warmup_batch_sizes=(1, 32))
            for mode in ("graph", "xla")}
   signatures, tokenizer = {}, None
   for mode, path in paths.items():
-    loaded = tf.saved_model.load(path)
-    signatures[mode] = loaded.signatures["serving_default"]
-    for name, inputs in warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE)):
-      loaded.signatures[name](**{k: tf.constant(v) for k, v in inputs.items()})
-    tokenizer = loaded.source_tokenizer
+    servable = Servable(mode, 1, path)
+    servable.warm_up()  # as the server does before a version is AVAILABLE
+    signatures[mode] = servable.signatures["serving_default"]
+    tokenizer = servable.model.source_tokenizer
   if args.texts_file:
-    with open(args.texts_file, encoding="utf-8") as f:
-      texts = [line.rstrip("\n").split("\t")[0] for line in f if line.strip()]
+    texts = common.read_texts(args.texts_file)
   else:
     with open(os.path.join(paths["graph"], "assets.extra", "tfattn.json")) as f:
       vocab_size = json.load(f)["model_config"]["source_vocab_size"]

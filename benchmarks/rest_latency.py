@@ -73,13 +73,6 @@ def start_server(base, model, batching, batching_file):
   return process, port
 
 
-def read_texts(path):
-  if not path:
-    return TEXTS
-  with open(path, encoding="utf-8") as f:
-    return [line.rstrip("\n").split("\t")[0] for line in f if line.strip()]
-
-
 def measure(base, args, batching_file, label):
   """{(batching, batch): load results} of the model at `base`, one table row each."""
   results = {}
@@ -121,7 +114,7 @@ def main():
   if args.load:
     port, batch = map(int, args.load.split(","))
     print(json.dumps(load(port, args.model, batch, args.concurrency, args.seconds,
-                          read_texts(args.texts_file))))
+                          common.read_texts(args.texts_file) if args.texts_file else TEXTS)))
     return
   if args.run_dir:
     from serving import export

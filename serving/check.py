@@ -36,14 +36,19 @@ def core_ops():
   return set(dir(tf.raw_ops)) | _PSEUDO_OPS
 
 
-def saved_model_ops(saved_model_dir):
-  """-> {op name: sorted names of the functions using it ('<graph>' for the main graph)}."""
+def read_saved_model(saved_model_dir):
+  """The `saved_model.pb` of a SavedModel directory, parsed."""
   from tensorflow.core.protobuf import saved_model_pb2
   proto = saved_model_pb2.SavedModel()
   with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
     proto.ParseFromString(f.read())
+  return proto
+
+
+def saved_model_ops(saved_model_dir):
+  """-> {op name: sorted names of the functions using it ('<graph>' for the main graph)}."""
   used = {}
-  for meta_graph in proto.meta_graphs:
+  for meta_graph in read_saved_model(saved_model_dir).meta_graphs:
     for node in meta_graph.graph_def.node:
       used.setdefault(node.op, set()).add("<graph>")
     for function in meta_graph.graph_def.library.function:
@@ -59,11 +64,8 @@ def must_compile_functions(saved_model_dir):
   """Names of the functions marked `jit_compile=True` (attribute `_XlaMustCompile`). TF
   Serving's GPU builds compile them; its CPU builds refuse them unless started with
   XLA_CPU_FLAG (tensorflow_serving/model_servers/main.cc, default false)."""
-  from tensorflow.core.protobuf import saved_model_pb2
-  proto = saved_model_pb2.SavedModel()
-  with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
-    proto.ParseFromString(f.read())
-  return sorted({function.signature.name for meta_graph in proto.meta_graphs
+  return sorted({function.signature.name
+                 for meta_graph in read_saved_model(saved_model_dir).meta_graphs
                  for function in meta_graph.graph_def.library.function
                  if function.attr["_XlaMustCompile"].b})
 

@@ -57,9 +57,9 @@ def bucket_warmup_texts(tokenizer, buckets):
   count = lambda texts: tokenizer.tokenize(tf.constant(texts)).row_lengths().numpy()
   for piece in range(reserved, min(tokenizer.vocab_size, reserved + 200)):
     word = tokenizer.detokenize(tf.constant([[piece]]))[0].numpy().decode().strip()
+    if not word:
+      continue
     for joiner in (" ", ""):
-      if not word:
-        continue
       one, two = count([word, joiner.join([word] * 2)])
       per_repeat, base = two - one, 2 * one - two  # tokens = base + per_repeat * repeats
       if per_repeat < 1:
@@ -129,7 +129,7 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
     with open(os.path.join(temp, "assets.extra", "tfattn.json"), "w") as f:
       json.dump({"task": task, "model_config": json.loads(model.config.to_json()),
                  "beam_size": beam_size, "alpha": alpha, "decode": decode,
-                 "length_buckets": list(getattr(module, "length_buckets", ())) or None,
+                 "length_buckets": list(module.length_buckets) if decode == "xla" else None,
                  "checkpoints": [os.path.basename(p) for p in averaged]}, f, indent=2)
     os.rename(temp, final)  # atomic on one file system
   except BaseException:

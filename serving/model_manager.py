@@ -18,9 +18,8 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the TF-Text ops the SavedModels use
 from absl import logging
 from google.protobuf import json_format
-from tensorflow.core.protobuf import saved_model_pb2
 
-from serving import warmup
+from serving import check, warmup
 from serving.tensor_json import RestError, invalid
 
 WARMUP_PATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
@@ -52,10 +51,8 @@ class Servable:
     self.name, self.version, self.path = name, version, path
     self.model = tf.saved_model.load(path, tags=["serve"])
     self.signatures = dict(self.model.signatures)
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-      proto.ParseFromString(f.read())
-    meta_graph = next(m for m in proto.meta_graphs if "serve" in m.meta_info_def.tags)
+    meta_graph = next(m for m in check.read_saved_model(path).meta_graphs
+                      if "serve" in m.meta_info_def.tags)
     self.signature_defs = meta_graph.signature_def
 
   def input_specs(self, signature_name):

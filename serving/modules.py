@@ -7,24 +7,15 @@ The root object also follows the Reusable SavedModel API (`__call__`, `variables
 
 import tensorflow as tf
 
-from tfattn import decoding, text as tfattn_text
+from tfattn import decoding, shapes, text as tfattn_text
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
 
 DECODE_MODES = ("graph", "xla")
-
-
-def length_buckets(max_length, smallest=16):
-  """Source lengths the XLA decoder is compiled for: powers of two from `smallest` below
-  `max_length`, then `max_length` ((16, 32, 64) for 64). A server compiles one program per
-  bucket and batch size instead of one per request length."""
-  buckets, length = [], smallest
-  while length < max_length:
-    buckets.append(length)
-    length *= 2
-  return tuple(buckets) + (max_length,)
+# The XLA decoder's source lengths: 16, 32, ... then max_length, one program each per batch size.
+SMALLEST_SOURCE_BUCKET = 16
 
 
 class _Exportable(tf.Module):
@@ -94,8 +85,10 @@ class Seq2SeqExport(_Exportable):
     self.alpha = alpha
     self.extra_decode_length = extra_decode_length
     self.decode_mode = decode
-    self.length_buckets = length_buckets(self.max_length)
+    self.length_buckets = None  # graph mode decodes any length as it comes
     if decode == "xla":  # only then: a graph export holds no must-compile function
+      self.length_buckets = tuple(shapes.length_buckets(self.max_length,
+                                                        SMALLEST_SOURCE_BUCKET))
       self._decode_padded = tf.function(self._search_padded, input_signature=[IDS],
                                         jit_compile=True)
 

@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from tfattn import shapes
 from tfattn.text import END_ID, START_ID, truncate_tokens
 
 
@@ -20,12 +21,8 @@ def shuffled(raw, seed):
 
 
 def bucket_lengths(max_length):
-  """The padded lengths of the length buckets: 8, 16, 32, ... doubling, then max_length."""
-  lengths, edge = [], 8
-  while edge < max_length:
-    lengths.append(edge)
-    edge *= 2
-  return lengths + [max_length]
+  """The padded lengths of the training batches' buckets: 8, 16, 32, ... then max_length."""
+  return shapes.length_buckets(max_length, smallest=8)
 
 
 def bucket_batch_sizes(max_length, batch_size, batch_tokens=None, multiple_of=1):
