@@ -1,0 +1,117 @@
+"""The shell every command-line program shares: absl flags, `--help`, one-line errors, a quiet
+TensorFlow start. It imports nothing of ours, so `train/` and `serving/` can both use it.
+
+Exit statuses: 0 done; 2 a mistake the user can fix (bad flag value, missing input, busy port),
+told in one line on stderr that names the problem and the fix; 1 a failure at run time, also one
+line (`--verbose_errors` adds the traceback); 130 interrupted.
+
+    import cli
+    cli.start_tensorflow_quietly()      # before anything imports TensorFlow
+    ...
+    if __name__ == "__main__":
+      cli.run(main)
+"""
+
+import os
+import sys
+import tempfile
+import traceback
+
+from absl import app, flags
+
+flags.DEFINE_bool("verbose_errors", False,
+                  "On an error, print the Python traceback after the one-line message.")
+
+
+class UsageError(Exception):
+  """A mistake the user can fix before anything runs: exit status 2."""
+
+
+class RunError(Exception):
+  """A failure while running, with a message that says what to do: exit status 1."""
+
+
+def program_name() -> str:
+  """`python -m serving.export` -> "serving.export"; a script -> its file name."""
+  main = sys.modules.get("__main__")
+  spec = getattr(main, "__spec__", None)
+  if spec is not None and spec.name:
+    return spec.name[:-len(".__main__")] if spec.name.endswith(".__main__") else spec.name
+  return os.path.basename(sys.argv[0]) or "tfattn"
+
+
+def fail(message: str, status: int = 2) -> None:
+  """Prints `<program>: error: <message>` as one line on stderr and exits with `status`."""
+  one_line = " ".join(str(message).split())
+  print(f"{program_name()}: error: {one_line}", file=sys.stderr, flush=True)
+  sys.exit(status)
+
+
+def _parse_flags(argv):
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    fail(f"{error} (see --help)")
+
+
+def run(main) -> None:
+  """`absl.app.run(main)` with our error contract (see the module docstring)."""
+
+  def guarded(argv):
+    if len(argv) > 1:
+      fail(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
+    try:
+      return main(argv)
+    except UsageError as error:
+      _maybe_traceback()
+      fail(str(error), 2)
+    except RunError as error:
+      _maybe_traceback()
+      fail(str(error), 1)
+    except KeyboardInterrupt:
+      fail("interrupted", 130)
+    except Exception as error:  # noqa: BLE001 - the one place that turns crashes into a line
+      _maybe_traceback()
+      hint = "" if flags.FLAGS["verbose_errors"].value else " (--verbose_errors shows where)"
+      fail(f"{type(error).__name__}: {error}{hint}", 1)
+
+  app.run(guarded, flags_parser=_parse_flags)
+
+
+def _maybe_traceback():
+  if flags.FLAGS.is_parsed() and flags.FLAGS.verbose_errors:
+    traceback.print_exc()
+
+
+# Lines TensorFlow prints while it looks for a GPU. On a machine without an NVIDIA driver they
+# are noise (one even reads "E... failed call to cuInit"); with a GPU they are kept.
+_NO_GPU_NOISE = ("All log messages before absl::InitializeLog() is called",
+                 "Could not find cuda drivers on your machine",
+                 "failed call to cuInit",
+                 "cpu_feature_guard.cc",
+                 "To enable the following instructions:")
+
+
+def start_tensorflow_quietly() -> None:
+  """Imports TensorFlow and lists its devices with stderr captured, then replays what it
+  printed except the no-GPU noise above. Call before anything else imports TensorFlow."""
+  if "tensorflow" in sys.modules:
+    return
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile(mode="w+b") as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      import tensorflow as tf
+      has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+    captured.seek(0)
+    text = captured.read().decode("utf-8", "replace")
+  kept = [line for line in text.splitlines()
+          if has_gpu or not any(noise in line for noise in _NO_GPU_NOISE)]
+  if kept:
+    print("\n".join(kept), file=sys.stderr, flush=True)
