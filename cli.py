@@ -47,18 +47,27 @@ def fail(message: str, status: int = 2) -> None:
   sys.exit(status)
 
 
+_HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
 def _parse_flags(argv):
   try:
     return flags.FLAGS(argv)
   except flags.Error as error:
     fail(f"{error} (see --help)")
+  except SystemExit as done:
+    # absl prints the help asked for, then exits 1; asking for help is not an error.
+    if done.code == 1 and any(arg in _HELP_FLAGS for arg in argv[1:]):
+      sys.exit(0)
+    raise
 
 
-def run(main) -> None:
-  """`absl.app.run(main)` with our error contract (see the module docstring)."""
+def run(main, arguments: str = "") -> None:
+  """`absl.app.run(main)` with our error contract (see the module docstring). A program that
+  takes positional arguments names them in `arguments` (e.g. "DIR"); others refuse any."""
 
   def guarded(argv):
-    if len(argv) > 1:
+    if len(argv) > 1 and not arguments:
       fail(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
     try:
       return main(argv)
@@ -75,6 +84,8 @@ def run(main) -> None:
       hint = "" if flags.FLAGS["verbose_errors"].value else " (--verbose_errors shows where)"
       fail(f"{type(error).__name__}: {error}{hint}", 1)
 
+  # --help lists the main module's flags; ours belongs there too.
+  flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS["verbose_errors"])
   app.run(guarded, flags_parser=_parse_flags)
 
 

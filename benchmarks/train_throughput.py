@@ -12,6 +12,7 @@ stay float32 in both.
 """
 
 import argparse
+import dataclasses
 
 import common  # noqa: F401  (sys.path, quiet TF)
 import keras
@@ -186,12 +187,16 @@ def main():
       num_decoder_layers=c["num_layers"], dropout_rate=0.1, max_length=args.length,
       compute_dtype=args.dtype)
   ours = tfattn.Transformer(config)
+  # The same model with tensor2tensor's extra dropout on the feed-forward hidden layer (our
+  # placement before the paper's became the default): what that dropout costs.
+  ours_t2t = tfattn.Transformer(dataclasses.replace(config, feed_forward_dropout_rate=0.1))
   if args.dtype == "bfloat16":
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
   peer = KerasTransformer(c["num_layers"], c["d_model"], c["num_heads"], c["dff"], c["vocab"])
   peer((batch[0], batch[1]))  # build
   models = {
       "tfattn": (lambda s, t: ours(s, t, training=True), ours.trainable_variables),
+      "tfattn_ffd": (lambda s, t: ours_t2t(s, t, training=True), ours_t2t.trainable_variables),
       "keras_mha": (lambda s, t: peer((s, t), training=True), peer.trainable_variables),
   }
   step_flops = flops.training_flops(
@@ -213,7 +218,8 @@ def main():
       step = make_step(model_fn, variables, optimizer, jit)
       steps[name, jit] = lambda step=step: step(*batch).numpy()
   seconds = common.interleaved_medians(steps, args.rounds, args.steps)
-  print(f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}")
+  print(f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}   "
+        "(tfattn_ffd: + dropout on the feed-forward hidden layer)")
   tokens = {}
   for (name, jit), value in seconds.items():
     tokens[name, jit] = args.batch * args.length / value
@@ -224,6 +230,9 @@ def main():
     print(f"ratio tfattn / keras_mha, XLA {'on ' if jit else 'off'}: "
           f"{tokens['tfattn', jit]:.0f} / {tokens['keras_mha', jit]:.0f} tok/s = "
           f"{tokens['tfattn', jit] / tokens['keras_mha', jit]:.2f}x")
+  for jit in (False, True):
+    print(f"cost of feed-forward hidden dropout, XLA {'on ' if jit else 'off'}: tfattn_ffd / "
+          f"tfattn = {tokens['tfattn_ffd', jit] / tokens['tfattn', jit]:.2f}x tok/s")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ import os
 import subprocess
 import sys
 
+import cli
+
+if __name__ == "__main__":
+  cli.start_tensorflow_quietly()
+
 # TF-Text ops that TF Serving 2.12-2.19 links (TF-Text 2.12.1's ops_lib).
 SERVING_TEXT_OPS = frozenset({
     "CaseFoldUTF8", "NormalizeUTF8", "NormalizeUTF8WithOffsetsMap", "RegexSplitWithOffsets",
@@ -83,6 +88,9 @@ def problems(saved_model_dir):
 
 
 def _version_dirs(path):
+  if not os.path.isdir(path):
+    raise ValueError(f"{path} is not a directory: give a SavedModel directory or a model base "
+                     "path")
   if os.path.exists(os.path.join(path, "saved_model.pb")):
     return [path]
   versions = sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True)
@@ -95,13 +103,12 @@ def _version_dirs(path):
 
 def main(argv):
   if len(argv) != 2:
-    print("usage: python -m serving.check SAVED_MODEL_DIR_OR_BASE_PATH", file=sys.stderr)
-    return 2
+    raise cli.UsageError("give one SavedModel directory or model base path: "
+                         "python -m serving.check DIR")
   try:
     dirs = _version_dirs(argv[1])
-  except (ValueError, OSError) as error:
-    print(f"error: {error}", file=sys.stderr)
-    return 2
+  except ValueError as error:
+    raise cli.UsageError(str(error)) from None
   failed = False
   for directory in dirs:
     ops = saved_model_ops(directory)
@@ -131,5 +138,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  sys.exit(main(sys.argv))
+  cli.run(main, arguments="DIR")

@@ -4,10 +4,11 @@
 """
 
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
+
+import cli
 
 
 class ServingError(Exception):
@@ -73,26 +74,34 @@ class ServingClient:
       time.sleep(0.2)
 
 
-def main(argv):
+def _define_flags():
   from absl import flags
   flags.DEFINE_string("host", "127.0.0.1", "Server host.")
-  flags.DEFINE_integer("port", 8501, "REST port.")
+  flags.DEFINE_integer("port", 8501, "REST port.", lower_bound=1, upper_bound=65535)
   flags.DEFINE_string("model", "tfattn", "Model name.")
-  flags.DEFINE_multi_string("text", [], "Texts to send to serving_default.")
+  flags.DEFINE_multi_string("text", [], "Texts to send to serving_default (repeat the flag).")
   flags.DEFINE_bool("metadata", False, "Print the model's metadata instead.")
-  flags.FLAGS(argv)
+  flags.DEFINE_float("timeout", 60.0, "Seconds to wait for an answer.", lower_bound=0.0)
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
   f = flags.FLAGS
-  client = ServingClient(f.model, f.host, f.port)
+  if not f.metadata and not f.text:
+    raise cli.UsageError("nothing to send: give --text=... (repeatable) or --metadata")
+  client = ServingClient(f.model, f.host, f.port, timeout=f.timeout)
   try:
-    if f.metadata:
-      print(json.dumps(client.metadata(), indent=2))
-    else:
-      print(json.dumps(client.predict(instances=f.text), indent=2, ensure_ascii=False))
+    answer = client.metadata() if f.metadata else client.predict(instances=f.text)
   except ServingError as error:
-    print(error, file=sys.stderr)
-    return 1
-  return 0
+    raise cli.RunError(f"the server answered {error}") from None
+  except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
+    reason = getattr(error, "reason", error)
+    raise cli.RunError(f"cannot reach {client.base} ({reason}); is the server running on "
+                       f"{f.host}:{f.port}? start one with python -m serving.server") from None
+  print(json.dumps(answer, indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv))
+  _define_flags()
+  cli.run(main)

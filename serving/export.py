@@ -7,7 +7,11 @@ polling the base path never sees a partial version; an existing version is never
 import json
 import os
 import shutil
-import sys
+
+import cli
+
+if __name__ == "__main__":
+  cli.start_tensorflow_quietly()  # before TensorFlow is imported below
 
 import tensorflow as tf
 
@@ -94,9 +98,17 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
 
   decode: "graph", "xla" or "auto" (see `resolve_decode`); with "xla" the warm-up records hold
   one request per source length bucket and batch size in `warmup_batch_sizes`."""
+  if os.path.exists(base_path) and not os.path.isdir(base_path):
+    raise ValueError(f"--base_path={base_path} is a file; pass a directory")
   decode = resolve_decode(decode)
   if not warmup_batch_sizes or min(warmup_batch_sizes) < 1:
     raise ValueError(f"--warmup_batch_sizes must be positive integers, got {warmup_batch_sizes}")
+  version = next_version(base_path) if version is None else int(version)
+  if version <= 0:
+    raise ValueError(f"--version must be a positive integer, got {version}")
+  final = os.path.join(base_path, str(version))
+  if os.path.exists(final):
+    raise ValueError(f"{final} already exists; versions are never overwritten")
   task, model, source, target = load_trained(run_dir, checkpoint, average_last)
   averaged = checkpoints_to_average(os.path.join(run_dir, "checkpoints"), checkpoint, average_last)
   if task["kind"] == "classification":
@@ -113,13 +125,8 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
     bucket_texts = bucket_warmup_texts(source, module.length_buckets)
     warmup_requests += [("serving_default", {"text": tf.constant([t] * size).numpy()})
                         for size in sorted(set(warmup_batch_sizes)) for t in bucket_texts]
+  created_base = not os.path.exists(base_path)
   os.makedirs(base_path, exist_ok=True)
-  version = next_version(base_path) if version is None else int(version)
-  if version <= 0:
-    raise ValueError(f"--version must be a positive integer, got {version}")
-  final = os.path.join(base_path, str(version))
-  if os.path.exists(final):
-    raise ValueError(f"{final} already exists; versions are never overwritten")
   temp = os.path.join(base_path, f".tmp-export-{version}-{os.getpid()}")
   shutil.rmtree(temp, ignore_errors=True)
   try:
@@ -134,23 +141,27 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
     os.rename(temp, final)  # atomic on one file system
   except BaseException:
     shutil.rmtree(temp, ignore_errors=True)
+    if created_base and not os.listdir(base_path):
+      os.rmdir(base_path)  # leave nothing behind a failed first export
     raise
   return final
 
 
-def main(argv):
-  from absl import flags, logging
+def _define_flags():
+  from absl import flags
   flags.DEFINE_string("run_dir", None, "Training run directory (uses its latest checkpoint).")
   flags.DEFINE_string("checkpoint", None,
                       "A checkpoint prefix, e.g. runs/default/checkpoints/ckpt-4000; its run "
                       "directory is two levels up unless --run_dir is given.")
-  flags.DEFINE_string("base_path", None, "Model base path: versions go in <base_path>/<N>.")
+  flags.DEFINE_string("base_path", None,
+                      "Model base path (required): versions go in <base_path>/<N>.")
   flags.DEFINE_integer("version", None, "Version number (default: one above the newest).")
   flags.DEFINE_string("model_name", "tfattn", "Model name recorded in the warm-up requests.")
-  flags.DEFINE_integer("beam_size", 4, "Beam size of serving_default (1 = greedy).")
-  flags.DEFINE_float("alpha", 0.6, "Beam search length penalty.")
+  flags.DEFINE_integer("beam_size", 4, "Beam size of serving_default (1 = greedy).", lower_bound=1)
+  flags.DEFINE_float("alpha", 0.6, "Beam search length penalty.", lower_bound=0.0)
   flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
-  flags.DEFINE_integer("average_last", 1, "Average the weights of the last N kept checkpoints.")
+  flags.DEFINE_integer("average_last", 1, "Average the weights of the last N kept checkpoints.",
+                       lower_bound=1)
   flags.DEFINE_enum("decode", "auto", ["auto"] + list(DECODE_MODES),
                     "Decoding in serving_default/translate_ids: xla = padded search compiled "
                     "with XLA per source length bucket (TF Serving on CPU then needs "
@@ -159,30 +170,32 @@ def main(argv):
   flags.DEFINE_list("warmup_batch_sizes", ["1"],
                     "With --decode=xla: batch sizes the warm-up requests compile for every "
                     "length bucket (list TF Serving's allowed_batch_sizes here).")
-  flags.mark_flag_as_required("base_path")
-  flags.FLAGS(argv)
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
   f = flags.FLAGS
+  if not f.base_path:
+    raise cli.UsageError("--base_path is required: the directory that holds the versions")
   run_dir = f.run_dir or (os.path.dirname(os.path.dirname(f.checkpoint)) if f.checkpoint
                           else None)
   if not run_dir:
-    logging.error("give --run_dir or --checkpoint")
-    return 2
+    raise cli.UsageError("give --run_dir (the training run) or --checkpoint (one of its "
+                         "checkpoints)")
   try:
     batch_sizes = [int(size) for size in f.warmup_batch_sizes]
   except ValueError:
-    logging.error("--warmup_batch_sizes must be a comma-separated list of integers, got %s",
-                  ",".join(f.warmup_batch_sizes))
-    return 2
+    raise cli.UsageError("--warmup_batch_sizes must be a comma-separated list of integers, got "
+                         f"{','.join(f.warmup_batch_sizes)}") from None
   try:
     path = export(run_dir, f.base_path, f.version, f.checkpoint, f.model_name, f.beam_size,
                   f.alpha, f.warmup_text, f.average_last, f.decode, batch_sizes)
-  except (ValueError, OSError) as error:
-    logging.error("%s", error)
-    return 2
+  except ValueError as error:
+    raise cli.UsageError(str(error)) from error
   print(f"exported {path}")
-  return 0
 
 
 if __name__ == "__main__":
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  sys.exit(main(sys.argv))
+  _define_flags()
+  cli.run(main)

@@ -16,6 +16,9 @@ def checkpoints_to_average(checkpoint_dir, checkpoint=None, average_last=1):
   available = list(state.all_model_checkpoint_paths) if state else []
   if not available and not checkpoint:
     raise ValueError(f"no checkpoint under {checkpoint_dir}: train first")
+  if checkpoint and not tf.io.gfile.exists(checkpoint + ".index"):
+    kept = ", ".join(available) if available else "none"
+    raise ValueError(f"checkpoint {checkpoint} does not exist (kept checkpoints: {kept})")
   if average_last == 1:
     return [checkpoint or available[-1]]
   if checkpoint and checkpoint not in available:

@@ -23,8 +23,11 @@ class TransformerConfig:
   dff: int = 2048
   num_encoder_layers: int = 6
   num_decoder_layers: int = 6
+  # The paper's residual dropout: each sublayer's output and the embeddings + positions.
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
+  # Dropout on the feed-forward hidden layer: not in the paper (tensor2tensor's relu_dropout).
+  feed_forward_dropout_rate: float = 0.0
   max_length: int = 512            # learned positions and the decoding length limit
   position_encoding: str = "sinusoidal"
   norm_position: str = "post"      # "post" as in the paper; "pre" trains deeper models stably
@@ -56,6 +59,8 @@ class TransformerConfig:
             "layer counts must be >= 0")
     require(0.0 <= self.dropout_rate < 1.0, "dropout_rate must be in [0, 1)")
     require(0.0 <= self.attention_dropout_rate < 1.0, "attention_dropout_rate must be in [0, 1)")
+    require(0.0 <= self.feed_forward_dropout_rate < 1.0,
+            "feed_forward_dropout_rate must be in [0, 1)")
     require(self.position_encoding in _POSITION_KINDS,
             f"position_encoding must be one of {_POSITION_KINDS}")
     require(self.norm_position in _NORM_POSITIONS, f"norm_position must be one of {_NORM_POSITIONS}")

@@ -25,8 +25,8 @@ class _ResidualLayer(tf.Module):
                                                name="self_attention")
       self.self_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                            name="self_attention_norm")
-      self.feed_forward = FeedForward(c.d_model, c.dff, c.dropout_rate, rng, c.seed,
-                                      name="feed_forward")
+      self.feed_forward = FeedForward(c.d_model, c.dff, c.feed_forward_dropout_rate, rng,
+                                      c.seed, name="feed_forward")
       self.feed_forward_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                          name="feed_forward_norm")
 

@@ -3,12 +3,17 @@
 
 import dataclasses
 import os
+import shutil
+import subprocess
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import cli
 
-from absl import app, flags, logging  # noqa: E402
+cli.start_tensorflow_quietly()  # before the imports below bring TensorFlow in
 
+from absl import flags, logging  # noqa: E402
+
+from train import resume  # noqa: E402
 from train.distribute import STRATEGIES  # noqa: E402
 from train.recipes import RECIPES  # noqa: E402
 from train.run_config import FALLBACKS, RunConfig  # noqa: E402
@@ -43,6 +48,10 @@ flags.DEFINE_enum("classifier_body", None, ["transformer", "attention"],
                   "Classification only: the encoder stack, or one self-attention layer over "
                   f"embeddings (Su Jianlin's experiment) {_TASK_DEFAULT}.")
 flags.DEFINE_float("dropout", None, f"Dropout rate {_TASK_DEFAULT}.")
+flags.DEFINE_float("feed_forward_dropout", None,
+                   "Dropout on the feed-forward hidden layer, after the ReLU (tensor2tensor's "
+                   "relu_dropout; the paper drops only sublayer outputs and embeddings) "
+                   f"(default: the recipe's, else {FALLBACKS['feed_forward_dropout']}).")
 flags.DEFINE_enum("tokenizer", None, ["sentencepiece", "wordpiece"],
                   "sentencepiece: lossless (case, spacing, punctuation kept); wordpiece: "
                   f"case-folded words (default: the task's, else {FALLBACKS['tokenizer']}).")
@@ -117,32 +126,64 @@ FLAGS = flags.FLAGS
 
 
 def config_from_flags() -> RunConfig:
-  return RunConfig(**{field.name: getattr(FLAGS, field.name)
-                      for field in dataclasses.fields(RunConfig)})
+  """The flags as a RunConfig; resuming a run directory, the flags not given on this command
+  line take the saved run's values (train/resume.py)."""
+  requested = RunConfig(**{field.name: getattr(FLAGS, field.name)
+                           for field in dataclasses.fields(RunConfig)})
+  saved = resume.saved_config(requested.run_dir)
+  if saved is None:
+    return requested
+  explicit = [field.name for field in dataclasses.fields(RunConfig) if FLAGS[field.name].present]
+  logging.info("resuming %s with its saved configuration (%s)", requested.run_dir,
+               resume.CONFIG_FILE)
+  return resume.merge_for_resume(saved, requested, explicit)
+
+
+def _check_export_path(path):
+  if path and os.path.exists(path) and not os.path.isdir(path):
+    raise cli.UsageError(f"--export_base_path={path} is a file; pass a directory")
+
+
+def _make_trainer(config):
+  """The Trainer; a run directory this call created is removed again if setting up fails."""
+  from train.trainer import Trainer
+  created = not os.path.exists(config.run_dir)
+  try:
+    return Trainer(config)
+  except BaseException as error:
+    if created:
+      shutil.rmtree(config.run_dir, ignore_errors=True)
+    if isinstance(error, ValueError):  # bad settings or data, told in one line
+      raise cli.UsageError(str(error)) from error
+    raise
+
+
+def _export(run_dir, base_path, average_last):
+  # A subprocess keeps the layering: training never imports the serving package.
+  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}",
+             f"--base_path={base_path}", f"--average_last={average_last}",
+             f"--decode={FLAGS.export_decode}"]
+  if subprocess.run(command).returncode:
+    raise cli.RunError(f"the export failed (see above); the trained run in {run_dir} is intact: "
+                       f"fix the cause and run {' '.join(command[1:])}")
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from train.trainer import Trainer  # TensorFlow starts here, after flags are parsed
+  del argv  # cli.run refuses positional arguments
   try:
-    trainer = Trainer(config_from_flags())
-  except (ValueError, OSError) as error:
-    logging.error("%s", error)
-    sys.exit(2)
+    config = config_from_flags()
+  except ValueError as error:
+    raise cli.UsageError(str(error)) from None
+  _check_export_path(config.export_base_path)
+  trainer = _make_trainer(config)
   metrics = trainer.run()
   if metrics is None:
     return
   print({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
-  if FLAGS.export_base_path and trainer.is_chief:
-    # A subprocess keeps the layering: training never imports the serving package.
-    import subprocess
-    subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={FLAGS.run_dir}",
-                    f"--base_path={FLAGS.export_base_path}",
-                    f"--average_last={len(metrics.get('averaged_checkpoints', [1]))}",
-                    f"--decode={FLAGS.export_decode}"],
-                   check=True)
+  if config.export_base_path and trainer.is_chief:
+    _export(config.run_dir, config.export_base_path,
+            len(metrics.get("averaged_checkpoints", [1])))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -30,6 +30,12 @@ def make_decoder(model, beam_size=1, alpha=0.6, extra_decode_length=20):
   return tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 
+def _first_rows(batch, count):
+  """The first `count` examples of a batch (a dict of [batch, ...] tensors): evaluations judge
+  exactly the number of examples asked for, not whole batches."""
+  return {key: value[:count] for key, value in batch.items()}
+
+
 def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, beam_size=1, alpha=0.6):
   """Decodes held-out sources (greedy or beam search) and compares the detokenized outputs with
   the reference texts ("target_text" in the batches, see `train.data.seq2seq_dataset`)."""
@@ -41,6 +47,7 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, beam_size=1
   for batch in dataset:
     if len(hypotheses) >= max_examples:
       break
+    batch = _first_rows(batch, max_examples - len(hypotheses))
     predicted = decode(batch["source"])
     hypotheses += [s.decode() for s in target_tokenizer.detokenize(predicted).numpy()]
     # The tokenizers normalize to NFKC: so do the references.
@@ -65,6 +72,7 @@ def evaluate_classification(model, dataset, max_examples):
   for batch in dataset:
     if seen >= max_examples:
       break
+    batch = _first_rows(batch, max_examples - seen)
     predicted = predict(batch["source"]).numpy()
     correct += int(np.sum(predicted == batch["label"].numpy()))
     seen += len(predicted)

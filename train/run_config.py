@@ -24,7 +24,8 @@ class RunConfig:
   num_layers: Optional[int] = None
   norm_position: str = "post"
   classifier_body: Optional[str] = None     # classification: transformer | attention
-  dropout: Optional[float] = None
+  dropout: Optional[float] = None           # the paper's residual + embedding dropout
+  feed_forward_dropout: Optional[float] = None  # on the feed-forward hidden layer (not the paper's)
   # Text. None = the task's default (then the fallbacks below).
   tokenizer: Optional[str] = None           # sentencepiece (lossless) | wordpiece
   lower_case: Optional[bool] = None         # case-fold before tokenizing (SentencePiece)
@@ -84,10 +85,14 @@ class RunConfig:
   @classmethod
   def load(cls, path):
     with open(path) as f:
-      return cls(**json.load(f))
+      values = json.load(f)
+    # Runs saved before the field existed dropped the feed-forward hidden layer at `dropout`.
+    values.setdefault("feed_forward_dropout", values.get("dropout"))
+    return cls(**values)
 
 
 # What an unset field means when neither the recipe nor the task sets it.
-FALLBACKS = dict(tokenizer="sentencepiece", lower_case=False, truncate="right", schedule="noam",
+FALLBACKS = dict(feed_forward_dropout=0.0, tokenizer="sentencepiece", lower_case=False,
+                 truncate="right", schedule="noam",
                  label_smoothing=0.1, eval_beam_size=1, checkpoint_every=500,
                  keep_checkpoints=3, average_checkpoints=1)

@@ -8,6 +8,7 @@ all of them and the exported model takes text.
 """
 
 import dataclasses
+import os
 import random
 import socket
 import threading
@@ -203,10 +204,16 @@ TFDS_TASKS = tuple(TFDS_DOWNLOAD_HOSTS)
 
 def _read_tsv(path, kind):
   """Validates the whole file up front so bad lines fail with their line number."""
+  if not os.path.isfile(path):
+    raise ValueError(f"TSV file {path} does not exist (or is not a file)")
   pairs = []
-  with open(path, encoding="utf-8", errors="strict") as f:
-    for number, line in enumerate(f, 1):
-      line = line.rstrip("\n").rstrip("\r")
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, 1):
+      try:
+        line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
+      except UnicodeDecodeError as error:
+        raise ValueError(f"{path}:{number}: not valid UTF-8 ({error.reason} at byte "
+                         f"{error.start} of the line); save the file as UTF-8") from None
       if not line.strip():
         continue
       fields = line.split("\t")

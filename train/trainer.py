@@ -25,7 +25,7 @@ from absl import logging
 import tfattn
 from tfattn import checkpoints, losses, text
 from tfattn.schedules import WARMUP_DECAYS, NoamSchedule, WarmupSchedule
-from train import data, distribute, evaluation, performance, recipes, tokenizer
+from train import data, distribute, evaluation, performance, recipes, resume, tokenizer
 from train.files import write_json_atomically, write_text_atomically
 from train.run_config import RunConfig
 from train.tasks import CLASSIFICATION, get_task
@@ -43,7 +43,8 @@ def model_config_for(config: RunConfig, source_vocab, target_vocab, num_classes)
   overrides = dict(source_vocab_size=source_vocab, target_vocab_size=target_vocab,
                    max_length=config.max_length, norm_position=config.norm_position,
                    compute_dtype=_COMPUTE_DTYPES[config.mixed_precision],
-                   num_classes=num_classes, seed=config.seed, dropout_rate=config.dropout)
+                   num_classes=num_classes, seed=config.seed, dropout_rate=config.dropout,
+                   feed_forward_dropout_rate=config.feed_forward_dropout)
   if config.classifier_body is not None:
     overrides["classifier_body"] = config.classifier_body
   for field, value in (("d_model", config.d_model), ("num_heads", config.num_heads),
@@ -60,31 +61,55 @@ def build_model(model_config, kind):
   return tfattn.Transformer(model_config)
 
 
-def resolve_config(config: RunConfig, task) -> RunConfig:
-  """Explicit flags, then the recipe, then the task's defaults, then the global fallbacks;
-  checks the values that would otherwise fail late (after vocabulary learning)."""
-  layers = (recipes.recipe_values(config.recipe, task.kind),) if config.recipe else ()
-  config = config.resolved(*layers, task.defaults)
-  if config.tokenizer not in tokenizer.TOKENIZERS:
-    raise ValueError(f"--tokenizer must be one of {tokenizer.TOKENIZERS}")
-  if config.truncate not in _TRUNCATE_SIDES:
-    raise ValueError(f"--truncate must be one of {_TRUNCATE_SIDES}")
-  if config.schedule not in _SCHEDULES:
-    raise ValueError(f"--schedule must be one of {_SCHEDULES}")
-  for name in ("batch_size", "vocab_size", "max_length", "log_every", "checkpoint_every",
-               "keep_checkpoints", "average_checkpoints", "eval_examples", "eval_beam_size"):
-    if getattr(config, name) <= 0:
-      raise ValueError(f"--{name} must be positive, got {getattr(config, name)}")
-  if config.average_checkpoints > config.keep_checkpoints:
+_MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
+_POSITIVE_FIELDS = ("batch_size", "vocab_size", "max_length", "log_every", "checkpoint_every",
+                    "keep_checkpoints", "average_checkpoints", "eval_examples", "eval_beam_size",
+                    "grad_accum_steps", "d_model", "num_heads", "dff", "num_layers",
+                    "vocab_examples", "batch_tokens", "learning_rate")
+_CHOICES = {"tokenizer": tokenizer.TOKENIZERS, "truncate": _TRUNCATE_SIDES,
+            "schedule": _SCHEDULES}
+
+
+def check_values(config: RunConfig) -> None:
+  """Raises ValueError for the first set field with an impossible value. Unset (None) fields
+  are skipped, so this runs on the flags before any data is touched, and again once the
+  recipe and the task's defaults have filled the rest."""
+  for name in _POSITIVE_FIELDS:
+    value = getattr(config, name)
+    if value is not None and value <= 0:
+      raise ValueError(f"--{name} must be positive, got {value}")
+  for name in ("train_steps", "warmup_steps", "eval_every", "cpu_replicas", "clip_norm"):
+    value = getattr(config, name)
+    if value is not None and value < 0:
+      raise ValueError(f"--{name} must be >= 0, got {value}")
+  for name in ("dropout", "feed_forward_dropout", "label_smoothing"):
+    value = getattr(config, name)
+    if value is not None and not 0 <= value < 1:
+      raise ValueError(f"--{name} must be in [0, 1), got {value}")
+  for name, choices in _CHOICES.items():
+    value = getattr(config, name)
+    if value is not None and value not in choices:
+      raise ValueError(f"--{name} must be one of {list(choices)}, got {value!r}")
+  if (config.average_checkpoints and config.keep_checkpoints
+      and config.average_checkpoints > config.keep_checkpoints):
     raise ValueError(f"--average_checkpoints ({config.average_checkpoints}) needs "
                      f"--keep_checkpoints >= it (got {config.keep_checkpoints})")
-  if config.train_steps < 0 or config.warmup_steps < 0 or config.learning_rate <= 0:
-    raise ValueError("--train_steps and --warmup_steps must be >= 0 and --learning_rate > 0")
-  if config.grad_accum_steps < 1:
-    raise ValueError(f"--grad_accum_steps must be >= 1, got {config.grad_accum_steps}")
-  if config.batch_tokens and config.batch_tokens < config.max_length:
+  if config.batch_tokens and config.max_length and config.batch_tokens < config.max_length:
     raise ValueError(f"--batch_tokens ({config.batch_tokens}) must hold at least one "
                      f"--max_length ({config.max_length}) example")
+
+
+def resolve_config(config: RunConfig, task) -> RunConfig:
+  """Explicit flags, then the recipe, then the task's defaults, then the global fallbacks;
+  checks the values that would otherwise fail late (after vocabulary learning). An explicit
+  --model preset is not resized by the recipe's or the task's d_model, dff, heads, layers."""
+  layers = (recipes.recipe_values(config.recipe, task.kind),) if config.recipe else ()
+  layers += (task.defaults,)
+  if config.model is not None:
+    layers = tuple({k: v for k, v in layer.items() if k not in _MODEL_SIZE_FIELDS}
+                   for layer in layers)
+  config = config.resolved(*layers)
+  check_values(config)
   return _resolve_device_defaults(config)
 
 
@@ -158,6 +183,7 @@ class Trainer:
   """One training run; `run()` trains to `train_steps`, resuming from the latest checkpoint."""
 
   def __init__(self, config: RunConfig):
+    check_values(config)  # the flags as given, before any data is generated or read
     self.task = get_task(config.task, config.seed, config.data_dir, config.train_file,
                          config.eval_file, config.tsv_kind)
     self.config = config = resolve_config(config, self.task)
@@ -171,6 +197,13 @@ class Trainer:
                        "(clipping would see loss-scaled gradients); use mixed_bfloat16")
     self.strategy = distribute.make_strategy(config.strategy, config.cpu_replicas)
     self.is_chief = distribute.is_chief(self.strategy)
+    if config.batch_size % self.strategy.num_replicas_in_sync:
+      raise ValueError(f"--batch_size ({config.batch_size}) must be divisible by the number of "
+                       f"replicas ({self.strategy.num_replicas_in_sync})")
+    # Everything that can be checked is checked before the first file is written: the model
+    # settings (with the requested vocabulary size) and the saved run's configuration.
+    model_config_for(config, config.vocab_size, config.vocab_size, self.task.num_classes)
+    resume.check_resumable(config.run_dir, config)
     self.run_dir = config.run_dir
     os.makedirs(self.run_dir, exist_ok=True)
     self.source_tokenizer, self.target_tokenizer = _tokenizers(self.task, config, self.run_dir)
@@ -179,7 +212,7 @@ class Trainer:
     self.model_config = model_config_for(config, self.source_tokenizer.vocab_size,
                                          target_vocab, self.task.num_classes)
     if self.is_chief:
-      config.save(os.path.join(self.run_dir, "run_config.json"))
+      config.save(os.path.join(self.run_dir, resume.CONFIG_FILE))
       write_text_atomically(os.path.join(self.run_dir, "model_config.json"),
                             self.model_config.to_json())
       write_json_atomically(os.path.join(self.run_dir, "task.json"),
@@ -200,9 +233,6 @@ class Trainer:
     # iterator (unlike tf.distribute's) is checkpointable, which gives exact resume.
     self.local_replicas = len(self.strategy.extended.worker_devices)
     num_workers = self.strategy.num_replicas_in_sync // self.local_replicas
-    if config.batch_size % self.strategy.num_replicas_in_sync:
-      raise ValueError(f"--batch_size ({config.batch_size}) must be divisible by the number of "
-                       f"replicas ({self.strategy.num_replicas_in_sync})")
     worker_index = (self.strategy.cluster_resolver.task_id if num_workers > 1 else 0)
     train_raw = self.task.train()
     if num_workers > 1:

@@ -1,0 +1,204 @@
+"""Every user mistake a program can meet: one line on stderr naming the problem, exit status 2
+(1 for a failure while running), no traceback, no TensorFlow start-up noise, and the files the
+user had left as they were. One table; each row runs the real program in a subprocess.
+
+The REST server's own mistakes are in tests/test_server_cli.py.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from train_helpers import REPO, environment, free_ports
+
+# (id, argv after `python -m`, setup name or None, expected message fragment, exit status)
+# "{tmp}" is the test's temporary directory; "{run}" the prepared run directory.
+MISTAKES = [
+    ("train-batch-size-0", ["train", "--batch_size=0", "--run_dir={tmp}/new"], None,
+     "--batch_size must be positive, got 0", 2),
+    ("train-log-every-0", ["train", "--log_every=0", "--run_dir={tmp}/new"], None,
+     "--log_every must be positive, got 0", 2),
+    ("train-negative-steps", ["train", "--train_steps=-5", "--run_dir={tmp}/new"], None,
+     "--train_steps must be >= 0, got -5", 2),
+    ("train-dropout-1.5", ["train", "--dropout=1.5", "--run_dir={tmp}/new"], None,
+     "--dropout must be in [0, 1), got 1.5", 2),
+    ("train-unknown-flag", ["train", "--batchsize=8"], None,
+     "Unknown command line flag 'batchsize'", 2),
+    ("train-positional", ["train", "numbers"], None, "unexpected arguments ['numbers']", 2),
+    ("train-unknown-recipe", ["train", "--recipe=imdb"], None, "--recipe", 2),
+    ("train-tsv-without-file", ["train", "--task=tsv", "--run_dir={tmp}/new"], None,
+     "--task=tsv needs --train_file", 2),
+    ("train-tsv-missing-file", ["train", "--task=tsv", "--train_file={tmp}/nope.tsv",
+                                "--run_dir={tmp}/new"], None,
+     "{tmp}/nope.tsv does not exist", 2),
+    ("train-tsv-bad-utf8", ["train", "--task=tsv", "--train_file={tmp}/latin1.tsv",
+                            "--run_dir={tmp}/new"], "latin1_tsv",
+     "{tmp}/latin1.tsv:2: not valid UTF-8", 2),
+    ("train-resume-other-width", ["train", "--run_dir={run}", "--d_model=64"], "saved_run",
+     "--d_model: 128 -> 64", 2),
+    ("train-resume-other-preset", ["train", "--run_dir={run}", "--model=base"], "saved_run",
+     "--model: 'tiny' -> 'base'", 2),
+    ("train-export-path-is-file", ["train", "--run_dir={tmp}/new",
+                                   "--export_base_path={tmp}/a_file"], "a_file",
+     "--export_base_path={tmp}/a_file is a file", 2),
+    ("export-without-base-path", ["serving.export", "--run_dir={run}"], None,
+     "--base_path is required", 2),
+    ("export-without-run", ["serving.export", "--base_path={tmp}/models"], None,
+     "give --run_dir", 2),
+    ("export-not-a-run", ["serving.export", "--run_dir={tmp}", "--base_path={tmp}/models"],
+     None, "is not a training run directory", 2),
+    ("export-mistyped-checkpoint", ["serving.export", "--checkpoint={run}/checkpoints/ckpt-99",
+                                    "--base_path={tmp}/models"], "exportable_run",
+     "checkpoint {run}/checkpoints/ckpt-99 does not exist (kept checkpoints:", 2),
+    ("export-existing-version", ["serving.export", "--run_dir={run}", "--base_path={tmp}/models",
+                                 "--version=1"], "existing_version",
+     "{tmp}/models/1 already exists; versions are never overwritten", 2),
+    ("export-base-path-is-file", ["serving.export", "--run_dir={run}",
+                                  "--base_path={tmp}/a_file"], "a_file",
+     "--base_path={tmp}/a_file is a file", 2),
+    ("export-bad-batch-sizes", ["serving.export", "--run_dir={run}", "--base_path={tmp}/m",
+                                "--warmup_batch_sizes=1,x"], None,
+     "--warmup_batch_sizes must be a comma-separated list of integers", 2),
+    ("check-no-directory", ["serving.check"], None, "give one SavedModel directory", 2),
+    ("check-missing-directory", ["serving.check", "{tmp}/nope"], None,
+     "{tmp}/nope is not a directory", 2),
+    ("client-nothing-to-send", ["serving.client"], None, "nothing to send", 2),
+    ("client-no-server", ["serving.client", "--text=17", "--port={free_port}"], None,
+     "cannot reach http://127.0.0.1:{free_port}/v1/models/tfattn", 1),
+]
+
+
+def _write_saved_run(tmp, run):
+  """A run directory as a first `python -m train` leaves it, without training it: the saved
+  configuration is the built-in task's, resolved as the trainer resolves it."""
+  from train import resume, tasks, trainer
+  from train.run_config import RunConfig
+  config = RunConfig(run_dir=str(run), task="numbers")
+  resolved = dataclasses.replace(config.resolved(tasks.BUILTIN_DEFAULTS),
+                                 mixed_precision="float32", jit_compile=False)
+  trainer.check_values(resolved)
+  os.makedirs(run / "vocab")
+  resolved.save(str(run / resume.CONFIG_FILE))
+  (run / "model_config.json").write_text('{"d_model": 128}')
+  (run / "vocab" / "source.model").write_bytes(b"not read: the refusal comes first")
+
+
+def _prepare(setup, tmp, run, request):
+  if setup == "latin1_tsv":
+    (tmp / "latin1.tsv").write_bytes("4\tfour\nd\xe9j\xe0\tvu\n".encode("latin-1"))
+  elif setup == "saved_run":
+    _write_saved_run(tmp, run)
+  elif setup == "a_file":
+    (tmp / "a_file").write_text("the user's file")
+  elif setup in ("exportable_run", "existing_version"):
+    trained = request.getfixturevalue("trained_run")
+    os.symlink(trained, run)
+    if setup == "existing_version":
+      os.makedirs(tmp / "models" / "1")
+      (tmp / "models" / "1" / "saved_model.pb").write_bytes(b"the user's model")
+
+
+def _snapshot(directory):
+  """Every file under `directory` (symlinked runs excluded) with its content hash."""
+  found = {}
+  for root, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        found[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
+  return found
+
+
+@pytest.mark.parametrize("argv,setup,message,status",
+                         [case[1:] for case in MISTAKES], ids=[case[0] for case in MISTAKES])
+def test_user_mistake_is_one_line_and_changes_nothing(argv, setup, message, status, tmp_path,
+                                                      request):
+  tmp, run = tmp_path, tmp_path / "run"
+  _prepare(setup, tmp, run, request)
+  values = dict(tmp=tmp, run=run, free_port=free_ports(1)[0])
+  argv = [arg.format(**values) for arg in argv]
+  message = message.format(**values)
+  before = _snapshot(tmp)
+  result = subprocess.run([sys.executable, "-m"] + argv, cwd=REPO, env=environment(),
+                          capture_output=True, text=True, timeout=120)
+  program = argv[0]
+  assert result.returncode == status, result.stderr[-3000:]
+  lines = result.stderr.splitlines()
+  errors = [line for line in lines if line.startswith(f"{program}: error: ")]
+  assert errors and errors == lines[-1:], result.stderr[-3000:]  # one line, the last one
+  assert message in errors[0]
+  assert "Traceback" not in result.stderr
+  assert "cuInit" not in result.stderr  # quiet start on a machine without a GPU
+  assert _snapshot(tmp) == before  # nothing written, nothing left behind
+  if program == "train":
+    assert not os.path.exists(tmp / "new")
+
+
+@pytest.mark.parametrize("program", ["train", "serving.export", "serving.check",
+                                     "serving.client"])
+def test_help_lists_every_flag_and_exits_0(program):
+  result = subprocess.run([sys.executable, "-m", program, "--help"], cwd=REPO,
+                          env=environment(), capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  expected = {"train": ["run_dir", "task", "batch_size", "jit_compile"],
+              "serving.export": ["run_dir", "base_path", "decode", "beam_size"],
+              "serving.check": ["verbose_errors"],  # the shared one: check takes a DIR
+              "serving.client": ["host", "port", "text", "metadata"]}[program]
+  for flag in expected:  # absl lists booleans as --[no]name
+    assert f"  --{flag}:" in result.stdout or f"  --[no]{flag}:" in result.stdout, (
+        flag, result.stdout[:3000])
+  assert "(default:" in result.stdout
+
+
+def test_resume_takes_the_saved_configuration(tmp_path):
+  """`python -m train --run_dir=R` on an existing run resumes it as it was started; flags
+  about the machine and the bookkeeping may change."""
+  from train import resume
+  from train.run_config import RunConfig
+  saved = RunConfig(run_dir="r", task="numbers", d_model=64, train_steps=10, seed=3,
+                    strategy="one_device", mixed_precision="float32")
+  requested = RunConfig(run_dir="r", train_steps=20, strategy="mirrored")
+  merged = resume.merge_for_resume(saved, requested, explicit=["run_dir", "train_steps"])
+  assert (merged.d_model, merged.seed, merged.train_steps) == (64, 3, 20)
+  assert merged.strategy == "mirrored" and merged.mixed_precision == "auto"
+  assert resume.differences(saved, merged) == []
+  assert resume.differences(saved, dataclasses.replace(merged, seed=4)) == ["--seed: 3 -> 4"]
+
+
+def test_explicit_model_preset_is_not_resized_by_the_task(tmp_path):
+  from train import tasks, trainer
+  from train.run_config import RunConfig
+  task = tasks.builtin_task("numbers", num_train=10, num_eval=2)
+  resolved = trainer.resolve_config(RunConfig(model="base"), task)
+  assert (resolved.d_model, resolved.num_layers, resolved.dff) == (None, None, None)
+  config = trainer.model_config_for(resolved, 100, 100, 2)
+  assert (config.d_model, config.num_encoder_layers, config.dff) == (512, 6, 2048)
+  default = trainer.resolve_config(RunConfig(), task)
+  assert (default.model, default.d_model) == ("tiny", 128)
+
+
+def test_a_directory_with_checkpoints_but_no_config_is_refused(tmp_path):
+  from train import resume
+  os.makedirs(tmp_path / "checkpoints")
+  with pytest.raises(ValueError, match="not written by `python -m train`"):
+    resume.saved_config(str(tmp_path))
+  assert resume.saved_config(str(tmp_path / "new")) is None
+  (tmp_path / "run_config.json").write_text(json.dumps({"no_such_field": 1}))
+  with pytest.raises(ValueError, match="cannot be read"):
+    resume.saved_config(str(tmp_path))
+
+
+def test_runs_saved_before_feed_forward_dropout_resume_with_what_they_trained(tmp_path):
+  """Older run_config.json files lack the field; those runs dropped the feed-forward hidden
+  layer at `dropout`, so resuming keeps that rather than silently changing the model."""
+  from train.run_config import RunConfig
+  path = tmp_path / "run_config.json"
+  path.write_text(json.dumps({"task": "numbers", "dropout": 0.3}))
+  assert RunConfig.load(str(path)).feed_forward_dropout == 0.3
+  path.write_text(json.dumps({"task": "numbers", "dropout": 0.3, "feed_forward_dropout": 0.0}))
+  assert RunConfig.load(str(path)).feed_forward_dropout == 0.0
