@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run   - create .venv, train the built-in default task, export, serve, answer a request
-#   make test  - create .venv and run the test suite
+#   make test  - create .venv, lint (ruff) and run the test suite
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,12 +8,14 @@ RUN_DIR ?= runs/default
 MODEL_BASE ?= models/tfattn
 PORT ?= 8501
 
-.PHONY: run test venv bench clean
+.PHONY: run test test-fast lint venv bench clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	# The project itself, editable: tfattn, train, serving and cli import from anywhere.
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
 venv: $(VENV)/.installed
@@ -23,8 +25,15 @@ run: venv
 	$(PY) -m serving.check $(MODEL_BASE) > $(RUN_DIR)/serving_check.txt && tail -n 1 $(RUN_DIR)/serving_check.txt
 	$(PY) -m serving.demo --run_dir=$(RUN_DIR) --model_base_path=$(MODEL_BASE) --port=$(PORT)
 
-test: venv
+test: venv lint
 	$(PY) -m pytest -q tests
+
+# The unit tests only (no subprocess, no training run): under a minute.
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow" tests
+
+lint: venv
+	$(PY) -m ruff check .
 
 bench: venv
 	$(PY) benchmarks/train_throughput.py

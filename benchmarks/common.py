@@ -1,11 +1,10 @@
-"""Shared benchmark helpers: repo on sys.path, quiet TF, timing."""
+"""Shared benchmark helpers: quiet TF, timing. The project is installed (`make` runs
+`pip install -e .`), so `tfattn`, `train` and `serving` import from here."""
 
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def timed(fn, repeats, warm_up=True):

@@ -14,12 +14,13 @@ import argparse
 import json
 import os
 
-import common
 import numpy as np
 import tensorflow as tf
 
 import tfattn
 from tfattn import decoding
+
+import common
 
 
 def make_model(vocab=8000):
@@ -62,7 +63,7 @@ def compare_exports(args):
   if args.texts_file:
     texts = common.read_texts(args.texts_file)
   else:
-    with open(os.path.join(paths["graph"], "assets.extra", "tfattn.json")) as f:
+    with open(os.path.join(paths["graph"], export.EXPORT_INFO_FILE)) as f:
       vocab_size = json.load(f)["model_config"]["source_vocab_size"]
     texts = _random_texts(tokenizer, vocab_size, 512)
   print(f"\nexports of {args.run_dir} (beam {args.beam}), serving_default in-process, "

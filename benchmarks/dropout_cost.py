@@ -5,14 +5,15 @@ activation, with and without XLA, for the mask recipes a Transformer can use.
 
 Variants: the pre-issue-9 tfattn dropout (Philox chosen by TF, float mask, multiply and
 divide), the same draw with a boolean mask and one `where`, and the `where` mask drawn with
-ThreeFry (XLA only) and with Philox named explicitly. Prints seconds per call and each one's ratio to the
-first.
+ThreeFry (XLA only) and with Philox named explicitly. Prints seconds per call and each one's
+ratio to the first.
 """
 
 import argparse
 
-import common  # noqa: F401  (sys.path, quiet TF)
 import tensorflow as tf
+
+import common  # noqa: F401  (quiet TF)
 
 RATE = 0.1
 

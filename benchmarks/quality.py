@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from tfattn.run_dir import RunDir
+
 import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,7 +105,7 @@ def train(run_dir, flags, log_path):
   seconds = time.time() - started
   if result.returncode:
     raise SystemExit(f"error: training failed, see {log_path}")
-  with open(os.path.join(run_dir, "eval.json")) as f:
+  with open(RunDir(run_dir).eval_metrics) as f:
     return json.load(f), seconds
 
 
@@ -112,9 +114,10 @@ def translate_with_export(run_dir, base_path, test_tsv, batch_size=64):
   returns sacreBLEU scores of the outputs against the references."""
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
   from serving import export
   from train.evaluation import bleu_scores
-  with open(os.path.join(run_dir, "run_config.json")) as f:
+  with open(RunDir(run_dir).run_config) as f:
     average_last = json.load(f)["average_checkpoints"]
   path = export.export(run_dir, base_path, average_last=average_last)
   translate = tf.saved_model.load(path).signatures["serving_default"]

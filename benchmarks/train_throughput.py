@@ -14,7 +14,6 @@ stay float32 in both.
 import argparse
 import dataclasses
 
-import common  # noqa: F401  (sys.path, quiet TF)
 import keras
 import numpy as np
 import tensorflow as tf
@@ -22,6 +21,8 @@ import tensorflow as tf
 import tfattn
 from tfattn import flops, losses
 from train import performance
+
+import common  # noqa: F401  (quiet TF)
 
 CONFIGS = {
     "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import cli
+from serving import versions
 
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()
@@ -88,14 +89,13 @@ def problems(saved_model_dir):
 
 
 def _version_dirs(path):
+  """`path` itself when it is a SavedModel, else its versions, newest first."""
   if not os.path.isdir(path):
     raise ValueError(f"{path} is not a directory: give a SavedModel directory or a model base "
                      "path")
-  if os.path.exists(os.path.join(path, "saved_model.pb")):
+  if os.path.exists(os.path.join(path, versions.SAVED_MODEL_FILE)):
     return [path]
-  versions = sorted((int(n) for n in os.listdir(path) if n.isdigit()), reverse=True)
-  dirs = [os.path.join(path, str(v)) for v in versions
-          if os.path.exists(os.path.join(path, str(v), "saved_model.pb"))]
+  dirs = [os.path.join(path, str(v)) for v in reversed(versions.version_numbers(path))]
   if not dirs:
     raise ValueError(f"{path} holds no SavedModel (saved_model.pb) nor numeric versions")
   return dirs

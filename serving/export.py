@@ -7,6 +7,7 @@ polling the base path never sees a partial version; an existing version is never
 import json
 import os
 import shutil
+from typing import Optional, Sequence
 
 import cli
 
@@ -15,40 +16,50 @@ if __name__ == "__main__":
 
 import tensorflow as tf
 
-import tfattn
-from serving import warmup
+from serving import versions, warmup
 from serving.modules import DECODE_MODES, ClassifierExport, Seq2SeqExport
-from tfattn import text
+from tfattn import kinds, text
 from tfattn.checkpoints import checkpoints_to_average, restore_average
+from tfattn.run_dir import RunDir
 
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-
-
-def _read_json(path):
-  with open(path) as f:
-    return json.load(f)
+# What the export writes beside the SavedModel: the settings it was made with.
+EXPORT_INFO_FILE = os.path.join(warmup.ASSETS_EXTRA, "tfattn.json")
 
 
-def load_trained(run_dir, checkpoint=None, average_last=1):
+class _Seq2SeqExportKind(kinds.Seq2SeqModel):
+
+  def export_module(self, model, tokenizers, task, beam_size, alpha, decode):
+    """The exported module and the decoding mode it runs."""
+    del task  # nothing beyond the model config
+    return Seq2SeqExport(model, tokenizers["source"], tokenizers["target"], beam_size=beam_size,
+                         alpha=alpha, decode=decode), decode
+
+
+class _ClassifierExportKind(kinds.ClassifierModel):
+
+  def export_module(self, model, tokenizers, task, beam_size, alpha, decode):
+    del beam_size, alpha, decode  # one forward pass: nothing to decode
+    return ClassifierExport(model, tokenizers["source"],
+                            truncate=task.get("truncate", "right")), None
+
+
+EXPORT_KINDS = {kind.name: kind for kind in (_Seq2SeqExportKind(), _ClassifierExportKind())}
+
+
+def load_trained(run_dir: str, checkpoint: Optional[str] = None, average_last: int = 1):
   """Rebuilds the model of a run directory and restores its latest (or the given) checkpoint,
   or the average of the last `average_last` checkpoints.
 
-  Returns (task info dict, model, source tokenizer, target tokenizer or None)."""
-  for required in ("task.json", "model_config.json"):
-    if not os.path.exists(os.path.join(run_dir, required)):
-      raise ValueError(f"{run_dir} is not a training run directory (missing {required})")
-  vocab_dir = os.path.join(run_dir, "vocab")
-  task = _read_json(os.path.join(run_dir, "task.json"))
-  with open(os.path.join(run_dir, "model_config.json")) as f:
-    config = tfattn.TransformerConfig.from_json(f.read())
-  model = (tfattn.EncoderClassifier(config) if task["kind"] == "classification"
-           else tfattn.Transformer(config))
-  restore_average(model, checkpoints_to_average(os.path.join(run_dir, "checkpoints"), checkpoint,
-                                                average_last))
-  source = text.load_tokenizer(text.tokenizer_path(vocab_dir, "source"))
-  target = (text.load_tokenizer(text.tokenizer_path(vocab_dir, "target"))
-            if task["kind"] != "classification" else None)
-  return task, model, source, target
+  Returns (task info dict, model, {side: tokenizer}, the checkpoints restored)."""
+  layout = RunDir(run_dir)
+  layout.check_trained()
+  task = layout.read_task()
+  kind = kinds.lookup(task["kind"], EXPORT_KINDS)
+  model = kind.build_model(layout.read_model_config())
+  averaged = checkpoints_to_average(layout.checkpoints, checkpoint, average_last)
+  restore_average(model, averaged)
+  tokenizers = {side: layout.load_tokenizer(side) for side in kind.vocabulary_sides}
+  return task, model, tokenizers, averaged
 
 
 def bucket_warmup_texts(tokenizer, buckets):
@@ -58,7 +69,8 @@ def bucket_warmup_texts(tokenizer, buckets):
   measured tokens of 1 and 2 repeats, and the resulting counts are checked."""
   reserved = len(text.RESERVED_TOKENS)
   lower_bounds = (0,) + tuple(buckets[:-1])
-  count = lambda texts: tokenizer.tokenize(tf.constant(texts)).row_lengths().numpy()
+  def count(texts):
+    return tokenizer.tokenize(tf.constant(texts)).row_lengths().numpy()
   for piece in range(reserved, min(tokenizer.vocab_size, reserved + 200)):
     word = tokenizer.detokenize(tf.constant([[piece]]))[0].numpy().decode().strip()
     if not word:
@@ -86,37 +98,42 @@ def resolve_decode(decode):
   return decode
 
 
-def next_version(base_path):
-  versions = [int(name) for name in os.listdir(base_path) if name.isdigit()] if os.path.isdir(
-      base_path) else []
-  return max(versions, default=0) + 1
-
-
-def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn", beam_size=4,
-           alpha=0.6, warmup_texts=None, average_last=1, decode="auto", warmup_batch_sizes=(1,)):
+def export(run_dir: str, base_path: str, *, version: Optional[int] = None,
+           checkpoint: Optional[str] = None, model_name: str = "tfattn", beam_size: int = 4,
+           alpha: float = 0.6, warmup_texts: Optional[Sequence[str]] = None,
+           average_last: int = 1, decode: str = "auto",
+           warmup_batch_sizes: Sequence[int] = (1,)) -> str:
   """Exports the run's model as `<base_path>/<version>`; returns that directory.
 
-  decode: "graph", "xla" or "auto" (see `resolve_decode`); with "xla" the warm-up records hold
-  one request per source length bucket and batch size in `warmup_batch_sizes`."""
+  Args:
+    run_dir: the training run directory (`tfattn/run_dir.py`).
+    base_path: TF Serving's model base path; created if missing.
+    version: the version number; default one above the highest version folder.
+    checkpoint: a checkpoint prefix to export instead of the latest.
+    model_name: the model name written into the warm-up requests.
+    beam_size: serving_default's beam (1 = greedy).
+    alpha: the beam search length penalty.
+    warmup_texts: texts of the first warm-up request (default: a few vocabulary pieces and "").
+    average_last: export the mean of the last N kept checkpoints.
+    decode: "graph", "xla" or "auto" (see `resolve_decode`); with "xla" the warm-up records hold
+      one request per source length bucket and batch size in `warmup_batch_sizes`.
+    warmup_batch_sizes: batch sizes the XLA warm-up compiles.
+  """
   if os.path.exists(base_path) and not os.path.isdir(base_path):
     raise ValueError(f"--base_path={base_path} is a file; pass a directory")
   decode = resolve_decode(decode)
   if not warmup_batch_sizes or min(warmup_batch_sizes) < 1:
     raise ValueError(f"--warmup_batch_sizes must be positive integers, got {warmup_batch_sizes}")
-  version = next_version(base_path) if version is None else int(version)
+  version = versions.next_version(base_path) if version is None else int(version)
   if version <= 0:
     raise ValueError(f"--version must be a positive integer, got {version}")
   final = os.path.join(base_path, str(version))
   if os.path.exists(final):
     raise ValueError(f"{final} already exists; versions are never overwritten")
-  task, model, source, target = load_trained(run_dir, checkpoint, average_last)
-  averaged = checkpoints_to_average(os.path.join(run_dir, "checkpoints"), checkpoint, average_last)
-  if task["kind"] == "classification":
-    module = ClassifierExport(model, source, truncate=task.get("truncate", "right"))
-    decode = None  # one forward pass: nothing to decode
-  else:
-    module = Seq2SeqExport(model, source, target, beam_size=beam_size, alpha=alpha,
-                           decode=decode)
+  task, model, tokenizers, averaged = load_trained(run_dir, checkpoint, average_last)
+  module, decode = EXPORT_KINDS[task["kind"]].export_module(model, tokenizers, task, beam_size,
+                                                            alpha, decode)
+  source = tokenizers["source"]
   if warmup_texts is None:  # a few vocabulary pieces as text, and the empty string
     first_pieces = tf.range(len(text.RESERVED_TOKENS), min(source.vocab_size, 12))
     warmup_texts = [source.detokenize(first_pieces[tf.newaxis])[0].numpy().decode(), ""]
@@ -131,9 +148,9 @@ def export(run_dir, base_path, version=None, checkpoint=None, model_name="tfattn
   shutil.rmtree(temp, ignore_errors=True)
   try:
     tf.saved_model.save(module, temp, signatures=module.signatures())
-    os.makedirs(os.path.join(temp, "assets.extra"), exist_ok=True)
-    warmup.write_warmup_file(os.path.join(temp, WARMUP_FILE), model_name, warmup_requests)
-    with open(os.path.join(temp, "assets.extra", "tfattn.json"), "w") as f:
+    os.makedirs(os.path.join(temp, warmup.ASSETS_EXTRA), exist_ok=True)
+    warmup.write_warmup_file(os.path.join(temp, warmup.WARMUP_FILE), model_name, warmup_requests)
+    with open(os.path.join(temp, EXPORT_INFO_FILE), "w") as f:
       json.dump({"task": task, "model_config": json.loads(model.config.to_json()),
                  "beam_size": beam_size, "alpha": alpha, "decode": decode,
                  "length_buckets": list(module.length_buckets) if decode == "xla" else None,
@@ -174,7 +191,7 @@ def _define_flags():
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
-  from absl import flags
+  from absl import flags, logging
   f = flags.FLAGS
   if not f.base_path:
     raise cli.UsageError("--base_path is required: the directory that holds the versions")
@@ -188,9 +205,15 @@ def main(argv):
   except ValueError:
     raise cli.UsageError("--warmup_batch_sizes must be a comma-separated list of integers, got "
                          f"{','.join(f.warmup_batch_sizes)}") from None
+  logging.info("exporting %s to %s: version=%s checkpoint=%s average_last=%d beam_size=%d "
+               "alpha=%s decode=%s warmup_batch_sizes=%s", run_dir, f.base_path,
+               f.version or "next", f.checkpoint or "latest", f.average_last, f.beam_size,
+               f.alpha, resolve_decode(f.decode), batch_sizes)
   try:
-    path = export(run_dir, f.base_path, f.version, f.checkpoint, f.model_name, f.beam_size,
-                  f.alpha, f.warmup_text, f.average_last, f.decode, batch_sizes)
+    path = export(run_dir, f.base_path, version=f.version, checkpoint=f.checkpoint,
+                  model_name=f.model_name, beam_size=f.beam_size, alpha=f.alpha,
+                  warmup_texts=f.warmup_text, average_last=f.average_last, decode=f.decode,
+                  warmup_batch_sizes=batch_sizes)
   except ValueError as error:
     raise cli.UsageError(str(error)) from error
   print(f"exported {path}")

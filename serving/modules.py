@@ -7,7 +7,8 @@ The root object also follows the Reusable SavedModel API (`__call__`, `variables
 
 import tensorflow as tf
 
-from tfattn import decoding, shapes, text as tfattn_text
+from tfattn import decoding, shapes
+from tfattn import text as tfattn_text
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")

@@ -6,7 +6,13 @@ package pins older TensorFlow releases, so the few fields needed are encoded her
   inputs = 2 (map<string, TensorProto>)}; ModelSpec{name = 1, signature_name = 3}.
 """
 
+import os
+
 import tensorflow as tf
+
+# Where TF Serving (and our server) look for them inside a version folder.
+ASSETS_EXTRA = "assets.extra"
+WARMUP_FILE = os.path.join(ASSETS_EXTRA, "tf_serving_warmup_requests")
 
 
 def _varint(value):

@@ -1,10 +1,9 @@
-"""Shared fixtures: quiet TensorFlow, the repo on sys.path, small models."""
+"""Shared fixtures: quiet TensorFlow, small models, a run directory and its export. The project
+is installed (`pip install -e .`, and pyproject.toml's pytest `pythonpath`): no sys.path edits."""
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -39,23 +38,27 @@ def trained_run(tmp_path_factory):
   """A run directory as `python -m train` leaves it (vocab, configs, a checkpoint) for a tiny,
   untrained numbers model: enough to export and serve quickly."""
   import json
+
   from tfattn import text
+  from tfattn.run_dir import RunDir
   from train import tasks, tokenizer
   run_dir = tmp_path_factory.mktemp("run")
+  layout = RunDir(run_dir)
   task = tasks.builtin_task("numbers", num_train=400, num_eval=20)
   source, target = (
       text.load_tokenizer(tokenizer.learn_and_write(
           tokenizer.SENTENCEPIECE, task.train().map(lambda *pair: pair[index]), 200,
-          str(run_dir / "vocab" / side)))
+          os.path.join(layout.vocab, side)))
       for side, index in (("source", 0), ("target", 1)))
   config = tfattn.TransformerConfig.preset(
       "tiny", source_vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
       d_model=32, dff=64, num_encoder_layers=1, num_decoder_layers=1, max_length=24)
-  (run_dir / "model_config.json").write_text(config.to_json())
-  (run_dir / "task.json").write_text(json.dumps({"name": "numbers", "kind": "seq2seq",
-                                                 "num_classes": 2}))
+  with open(layout.model_config, "w") as f:
+    f.write(config.to_json())
+  with open(layout.task, "w") as f:
+    json.dump({"name": "numbers", "kind": tasks.SEQ2SEQ, "num_classes": 2}, f)
   model = tfattn.Transformer(config)
-  tf.train.Checkpoint(model=model).save(str(run_dir / "checkpoints" / "ckpt"))
+  tf.train.Checkpoint(model=model).save(os.path.join(layout.checkpoints, "ckpt"))
   return run_dir
 
 

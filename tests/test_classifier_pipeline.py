@@ -1,14 +1,17 @@
 """The classification path end to end: TSV -> Trainer -> export -> serving_default."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from serving import check, export
 from train.run_config import RunConfig
-from train.trainer import Trainer
+from train.trainer import Trainer, prepare
+
+pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 
-def test_tsv_classifier_trains_exports_and_serves(tmp_path):
+def test_tsv_classifier_trains_exports_and_answers(tmp_path):
   rows = [f"{word} film number {i}\t{label}" for i in range(30)
           for word, label in (("good", 1), ("bad", 0), ("fine", 2))]
   (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
@@ -16,9 +19,9 @@ def test_tsv_classifier_trains_exports_and_serves(tmp_path):
                      train_file=str(tmp_path / "train.tsv"), tsv_kind="classification",
                      model="tiny", d_model=32, dff=64, num_heads=4, num_layers=1, dropout=0.0,
                      vocab_size=100, vocab_examples=200, batch_size=8, max_length=16,
-                     train_steps=40, warmup_steps=5, schedule="rsqrt", learning_rate=3e-3, log_every=10,
-                     eval_examples=32, checkpoint_every=100)
-  metrics = Trainer(config).run()
+                     train_steps=40, warmup_steps=5, schedule="rsqrt", learning_rate=3e-3,
+                     log_every=10, eval_examples=32, checkpoint_every=100)
+  metrics = Trainer(*prepare(config)).run()
   assert metrics["examples"] == 32 and metrics["accuracy"] > 0.5
 
   path = export.export(config.run_dir, str(tmp_path / "models"))

@@ -14,15 +14,17 @@ import tensorflow_text as text
 
 from serving import check, export, warmup
 
+pytestmark = pytest.mark.slow  # trains, exports or runs programs
+
 
 def test_layout_follows_tf_serving(exported):
   base, path = exported
   assert os.path.basename(path) == "1"
   for required in ("saved_model.pb", "variables/variables.index", "assets/source.model",
-                   "assets/target.model", export.WARMUP_FILE):
+                   "assets/target.model", warmup.WARMUP_FILE):
     assert os.path.exists(os.path.join(path, required)), required
   assert [n for n in os.listdir(base) if not n.isdigit()] == []  # no temp dirs left behind
-  records = warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE))
+  records = warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE))
   assert records and records[0][0] == "serving_default"
   assert records[0][1]["text"].dtype == object
 
@@ -154,6 +156,7 @@ def test_invalid_utf8_is_rejected_by_the_signature(exported):
 
 def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
   import shutil
+
   import tfattn
   run_dir = tmp_path / "run"  # vocab and configs of trained_run, checkpoints of its own
   shutil.copytree(trained_run, run_dir, ignore=shutil.ignore_patterns("checkpoints"))
@@ -177,7 +180,7 @@ def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
   with pytest.raises(ValueError, match="only 3 checkpoints"):
     export.load_trained(str(run_dir), average_last=4)
   path = export.export(str(run_dir), str(tmp_path / "models"), beam_size=1, average_last=3)
-  with open(os.path.join(path, "assets.extra", "tfattn.json")) as f:
+  with open(os.path.join(path, export.EXPORT_INFO_FILE)) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-10", "ckpt-11", "ckpt-12"]
 
 
@@ -214,12 +217,12 @@ def test_xla_export_answers_like_the_graph_export(graph_and_xla_exports, beam):
 
 def test_xla_export_warms_up_every_length_bucket(graph_and_xla_exports, tmp_path):
   _, path = graph_and_xla_exports[4]
-  with open(os.path.join(path, "assets.extra", "tfattn.json")) as f:
+  with open(os.path.join(path, export.EXPORT_INFO_FILE)) as f:
     info = json.load(f)
   assert info["decode"] == "xla" and info["length_buckets"] == [16, 24]
   loaded = tf.saved_model.load(path)
   warmed = set()
-  for signature, inputs in warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE)):
+  for signature, inputs in warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)):
     assert signature == "serving_default"
     lengths = loaded.source_tokenizer.tokenize(tf.constant(inputs["text"])).row_lengths()
     warmed |= {next(b for b in info["length_buckets"] if b >= min(n, 24)) for n in lengths}
@@ -230,7 +233,7 @@ def test_xla_warmup_covers_each_requested_batch_size(trained_run, tmp_path):
   path = export.export(str(trained_run), str(tmp_path), beam_size=1, decode="xla",
                        warmup_batch_sizes=(1, 8))
   sizes = sorted(len(inputs["text"]) for _, inputs in
-                 warmup.read_warmup_file(os.path.join(path, export.WARMUP_FILE)))
+                 warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)))
   assert sizes == [1, 1, 2, 8, 8]  # bucket 16 and 24 at batch 1 and 8, plus the generic pair
   with pytest.raises(ValueError, match="warmup_batch_sizes"):
     export.export(str(trained_run), str(tmp_path), decode="xla", warmup_batch_sizes=(0,))

@@ -51,3 +51,57 @@ def test_transformer_feed_forward_dropout_follows_its_own_rate():
     assert layer.dropout_rate == 0.1
   with pytest.raises(ValueError, match="feed_forward_dropout_rate"):
     tfattn.TransformerConfig(feed_forward_dropout_rate=1.0)
+
+
+# Each layer against a numpy reference in float64, eager and under tf.function with
+# unknown shapes (the graph-first contract).
+def _in_graph(fn, spec):
+  return tf.function(fn, input_signature=[spec])
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_linear_is_x_w_plus_b_over_the_last_axis(graph):
+  linear = layers.Linear(5, 3, seed=2)
+  linear.bias.assign([0.1, -0.2, 0.3])
+  x = np.random.default_rng(0).normal(size=[2, 4, 5]).astype(np.float32)
+  call = _in_graph(linear, tf.TensorSpec([None, None, 5])) if graph else linear
+  expected = x.astype(np.float64) @ linear.kernel.numpy() + linear.bias.numpy()
+  np.testing.assert_allclose(call(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+  assert layers.Linear(5, 3, use_bias=False, seed=2).bias is None
+  # Glorot-uniform: every weight within sqrt(6 / (fan_in + fan_out)).
+  assert np.abs(linear.kernel.numpy()).max() <= np.sqrt(6 / 8)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_embedding_scales_by_sqrt_d_model_and_ties_the_output_projection(graph):
+  embedding = layers.Embedding(11, 8, seed=1)
+  table = embedding.table.numpy().astype(np.float64)
+  ids = np.array([[1, 4, 10], [0, 0, 3]], np.int32)
+  call = _in_graph(embedding, tf.TensorSpec([None, None], tf.int32)) if graph else embedding
+  np.testing.assert_allclose(call(ids).numpy(), table[ids] * np.sqrt(8), rtol=1e-6)
+  x = np.random.default_rng(1).normal(size=[2, 3, 8]).astype(np.float32)
+  np.testing.assert_allclose(embedding.logits(x).numpy(), x @ table.T, rtol=1e-5, atol=1e-6)
+  assert embedding(ids, dtype=tf.bfloat16).dtype == tf.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_layer_norm_normalises_the_last_axis_in_float32(dtype):
+  norm = layers.LayerNorm(6, epsilon=1e-6)
+  norm.scale.assign(np.linspace(0.5, 1.5, 6))
+  norm.offset.assign(np.linspace(-1, 1, 6))
+  x = np.random.default_rng(2).normal(3.0, 2.0, size=[2, 3, 6])
+  mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  expected = (x - mean) / np.sqrt(var + 1e-6) * norm.scale.numpy() + norm.offset.numpy()
+  out = norm(tf.cast(x, dtype))
+  assert out.dtype == dtype
+  tolerance = 1e-5 if dtype == tf.float32 else 5e-2  # bfloat16 keeps 8 bits of mantissa
+  np.testing.assert_allclose(tf.cast(out, tf.float64).numpy(), expected, atol=tolerance)
+
+
+def test_feed_forward_is_the_papers_equation_2():
+  ffn = layers.FeedForward(4, 16, seed=3)
+  x = np.random.default_rng(3).normal(size=[2, 5, 4])
+  w1, b1 = ffn.inner.kernel.numpy(), ffn.inner.bias.numpy()
+  w2, b2 = ffn.outer.kernel.numpy(), ffn.outer.bias.numpy()
+  expected = np.maximum(0, x @ w1 + b1) @ w2 + b2
+  np.testing.assert_allclose(ffn(tf.constant(x, tf.float32)).numpy(), expected, atol=1e-5)

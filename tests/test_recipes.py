@@ -13,8 +13,11 @@ from serving.model_manager import ModelManager
 from serving.server import make_server
 from train import recipes
 from train.run_config import RunConfig
-from train.trainer import Trainer
+from train.trainer import Trainer, prepare
+
 from tfds_helpers import prepare_fake_tfds
+
+pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 # Cased text with punctuation, accents and doubled spaces: what lossless tokenization keeps.
 CASED_PAIRS = [
@@ -49,7 +52,7 @@ def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path
                      num_layers=1, dropout=0.0, vocab_size=300, batch_size=16, max_length=32,
                      train_steps=500, schedule="rsqrt", learning_rate=3e-3, warmup_steps=30,
                      label_smoothing=0.0, log_every=100, checkpoint_every=1000)
-  metrics = Trainer(config).run()
+  metrics = Trainer(*prepare(config)).run()
   assert metrics["exact_match"] == 1.0, metrics  # compared as text: case and spacing count
   assert metrics["bleu"] == pytest.approx(100.0)
 
@@ -72,7 +75,7 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
   config = RunConfig(run_dir=str(tmp_path / "run"), task="tsv", tsv_kind=kind, recipe=name,
                      train_file=train_file, vocab_size=300, train_steps=3, batch_size=8,
                      log_every=1, eval_examples=8)
-  trainer = Trainer(config)
+  trainer = Trainer(*prepare(config))
   for field, value in recipes.recipe_values(name, kind).items():
     if field not in ("vocab_size", "train_steps", "batch_size"):
       assert getattr(trainer.config, field) == value, field
@@ -91,7 +94,7 @@ def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
   config = RunConfig(run_dir=str(tmp_path / "run"), task="imdb_reviews", recipe="imdb_attention",
                      data_dir=str(tmp_path / "tfds"), vocab_size=200, train_steps=4,
                      batch_size=4, log_every=2, eval_examples=8)
-  trainer = Trainer(config)
+  trainer = Trainer(*prepare(config))
   assert trainer.model_config.classifier_body == "attention"
   assert trainer.config.max_length == 160 and trainer.config.truncate == "left"
   metrics = trainer.run()

@@ -1,8 +1,8 @@
 """train.tasks: TFDS tasks through their real builders on locally prepared data, offline
 failures, TSV files."""
 
-import socket
 import os
+import socket
 import time
 
 import pytest
@@ -11,6 +11,7 @@ import tensorflow_datasets as tfds
 
 from tfattn import text
 from train import data, tasks, tokenizer
+
 from tfds_helpers import FAKE_ROWS, prepare_fake_tfds
 from train_helpers import free_ports
 
@@ -67,7 +68,8 @@ def test_reachable_is_bounded_in_time():
 def test_builtin_tasks_are_deterministic_and_hold_out_eval():
   first = tasks.builtin_task("reverse", seed=3, num_train=500, num_eval=50)
   second = tasks.builtin_task("reverse", seed=3, num_train=500, num_eval=50)
-  as_list = lambda ds: [(s.numpy(), t.numpy()) for s, t in ds]
+  def as_list(ds):
+    return [(s.numpy(), t.numpy()) for s, t in ds]
   assert as_list(first.train()) == as_list(second.train())
   train_sources = {s for s, _ in as_list(first.train())}
   eval_pairs = as_list(first.eval())
@@ -95,9 +97,11 @@ def test_tsv_errors_name_file_and_line(tmp_path, content, kind, message):
     tasks.get_task("tsv", train_file=str(path), tsv_kind=kind)
 
 
+@pytest.mark.slow
 def test_train_cli_without_tfds_data_offline_is_one_line_and_exit_2(tmp_path):
   import subprocess
   import sys
+
   from train_helpers import REPO, environment
   if tasks.reachable(*tasks.TFDS_DOWNLOAD_HOSTS["imdb_reviews"]):
     pytest.skip("this machine can download the data; the offline path is tested in-process")

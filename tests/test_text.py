@@ -81,6 +81,7 @@ def test_vocabularies_must_start_with_the_reserved_tokens(tmp_path, sentencepiec
   with pytest.raises(ValueError, match="must start with"):
     text.load_tokenizer(str(bad))
   import io
+
   import sentencepiece as spm
   model = io.BytesIO()
   spm.SentencePieceTrainer.train(sentence_iterator=iter(MULTILINGUAL * 20), model_writer=model,

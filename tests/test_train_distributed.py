@@ -7,9 +7,21 @@ import subprocess
 import numpy as np
 import pytest
 
-from train_helpers import (assert_same_variables, environment, free_ports, kill,
-                           latest_variables, logged_steps, run_train, start_train,
-                           train_command, wait_for_step, REPO)
+from train_helpers import (
+  REPO,
+  assert_same_variables,
+  environment,
+  free_ports,
+  kill,
+  latest_variables,
+  logged_steps,
+  run_train,
+  start_train,
+  train_command,
+  wait_for_step,
+)
+
+pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 
 def test_two_mirrored_replicas_match_one_replica(tmp_path):
@@ -34,7 +46,8 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
   run_train(interrupted, *common)
 
   assert_same_variables(latest_variables(straight), latest_variables(interrupted))
-  final = lambda d: [r["loss"] for r in logged_steps(d) if r["step"] > 12]
+  def final(d):
+    return [r["loss"] for r in logged_steps(d) if r["step"] > 12]
   np.testing.assert_array_equal(final(straight)[-5:], final(interrupted)[-5:])
 
 
@@ -69,7 +82,7 @@ def test_two_workers_train_with_multi_worker_mirrored_strategy(tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_training_runs_and_exports(tmp_path, precision):
+def test_mixed_precision_training_runs_and_records_the_compute_dtype(tmp_path, precision):
   run_train(tmp_path, "--train_steps=3", f"--mixed_precision={precision}")
   losses = [r["loss"] for r in logged_steps(tmp_path)]
   assert len(losses) == 3 and all(np.isfinite(losses))
@@ -78,6 +91,7 @@ def test_mixed_precision_training_runs_and_exports(tmp_path, precision):
 
 
 def test_clip_norm_with_float16_is_refused_clearly(tmp_path):
-  result = subprocess.run(train_command(tmp_path, "--clip_norm=1", "--mixed_precision=mixed_float16"),
-                          cwd=REPO, env=environment(), capture_output=True, text=True, timeout=300)
+  command = train_command(tmp_path, "--clip_norm=1", "--mixed_precision=mixed_float16")
+  result = subprocess.run(command, cwd=REPO, env=environment(), capture_output=True, text=True,
+                          timeout=300)
   assert result.returncode == 2 and "mixed_bfloat16" in result.stderr

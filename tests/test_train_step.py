@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from train.run_config import RunConfig
-from train.trainer import Trainer
+from train.trainer import Trainer, prepare
 
 _SMALL = RunConfig(task="copy", model="tiny", d_model=32, dff=64, num_heads=4, num_layers=1,
                    vocab_examples=300, vocab_size=200, batch_size=8, max_length=16, dropout=0.0,
@@ -16,7 +16,8 @@ _SMALL = RunConfig(task="copy", model="tiny", d_model=32, dff=64, num_heads=4, n
 
 
 def _batch(rng, rows, length, vocab):
-  """A seq2seq batch (ids < vocab; the copy task learns a ~15-piece vocabulary) whose rows have different real lengths (<= length), zero-padded."""
+  """A seq2seq batch (ids < vocab; the copy task learns a ~15-piece vocabulary) whose rows
+  have different real lengths (<= length), zero-padded."""
   lengths = rng.integers(2, length + 1, size=rows)
   lengths[0] = length
   ids = rng.integers(4, vocab, size=(rows, length + 1))
@@ -28,14 +29,15 @@ def _batch(rng, rows, length, vocab):
 
 def _pad_and_join(a, b):
   length = max(a["source"].shape[1], b["source"].shape[1])
-  pad = lambda x: np.pad(x, [(0, 0), (0, length - x.shape[1])])
+  def pad(x):
+    return np.pad(x, [(0, 0), (0, length - x.shape[1])])
   return {k: np.concatenate([pad(a[k]), pad(b[k])]) for k in a}
 
 
 def _first_step_gradients(tmp_path, name, batches, **overrides):
   """Runs one step of a Trainer on `batches` (a cycle) and returns (loss, gradients)."""
   config = dataclasses.replace(_SMALL, run_dir=str(tmp_path / name), **overrides)
-  trainer = Trainer(config)
+  trainer = Trainer(*prepare(config))
   captured = [tf.Variable(tf.zeros_like(v)) for v in trainer.model.trainable_variables]
 
   def capture(pairs):  # stands in for Adam, whose first step hides gradient differences
@@ -74,19 +76,25 @@ def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
     np.testing.assert_allclose(xla_grad, graph_grad, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_final_evaluation_and_export_use_the_averaged_checkpoints(tmp_path):
   import json
+
+  from serving import export
+
   from train_helpers import run_train
   run_train(tmp_path / "run", "--train_steps=6", "--checkpoint_every=2", "--keep_checkpoints=3",
             "--average_checkpoints=3", f"--export_base_path={tmp_path / 'models'}")
   with open(tmp_path / "run" / "eval.json") as f:
     assert json.load(f)["averaged_checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
-  with open(tmp_path / "models" / "1" / "assets.extra" / "tfattn.json") as f:
+  with open(tmp_path / "models" / "1" / export.EXPORT_INFO_FILE) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
 
 
+@pytest.mark.slow
 def test_a_run_shorter_than_the_averaging_window_averages_what_it_kept(tmp_path):
   import json
+
   from train_helpers import run_train
   result = run_train(tmp_path, "--train_steps=4", "--checkpoint_every=2", "--keep_checkpoints=3",
                      "--average_checkpoints=3")

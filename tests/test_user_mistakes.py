@@ -76,16 +76,20 @@ MISTAKES = [
 def _write_saved_run(tmp, run):
   """A run directory as a first `python -m train` leaves it, without training it: the saved
   configuration is the built-in task's, resolved as the trainer resolves it."""
-  from train import resume, tasks, trainer
+  from tfattn.run_dir import RunDir
+  from train import tasks, trainer
   from train.run_config import RunConfig
   config = RunConfig(run_dir=str(run), task="numbers")
   resolved = dataclasses.replace(config.resolved(tasks.BUILTIN_DEFAULTS),
                                  mixed_precision="float32", jit_compile=False)
   trainer.check_values(resolved)
-  os.makedirs(run / "vocab")
-  resolved.save(str(run / resume.CONFIG_FILE))
-  (run / "model_config.json").write_text('{"d_model": 128}')
-  (run / "vocab" / "source.model").write_bytes(b"not read: the refusal comes first")
+  layout = RunDir(run)
+  os.makedirs(layout.vocab)
+  resolved.save(layout.run_config)
+  with open(layout.model_config, "w") as f:
+    f.write('{"d_model": 128}')
+  with open(os.path.join(layout.vocab, "source.model"), "wb") as f:
+    f.write(b"not read: the refusal comes first")
 
 
 def _prepare(setup, tmp, run, request):
@@ -114,6 +118,7 @@ def _snapshot(directory):
   return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv,setup,message,status",
                          [case[1:] for case in MISTAKES], ids=[case[0] for case in MISTAKES])
 def test_user_mistake_is_one_line_and_changes_nothing(argv, setup, message, status, tmp_path,
@@ -139,6 +144,7 @@ def test_user_mistake_is_one_line_and_changes_nothing(argv, setup, message, stat
     assert not os.path.exists(tmp / "new")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", ["train", "serving.export", "serving.check",
                                      "serving.client"])
 def test_help_lists_every_flag_and_exits_0(program):

@@ -3,11 +3,13 @@ checkpoints), shared by the trainer's final evaluation and the export, so both j
 the same weights."""
 
 import os
+from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
 
-def checkpoints_to_average(checkpoint_dir, checkpoint=None, average_last=1):
+def checkpoints_to_average(checkpoint_dir: str, checkpoint: Optional[str] = None,
+                           average_last: int = 1) -> List[str]:
   """The checkpoint prefixes to average: the given (or latest) one and the kept ones before it,
   `average_last` in all, oldest first."""
   if average_last < 1:
@@ -31,7 +33,7 @@ def checkpoints_to_average(checkpoint_dir, checkpoint=None, average_last=1):
   return chosen
 
 
-def restore_average(model, checkpoints):
+def restore_average(model: tf.Module, checkpoints: Sequence[str]) -> None:
   """Sets `model`'s trainable weights to their mean over `checkpoints` (summed in float64);
   other state (the dropout RNG) comes from the last one."""
   reader = tf.train.Checkpoint(model=model)

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+from tfattn import special_ids
+
 _NORM_POSITIONS = ("post", "pre")
 _POSITION_KINDS = ("sinusoidal", "learned")
 _COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
@@ -35,9 +37,9 @@ class TransformerConfig:
   tie_output_embedding: bool = True  # target embedding doubles as the pre-softmax weights
   layer_norm_epsilon: float = 1e-6
   compute_dtype: str = "float32"   # variables stay float32; "float16"/"bfloat16" = mixed precision
-  pad_id: int = 0
-  bos_id: int = 1
-  eos_id: int = 2
+  pad_id: int = special_ids.PAD_ID
+  bos_id: int = special_ids.START_ID
+  eos_id: int = special_ids.END_ID
   num_classes: int = 2             # EncoderClassifier only
   pooling: str = "mean"            # EncoderClassifier only: masked mean or first token
   # EncoderClassifier only: "transformer" = the encoder stack; "attention" = one merged-head
@@ -63,8 +65,10 @@ class TransformerConfig:
             "feed_forward_dropout_rate must be in [0, 1)")
     require(self.position_encoding in _POSITION_KINDS,
             f"position_encoding must be one of {_POSITION_KINDS}")
-    require(self.norm_position in _NORM_POSITIONS, f"norm_position must be one of {_NORM_POSITIONS}")
-    require(self.compute_dtype in _COMPUTE_DTYPES, f"compute_dtype must be one of {_COMPUTE_DTYPES}")
+    require(self.norm_position in _NORM_POSITIONS,
+            f"norm_position must be one of {_NORM_POSITIONS}")
+    require(self.compute_dtype in _COMPUTE_DTYPES,
+            f"compute_dtype must be one of {_COMPUTE_DTYPES}")
     require(self.pooling in _POOLINGS, f"pooling must be one of {_POOLINGS}")
     require(self.classifier_body in _CLASSIFIER_BODIES,
             f"classifier_body must be one of {_CLASSIFIER_BODIES}")

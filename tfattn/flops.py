@@ -18,7 +18,8 @@ def _decoder_layer(d, dff, s, t):
   return self_attention + cross_attention + 4 * t * d * dff
 
 
-def seq2seq_forward_flops(config: TransformerConfig, batch, source_length, target_length):
+def seq2seq_forward_flops(config: TransformerConfig, batch: int, source_length: int,
+                          target_length: int) -> int:
   """`Transformer(source [batch, source_length], target [batch, target_length])` -> logits."""
   d, dff, s, t = config.d_model, config.dff, source_length, target_length
   per_example = (config.num_encoder_layers * _encoder_layer(d, dff, s) +
@@ -27,7 +28,7 @@ def seq2seq_forward_flops(config: TransformerConfig, batch, source_length, targe
   return batch * per_example
 
 
-def classifier_forward_flops(config: TransformerConfig, batch, length):
+def classifier_forward_flops(config: TransformerConfig, batch: int, length: int) -> int:
   """`EncoderClassifier(ids [batch, length])` -> logits."""
   d, s = config.d_model, length
   if config.classifier_body == "attention":
@@ -37,5 +38,5 @@ def classifier_forward_flops(config: TransformerConfig, batch, length):
   return batch * (body + 2 * d * config.num_classes)
 
 
-def training_flops(forward_flops):
+def training_flops(forward_flops: float) -> float:
   return 3 * forward_flops

@@ -5,6 +5,7 @@ so a model runs in float16/bfloat16 just by feeding it activations of that dtype
 """
 
 import math
+from typing import List, Optional
 
 import tensorflow as tf
 
@@ -15,7 +16,7 @@ def _glorot_uniform(shape, seed):
   return tf.random.stateless_uniform(shape, seed=seed, minval=-limit, maxval=limit)
 
 
-def seed_for(base_seed, name):
+def seed_for(base_seed: int, name: str) -> List[int]:
   """A stable per-variable stateless seed, so a model is the same whatever order it is built in."""
   return [base_seed, sum((i + 1) * ord(c) for i, c in enumerate(name)) % (2**31 - 1)]
 
@@ -29,8 +30,11 @@ def _in_xla_context():
   return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def dropout(x, rate, rng, training):
-  """Inverted dropout drawing from `rng` (a checkpointed `tf.random.Generator`).
+def dropout(x: tf.Tensor, rate: float, rng: Optional[tf.random.Generator],
+            training: bool) -> tf.Tensor:
+  """Inverted dropout drawing from `rng` (a checkpointed `tf.random.Generator`): each element
+  zeroed with probability `rate`, the others scaled by 1 / (1 - rate); `x` itself when not
+  training, at rate 0 or without a generator.
 
   A generator instead of `tf.nn.dropout`'s op seeds makes the masks resume exactly after a
   checkpoint restore, and gives each replica its own stream under `tf.distribute`.
@@ -48,9 +52,18 @@ def dropout(x, rate, rng, training):
 
 
 class Linear(tf.Module):
-  """y = x W + b over the last axis: `[..., in_features]` -> `[..., out_features]`."""
+  """y = x W + b over the last axis: `[..., in_features]` -> `[..., out_features]`.
 
-  def __init__(self, in_features, out_features, use_bias=True, seed=0, name=None):
+  Args:
+    in_features: size of the input's last axis.
+    out_features: size of the output's last axis.
+    use_bias: add the bias b (zeros at start).
+    seed: base seed; W is Glorot-uniform from a seed derived from it and the module's name.
+    name: module name (and variable name scope).
+  """
+
+  def __init__(self, in_features: int, out_features: int, use_bias: bool = True, seed: int = 0,
+               name: Optional[str] = None):
     super().__init__(name=name)
     self.in_features = in_features
     self.out_features = out_features
@@ -60,7 +73,7 @@ class Linear(tf.Module):
           name="kernel")
       self.bias = tf.Variable(tf.zeros([out_features]), name="bias") if use_bias else None
 
-  def __call__(self, x):
+  def __call__(self, x: tf.Tensor) -> tf.Tensor:
     # One 2-D GEMM on [batch * length, in]: its weight gradient is a single GEMM too, where a
     # broadcasting batched matmul would reduce per-example products (measured slower).
     leading = tf.shape(x)[:-1]
@@ -74,9 +87,15 @@ class Embedding(tf.Module):
   """Token embedding scaled by sqrt(d_model) (paper section 3.4).
 
   `logits()` reuses the same table as the pre-softmax projection when weights are shared.
+
+  Args:
+    vocab_size: rows of the table (token ids 0..vocab_size-1).
+    d_model: width of each embedding.
+    seed: base seed of the normal(0, d_model^-0.5) initialisation.
+    name: module name.
   """
 
-  def __init__(self, vocab_size, d_model, seed=0, name=None):
+  def __init__(self, vocab_size: int, d_model: int, seed: int = 0, name: Optional[str] = None):
     super().__init__(name=name)
     self.vocab_size = vocab_size
     self.d_model = d_model
@@ -87,12 +106,12 @@ class Embedding(tf.Module):
                                         stddev=d_model**-0.5)
       self.table = tf.Variable(init, name="table")
 
-  def __call__(self, ids, dtype=tf.float32):
+  def __call__(self, ids: tf.Tensor, dtype: tf.DType = tf.float32) -> tf.Tensor:
     """ids: int `[batch, length]` -> `[batch, length, d_model]` in `dtype`."""
     vectors = tf.cast(tf.gather(self.table, ids), dtype)
     return vectors * tf.cast(math.sqrt(self.d_model), dtype)
 
-  def logits(self, x):
+  def logits(self, x: tf.Tensor) -> tf.Tensor:
     """x: `[batch, length, d_model]` -> `[batch, length, vocab_size]`."""
     leading = tf.shape(x)[:-1]
     flat = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(self.table, x.dtype),
@@ -101,16 +120,23 @@ class Embedding(tf.Module):
 
 
 class LayerNorm(tf.Module):
-  """Layer normalisation over the last axis, computed in float32 for stability."""
+  """Layer normalisation over the last axis, computed in float32 for stability:
+  `[..., size]` -> `[..., size]` in the input's dtype.
 
-  def __init__(self, size, epsilon=1e-6, name=None):
+  Args:
+    size: the last axis' size (of the learned scale and offset).
+    epsilon: added to the variance before the square root.
+    name: module name.
+  """
+
+  def __init__(self, size: int, epsilon: float = 1e-6, name: Optional[str] = None):
     super().__init__(name=name)
     self.epsilon = epsilon
     with self.name_scope:
       self.scale = tf.Variable(tf.ones([size]), name="scale")
       self.offset = tf.Variable(tf.zeros([size]), name="offset")
 
-  def __call__(self, x):
+  def __call__(self, x: tf.Tensor) -> tf.Tensor:
     x32 = tf.cast(x, tf.float32)
     mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
     normed = (x32 - mean) * tf.math.rsqrt(variance + self.epsilon)
@@ -118,9 +144,21 @@ class LayerNorm(tf.Module):
 
 
 class FeedForward(tf.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2): `[..., d_model]` -> `[..., d_model]`."""
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2): `[..., d_model]` -> `[..., d_model]`.
 
-  def __init__(self, d_model, dff, dropout_rate=0.0, rng=None, seed=0, name=None):
+  Args:
+    d_model: input and output width.
+    dff: inner (hidden) width.
+    dropout_rate: dropout on the hidden layer while training (tensor2tensor's relu_dropout; the
+      paper has none, and `TransformerConfig.feed_forward_dropout_rate` defaults to 0).
+    rng: the model's `tf.random.Generator` for dropout (needed when dropout_rate > 0).
+    seed: base seed of the two Linear layers.
+    name: module name.
+  """
+
+  def __init__(self, d_model: int, dff: int, dropout_rate: float = 0.0,
+               rng: Optional[tf.random.Generator] = None, seed: int = 0,
+               name: Optional[str] = None):
     super().__init__(name=name)
     self.dropout_rate = dropout_rate
     self._rng = rng
@@ -128,7 +166,7 @@ class FeedForward(tf.Module):
       self.inner = Linear(d_model, dff, seed=seed, name="inner")
       self.outer = Linear(dff, d_model, seed=seed, name="outer")
 
-  def __call__(self, x, training=False):
+  def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
     hidden = tf.nn.relu(self.inner(x))
     hidden = dropout(hidden, self.dropout_rate, self._rng, training)
     return self.outer(hidden)

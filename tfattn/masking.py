@@ -6,6 +6,8 @@ never by addition, so two masks can never sum past the dtype's range.
 
 import tensorflow as tf
 
+from tfattn.special_ids import PAD_ID
+
 # Large enough that exp(bias + logit) underflows to exactly 0 in float32, small enough to stay
 # finite in the dtype the bias is built in (float16 tops out at 65504).
 _LARGE_NEGATIVE = {tf.float32: -1e9, tf.bfloat16: -1e9, tf.float16: -3e4, tf.float64: -1e9}
@@ -19,7 +21,7 @@ def large_negative(dtype=tf.float32) -> float:
   return _LARGE_NEGATIVE[dtype]
 
 
-def padding_bias(ids, pad_id=0, dtype=tf.float32):
+def padding_bias(ids: tf.Tensor, pad_id: int = PAD_ID, dtype: tf.DType = tf.float32) -> tf.Tensor:
   """Masks padding keys.
 
   Args:
@@ -31,7 +33,7 @@ def padding_bias(ids, pad_id=0, dtype=tf.float32):
   return (is_pad * large_negative(dtype))[:, tf.newaxis, tf.newaxis, :]
 
 
-def lengths_bias(lengths, max_length, dtype=tf.float32):
+def lengths_bias(lengths: tf.Tensor, max_length, dtype: tf.DType = tf.float32) -> tf.Tensor:
   """Masks keys at or beyond each sequence's length.
 
   Args:
@@ -44,7 +46,7 @@ def lengths_bias(lengths, max_length, dtype=tf.float32):
   return ((1.0 - valid) * large_negative(dtype))[:, tf.newaxis, tf.newaxis, :]
 
 
-def causal_bias(length, dtype=tf.float32):
+def causal_bias(length, dtype: tf.DType = tf.float32) -> tf.Tensor:
   """Masks keys after the query position (no peeking at the future).
 
   Returns:
@@ -54,7 +56,7 @@ def causal_bias(length, dtype=tf.float32):
   return ((1.0 - allowed) * large_negative(dtype))[tf.newaxis, tf.newaxis, :, :]
 
 
-def step_bias(decode_index, cache_length, dtype=tf.float32):
+def step_bias(decode_index, cache_length, dtype: tf.DType = tf.float32) -> tf.Tensor:
   """For padded decoding: one query at `decode_index` may see cache slots `0..decode_index`.
 
   Returns:
@@ -64,7 +66,7 @@ def step_bias(decode_index, cache_length, dtype=tf.float32):
   return ((1.0 - allowed) * large_negative(dtype))[tf.newaxis, tf.newaxis, tf.newaxis, :]
 
 
-def combine(*biases):
+def combine(*biases: tf.Tensor) -> tf.Tensor:
   """Combines biases by broadcasting `tf.minimum`; `None`s are skipped. Biases of one dtype
   keep it; mixed dtypes combine in float32, where every dtype's masking value is finite (a
   float32 -1e9 cast to float16 would be -inf, and a fully masked row would become NaN)."""
@@ -79,7 +81,7 @@ def combine(*biases):
   return combined
 
 
-def as_float32_logit_bias(bias):
+def as_float32_logit_bias(bias: tf.Tensor) -> tf.Tensor:
   """A bias in float32 for adding to float32 logits. float16's masking value (-3e4) is raised to
   float32's (-1e9): -3e4 only shifts a fully masked row's logits, which would then keep the
   unmasked softmax, where float32 and bfloat16 masks give every key the same weight."""

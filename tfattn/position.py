@@ -1,11 +1,12 @@
 """Position information: fixed sinusoids (paper section 3.5) or a learned table."""
 
 import math
+from typing import Optional
 
 import tensorflow as tf
 
 
-def sinusoidal_encoding(positions, d_model):
+def sinusoidal_encoding(positions: tf.Tensor, d_model: int) -> tf.Tensor:
   """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 
   Sines and cosines are interleaved as in the paper, so `d_model` may be odd or even.
@@ -24,29 +25,41 @@ def sinusoidal_encoding(positions, d_model):
 
 
 class SinusoidalPosition(tf.Module):
-  """Adds fixed sinusoidal encodings; no variables, any length."""
+  """Adds fixed sinusoidal encodings; no variables, any length.
 
-  def __init__(self, d_model, name=None):
+  Args:
+    d_model: width of the encodings (and of the inputs they are added to).
+    name: module name.
+  """
+
+  def __init__(self, d_model: int, name: Optional[str] = None):
     super().__init__(name=name)
     self.d_model = d_model
 
-  def __call__(self, x, offset=0):
+  def __call__(self, x: tf.Tensor, offset=0) -> tf.Tensor:
     """x: `[batch, length, d_model]`; offset: position of x's first token (decoding)."""
     positions = tf.range(tf.shape(x)[1]) + offset
     return x + tf.cast(sinusoidal_encoding(positions, self.d_model), x.dtype)[tf.newaxis]
 
 
 class LearnedPosition(tf.Module):
-  """Adds a trained `[max_length, d_model]` table."""
+  """Adds a trained `[max_length, d_model]` table.
 
-  def __init__(self, max_length, d_model, seed=0, name=None):
+  Args:
+    max_length: rows of the table; positions must stay below it.
+    d_model: width of each row.
+    seed: seed of the normal(0, 0.02) initialisation.
+    name: module name.
+  """
+
+  def __init__(self, max_length: int, d_model: int, seed: int = 0, name: Optional[str] = None):
     super().__init__(name=name)
     self.max_length = max_length
     with self.name_scope:
       init = tf.random.stateless_normal([max_length, d_model], seed=[seed, 7], stddev=0.02)
       self.table = tf.Variable(init, name="table")
 
-  def __call__(self, x, offset=0):
+  def __call__(self, x: tf.Tensor, offset=0) -> tf.Tensor:
     """x: `[batch, length, d_model]`; positions must stay below `max_length`."""
     positions = tf.range(tf.shape(x)[1]) + offset
     return x + tf.cast(tf.gather(self.table, positions), x.dtype)[tf.newaxis]

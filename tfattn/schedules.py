@@ -16,9 +16,15 @@ def noam_learning_rate(step, d_model, warmup_steps=4000, scale=1.0):
 
 
 class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
-  """`noam_learning_rate` as an optimizer schedule (the optimizer calls it with its step)."""
+  """`noam_learning_rate` as an optimizer schedule (the optimizer calls it with its step).
 
-  def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+  Args:
+    d_model: the model width (the peak is d_model^-0.5 * warmup_steps^-0.5 * scale).
+    warmup_steps: steps of linear warm-up before the rsqrt decay.
+    scale: multiplies the whole schedule.
+  """
+
+  def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
     self.d_model, self.warmup_steps, self.scale = d_model, warmup_steps, scale
 
   def __call__(self, step):
@@ -52,9 +58,16 @@ def warmup_learning_rate(step, peak, warmup_steps, total_steps, decay="cosine"):
 
 
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-  """`warmup_learning_rate` as an optimizer schedule."""
+  """`warmup_learning_rate` as an optimizer schedule.
 
-  def __init__(self, peak, warmup_steps, total_steps, decay="cosine"):
+  Args:
+    peak: the learning rate reached at the end of the warm-up.
+    warmup_steps: steps of linear warm-up from 0.
+    total_steps: the last step (cosine decays to 0 there).
+    decay: "rsqrt", "cosine" or "constant" after the warm-up.
+  """
+
+  def __init__(self, peak: float, warmup_steps: int, total_steps: int, decay: str = "cosine"):
     if decay not in WARMUP_DECAYS:
       raise ValueError(f"decay must be one of {WARMUP_DECAYS}, got {decay!r}")
     self.peak, self.warmup_steps, self.total_steps, self.decay = (peak, warmup_steps,

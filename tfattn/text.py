@@ -15,15 +15,24 @@ RegexSplitWithOffsets, WordpieceTokenizeWithOffsets, plus TF core.
 
 import hashlib
 import os
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_text as text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
-# Special tokens, defined once: ids 0..3 of every vocabulary.
-PAD, START, END, UNK = "[PAD]", "[START]", "[END]", "[UNK]"
-RESERVED_TOKENS = (PAD, START, END, UNK)
-PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
+# Special tokens (defined in special_ids.py), re-exported for the tokenizer's users.
+from tfattn.special_ids import (  # noqa: F401
+  END,
+  END_ID,
+  PAD,
+  PAD_ID,
+  RESERVED_TOKENS,
+  START,
+  START_ID,
+  UNK,
+  UNK_ID,
+)
 
 SENTENCEPIECE_SUFFIX, WORDPIECE_SUFFIX = ".model", ".txt"
 
@@ -72,9 +81,10 @@ class SentencePieceTokenizer(tf.Module):
 
   Args:
     model_path: a SentencePiece model whose ids 0..3 are PAD, START, END, UNK.
+    name: module name.
   """
 
-  def __init__(self, model_path: str, name=None):
+  def __init__(self, model_path: str, name: Optional[str] = None):
     super().__init__(name=name)
     with open(model_path, "rb") as f:
       model = f.read()
@@ -104,9 +114,10 @@ class WordPieceTokenizer(tf.Module):
   Args:
     vocab_path: one token a line, starting with `RESERVED_TOKENS`.
     lower_case: case-fold before splitting (must match how the vocabulary was learned).
+    name: module name.
   """
 
-  def __init__(self, vocab_path: str, lower_case: bool = True, name=None):
+  def __init__(self, vocab_path: str, lower_case: bool = True, name: Optional[str] = None):
     super().__init__(name=name)
     with open(vocab_path, encoding="utf-8") as f:
       vocab = [line.rstrip("\n") for line in f]

@@ -17,7 +17,7 @@ from train import resume  # noqa: E402
 from train.distribute import STRATEGIES  # noqa: E402
 from train.recipes import RECIPES  # noqa: E402
 from train.run_config import FALLBACKS, RunConfig  # noqa: E402
-from train.tasks import BUILTIN_TASKS, TFDS_TASKS  # noqa: E402
+from train.tasks import BUILTIN_TASKS, CLASSIFICATION, SEQ2SEQ, TFDS_TASKS  # noqa: E402
 
 _DEFAULTS = RunConfig()
 _TASK_DEFAULT = "(default: the task's recommended value)"
@@ -30,7 +30,7 @@ flags.DEFINE_enum("task", _DEFAULTS.task, list(BUILTIN_TASKS) + list(TFDS_TASKS)
 flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.")
 flags.DEFINE_string("train_file", None, "TSV training file: source<TAB>target or text<TAB>label.")
 flags.DEFINE_string("eval_file", None, "TSV held-out file (default: the first 1000 train lines).")
-flags.DEFINE_enum("tsv_kind", _DEFAULTS.tsv_kind, ["seq2seq", "classification"],
+flags.DEFINE_enum("tsv_kind", _DEFAULTS.tsv_kind, [SEQ2SEQ, CLASSIFICATION],
                   "What the TSV's second column is.")
 flags.DEFINE_enum("recipe", None, sorted(RECIPES),
                   "A named recipe measured on real data (train/recipes.py): fills every flag "
@@ -134,8 +134,7 @@ def config_from_flags() -> RunConfig:
   if saved is None:
     return requested
   explicit = [field.name for field in dataclasses.fields(RunConfig) if FLAGS[field.name].present]
-  logging.info("resuming %s with its saved configuration (%s)", requested.run_dir,
-               resume.CONFIG_FILE)
+  logging.info("resuming %s with its saved configuration", requested.run_dir)
   return resume.merge_for_resume(saved, requested, explicit)
 
 
@@ -146,10 +145,10 @@ def _check_export_path(path):
 
 def _make_trainer(config):
   """The Trainer; a run directory this call created is removed again if setting up fails."""
-  from train.trainer import Trainer
+  from train.trainer import Trainer, prepare
   created = not os.path.exists(config.run_dir)
   try:
-    return Trainer(config)
+    return Trainer(*prepare(config))
   except BaseException as error:
     if created:
       shutil.rmtree(config.run_dir, ignore_errors=True)

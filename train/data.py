@@ -5,7 +5,6 @@ import tensorflow as tf
 from tfattn import shapes
 from tfattn.text import END_ID, START_ID, truncate_tokens
 
-
 # A dataset whose size is known and at most this is shuffled whole each epoch; larger or
 # unknown ones through a buffer of this many examples.
 MAX_SHUFFLE_BUFFER = 200_000

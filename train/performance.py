@@ -5,8 +5,6 @@ import time
 
 import tensorflow as tf
 
-from tfattn import flops
-
 
 def measure_matmul_peak(device, dtype, size=None, seconds=0.5):
   """FLOP/s of one square matmul of `dtype` on `device`, best of a few timed runs: the
@@ -34,18 +32,6 @@ def measure_matmul_peak(device, dtype, size=None, seconds=0.5):
       if time.perf_counter() > deadline:
         break
   return 4 * 2 * size**3 / best
-
-
-def step_training_flops(model_config, kind, shapes):
-  """Training FLOPs of one optimizer step from its micro-batches' padded shapes:
-  [(rows, source_length, target_length)] (target_length 0 for classification)."""
-  total = 0
-  for rows, source_length, target_length in shapes:
-    if kind == "classification":
-      total += flops.classifier_forward_flops(model_config, rows, source_length)
-    else:
-      total += flops.seq2seq_forward_flops(model_config, rows, source_length, target_length)
-  return flops.training_flops(total)
 
 
 class Meter:

@@ -9,9 +9,8 @@ import dataclasses
 import os
 from typing import Iterable, Optional
 
+from tfattn.run_dir import RunDir
 from train.run_config import RunConfig
-
-CONFIG_FILE = "run_config.json"
 
 # May differ between the first run and a resumed one.
 RESUMABLE_CHANGES = frozenset({
@@ -24,13 +23,14 @@ RESUMABLE_CHANGES = frozenset({
 def saved_config(run_dir: str) -> Optional[RunConfig]:
   """The run's saved configuration, None for a new run. Raises ValueError when the directory
   holds checkpoints or vocabularies but no readable configuration (not ours, or damaged)."""
-  path = os.path.join(run_dir, CONFIG_FILE)
+  layout = RunDir(run_dir)
+  path = layout.run_config
   if not os.path.exists(path):
-    leftovers = [name for name in ("checkpoints", "vocab", "model_config.json")
-                 if os.path.exists(os.path.join(run_dir, name))]
+    leftovers = [os.path.basename(p) for p in (layout.checkpoints, layout.vocab,
+                                               layout.model_config) if os.path.exists(p)]
     if leftovers:
-      raise ValueError(f"{run_dir} holds {', '.join(leftovers)} but no {CONFIG_FILE}: it was not "
-                       "written by `python -m train`; pass a new --run_dir")
+      raise ValueError(f"{run_dir} holds {', '.join(leftovers)} but no {RunDir.RUN_CONFIG}: it "
+                       "was not written by `python -m train`; pass a new --run_dir")
     return None
   try:
     return RunConfig.load(path)

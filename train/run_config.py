@@ -4,6 +4,7 @@ import dataclasses
 import json
 from typing import Optional
 
+from tfattn.kinds import SEQ2SEQ
 from train.files import write_json_atomically
 
 
@@ -14,7 +15,7 @@ class RunConfig:
   data_dir: Optional[str] = None
   train_file: Optional[str] = None
   eval_file: Optional[str] = None
-  tsv_kind: str = "seq2seq"
+  tsv_kind: str = SEQ2SEQ
   recipe: Optional[str] = None              # a named recipe (train/recipes.py) under the flags
   # Model: a preset, optionally resized. None = the task's default.
   model: Optional[str] = None

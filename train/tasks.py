@@ -17,9 +17,8 @@ from typing import Callable, Dict
 import tensorflow as tf
 from absl import logging
 
+from tfattn.kinds import CLASSIFICATION, SEQ2SEQ  # noqa: F401 (kind names, one owner)
 from train.number_words import number_to_words
-
-SEQ2SEQ, CLASSIFICATION = "seq2seq", "classification"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +95,8 @@ def _algorithmic(name, transform, min_len=3, max_len=12):
 
 def _addition(rng):
   a, b = rng.randrange(10**rng.randint(1, 5)), rng.randrange(10**rng.randint(1, 5))
-  spaced = lambda n: " ".join(str(n))
+  def spaced(n):
+    return " ".join(str(n))
   return f"{spaced(a)} + {spaced(b)}", spaced(a + b)
 
 

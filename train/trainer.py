@@ -1,14 +1,6 @@
 """The training run: tokenizers, model, optimizer, distributed custom loop, checkpoints, metrics.
 
-Run directory layout:
-  run_config.json   the RunConfig the run was started with (task defaults filled in)
-  model_config.json the TransformerConfig
-  task.json         task name, kind and classes (read by serving.export)
-  vocab/            source.model, target.model (SentencePiece) or source.txt, target.txt
-                    (WordPiece)
-  checkpoints/      tf.train.CheckpointManager: model, optimizer, step, data iterator, RNG
-  logs/             TensorBoard scalars
-  train_log.jsonl   one line a logged step; eval.json: the latest held-out metrics
+What it writes, where: `tfattn/run_dir.py` (RunDir).
 """
 
 import dataclasses
@@ -17,18 +9,20 @@ import os
 import shutil
 import signal
 import time
+from typing import Tuple
 
 import keras
 import tensorflow as tf
 from absl import logging
 
 import tfattn
-from tfattn import checkpoints, losses, text
+from tfattn import checkpoints, text
+from tfattn.run_dir import RunDir
 from tfattn.schedules import WARMUP_DECAYS, NoamSchedule, WarmupSchedule
-from train import data, distribute, evaluation, performance, recipes, resume, tokenizer
+from train import distribute, kinds, performance, recipes, resume, tokenizer
 from train.files import write_json_atomically, write_text_atomically
 from train.run_config import RunConfig
-from train.tasks import CLASSIFICATION, get_task
+from train.tasks import Task, get_task
 
 _SCHEDULES = ("noam",) + WARMUP_DECAYS
 _TRUNCATE_SIDES = ("right", "left")
@@ -53,12 +47,6 @@ def model_config_for(config: RunConfig, source_vocab, target_vocab, num_classes)
     if value is not None:
       overrides[field] = value
   return tfattn.TransformerConfig.preset(config.model, **overrides)
-
-
-def build_model(model_config, kind):
-  if kind == CLASSIFICATION:
-    return tfattn.EncoderClassifier(model_config)
-  return tfattn.Transformer(model_config)
 
 
 _MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
@@ -139,20 +127,19 @@ def make_schedule(config: RunConfig, d_model):
                         config.schedule)
 
 
-def _tokenizers(task, config, run_dir):
-  """Learns the vocabularies once; a resumed run reuses the saved files."""
-  vocab_dir = os.path.join(run_dir, "vocab")
-  sides = (("source", 0),) if task.kind == CLASSIFICATION else (("source", 0), ("target", 1))
-  loaded = []
-  for side, index in sides:
+def _tokenizers(task, sides, config, run_dir: RunDir):
+  """{side: tokenizer}, the vocabulary of side i learned from the i-th element of the task's
+  examples; learned once: a resumed run reuses the saved files."""
+  loaded = {}
+  for index, side in enumerate(sides):
     try:
-      path = text.tokenizer_path(vocab_dir, side)
+      loaded[side] = run_dir.load_tokenizer(side)
     except ValueError:  # a new run: learn it
       path = tokenizer.learn_and_write(
-          config.tokenizer, task.train().map(lambda *pair: pair[index]), config.vocab_size,
-          os.path.join(vocab_dir, side), config.lower_case, config.vocab_examples)
-    loaded.append(text.load_tokenizer(path))
-  return loaded[0], (loaded[1] if len(loaded) > 1 else None)
+          config.tokenizer, task.train().map(lambda *pair, i=index: pair[i]), config.vocab_size,
+          os.path.join(run_dir.vocab, side), config.lower_case, config.vocab_examples)
+      loaded[side] = text.load_tokenizer(path)
+  return loaded
 
 
 class _StopRequest:
@@ -179,23 +166,40 @@ class _StopRequest:
       signal.signal(signum, previous)
 
 
-class Trainer:
-  """One training run; `run()` trains to `train_steps`, resuming from the latest checkpoint."""
+def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]:
+  """The process-wide set-up of a run, before a Trainer exists: checks the flags as given (before
+  any data is generated or read), builds the task, fills the configuration from the recipe and
+  the task (logged), sets op determinism and the global seed, builds the strategy.
 
-  def __init__(self, config: RunConfig):
-    check_values(config)  # the flags as given, before any data is generated or read
-    self.task = get_task(config.task, config.seed, config.data_dir, config.train_file,
-                         config.eval_file, config.tsv_kind)
-    self.config = config = resolve_config(config, self.task)
-    logging.info("effective configuration: %s", "  ".join(
-        f"{k}={v}" for k, v in sorted(dataclasses.asdict(config).items()) if v is not None))
-    if config.deterministic:
-      tf.config.experimental.enable_op_determinism()
-    keras.utils.set_random_seed(config.seed)
-    if config.clip_norm and config.mixed_precision == "mixed_float16":
-      raise ValueError("--clip_norm with --mixed_precision=mixed_float16 is not supported "
-                       "(clipping would see loss-scaled gradients); use mixed_bfloat16")
-    self.strategy = distribute.make_strategy(config.strategy, config.cpu_replicas)
+  Returns (resolved config, task, strategy), the arguments of `Trainer`."""
+  check_values(config)
+  task = get_task(config.task, config.seed, config.data_dir, config.train_file,
+                  config.eval_file, config.tsv_kind)
+  config = resolve_config(config, task)
+  logging.info("effective configuration: %s", "  ".join(
+      f"{k}={v}" for k, v in sorted(dataclasses.asdict(config).items()) if v is not None))
+  if config.clip_norm and config.mixed_precision == "mixed_float16":
+    raise ValueError("--clip_norm with --mixed_precision=mixed_float16 is not supported "
+                     "(clipping would see loss-scaled gradients); use mixed_bfloat16")
+  if config.deterministic:
+    tf.config.experimental.enable_op_determinism()
+  keras.utils.set_random_seed(config.seed)
+  return config, task, distribute.make_strategy(config.strategy, config.cpu_replicas)
+
+
+class Trainer:
+  """One training run; `run()` trains to `train_steps`, resuming from the latest checkpoint.
+
+  Args:
+    config: the resolved RunConfig (see `prepare`).
+    task: where the examples come from; its kind (`train/kinds.py`) supplies the model,
+      batches, loss and evaluation.
+    strategy: the tf.distribute strategy to train under.
+  """
+
+  def __init__(self, config: RunConfig, task: Task, strategy: tf.distribute.Strategy):
+    self.config, self.task, self.strategy = config, task, strategy
+    self.kind = kinds.of(task)
     self.is_chief = distribute.is_chief(self.strategy)
     if config.batch_size % self.strategy.num_replicas_in_sync:
       raise ValueError(f"--batch_size ({config.batch_size}) must be divisible by the number of "
@@ -204,23 +208,22 @@ class Trainer:
     # settings (with the requested vocabulary size) and the saved run's configuration.
     model_config_for(config, config.vocab_size, config.vocab_size, self.task.num_classes)
     resume.check_resumable(config.run_dir, config)
-    self.run_dir = config.run_dir
-    os.makedirs(self.run_dir, exist_ok=True)
-    self.source_tokenizer, self.target_tokenizer = _tokenizers(self.task, config, self.run_dir)
-    target_vocab = (self.target_tokenizer.vocab_size if self.target_tokenizer
-                    else self.source_tokenizer.vocab_size)
-    self.model_config = model_config_for(config, self.source_tokenizer.vocab_size,
+    self.run_dir = RunDir(config.run_dir)
+    os.makedirs(self.run_dir.path, exist_ok=True)
+    self.tokenizers = _tokenizers(self.task, self.kind.vocabulary_sides, config, self.run_dir)
+    source_vocab = self.tokenizers["source"].vocab_size
+    target_vocab = self.tokenizers.get("target", self.tokenizers["source"]).vocab_size
+    self.model_config = model_config_for(config, source_vocab,
                                          target_vocab, self.task.num_classes)
     if self.is_chief:
-      config.save(os.path.join(self.run_dir, resume.CONFIG_FILE))
-      write_text_atomically(os.path.join(self.run_dir, "model_config.json"),
-                            self.model_config.to_json())
-      write_json_atomically(os.path.join(self.run_dir, "task.json"),
+      config.save(self.run_dir.run_config)
+      write_text_atomically(self.run_dir.model_config, self.model_config.to_json())
+      write_json_atomically(self.run_dir.task,
                   {"name": self.task.name, "kind": self.task.kind,
                    "num_classes": self.task.num_classes, "truncate": config.truncate})
 
     with self.strategy.scope():
-      self.model = build_model(self.model_config, self.task.kind)
+      self.model = self.kind.build_model(self.model_config)
       schedule = make_schedule(config, self.model_config.d_model)
       self.optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
       if config.mixed_precision == "mixed_float16":
@@ -244,10 +247,9 @@ class Trainer:
     self.iterator = iter(self.train_dataset)
     self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                           data=self.iterator)
-    checkpoint_dir = os.path.join(self.run_dir, "checkpoints")
+    checkpoint_dir = self.run_dir.checkpoints
     if not self.is_chief:  # other workers must write too (collectives), but somewhere private
-      checkpoint_dir = os.path.join(self.run_dir, "tmp_workers",
-                                    f"worker_{self.strategy.cluster_resolver.task_id}")
+      checkpoint_dir = self.run_dir.worker_checkpoints(self.strategy.cluster_resolver.task_id)
     self.manager = tf.train.CheckpointManager(self.checkpoint, checkpoint_dir,
                                               max_to_keep=config.keep_checkpoints)
     self._train_step = self._make_train_step()
@@ -273,31 +275,7 @@ class Trainer:
       # Bucket-length padding under XLA: a handful of batch shapes, one program each.
       kwargs.update(batch_tokens=batch_tokens, multiple_of=self.local_replicas,
                     pad_to_bucket=c.jit_compile)
-    if self.task.kind == CLASSIFICATION:
-      return data.classification_dataset(raw, self.source_tokenizer, truncate=c.truncate,
-                                         **kwargs)
-    return data.seq2seq_dataset(raw, self.source_tokenizer, self.target_tokenizer,
-                                keep_text=not training, **kwargs)
-
-  def _loss_sums(self, batch):
-    """One replica's micro-batch -> (summed token loss, correct, counted, input tokens): float32
-    scalars. Classification counts one "token" (the label) per example."""
-    smoothing = self.config.label_smoothing
-    if self.task.kind == CLASSIFICATION:
-      logits = self.model(batch["source"], training=True)
-      # pad_id=-1 matches no label, so every example counts.
-      labels = tf.cast(batch["label"], tf.int32)[:, tf.newaxis]
-      token_losses, weights = losses.label_smoothed_cross_entropy(
-          logits[:, tf.newaxis], labels, smoothing, pad_id=-1)
-      correct, count = losses.masked_accuracy(logits[:, tf.newaxis], labels, pad_id=-1)
-      tokens = tf.reduce_sum(tf.cast(tf.not_equal(batch["source"], 0), tf.float32))
-    else:
-      logits = self.model(batch["source"], batch["target_in"], training=True)
-      token_losses, weights = losses.label_smoothed_cross_entropy(logits, batch["target_out"],
-                                                                  smoothing)
-      correct, count = losses.masked_accuracy(logits, batch["target_out"])
-      tokens = count
-    return tf.reduce_sum(token_losses), correct, count, tokens
+    return self.kind.dataset(raw, self.tokenizers, training, c.truncate, **kwargs)
 
   def _make_train_step(self):
     """One optimizer step over `grad_accum_steps` micro-batches.
@@ -314,10 +292,11 @@ class Trainer:
     scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     local_replicas = self.local_replicas
     micro_batches = self.config.grad_accum_steps
+    smoothing = self.config.label_smoothing
 
     def gradients(batch):
       with tf.GradientTape() as tape:
-        loss_sum, correct, count, tokens = self._loss_sums(batch)
+        loss_sum, correct, count, tokens = self.kind.loss_sums(self.model, batch, smoothing)
         mean = loss_sum / tf.maximum(count, 1.0)
         to_differentiate = optimizer.scale_loss(mean) if scaled else mean
       return tape.gradient(to_differentiate, variables), loss_sum, correct, count, tokens
@@ -366,14 +345,7 @@ class Trainer:
     return train_step
 
   def evaluate(self):
-    if self.task.kind == CLASSIFICATION:
-      metrics = evaluation.evaluate_classification(self.model, self.eval_dataset,
-                                                   self.config.eval_examples)
-    else:
-      metrics = evaluation.evaluate_seq2seq(self.model, self.eval_dataset, self.target_tokenizer,
-                                            self.config.eval_examples,
-                                            beam_size=self.config.eval_beam_size,
-                                            alpha=self.config.eval_alpha)
+    metrics = self.kind.evaluate(self.model, self.eval_dataset, self.tokenizers, self.config)
     metrics["step"] = self.step
     return metrics
 
@@ -388,9 +360,9 @@ class Trainer:
     restored = self.manager.restore_or_initialize()
     if restored:
       logging.info("resumed from %s at step %d", restored, self.step)
-    writer = (tf.summary.create_file_writer(os.path.join(self.run_dir, "logs"))
+    writer = (tf.summary.create_file_writer(self.run_dir.logs)
               if self.is_chief else tf.summary.create_noop_writer())
-    log_path = os.path.join(self.run_dir, "train_log.jsonl")
+    log_path = self.run_dir.train_log
     stop = _StopRequest()
     if self.step < c.train_steps:
       logging.info("training from step %d to %d (the first step builds the graph)", self.step,
@@ -403,8 +375,8 @@ class Trainer:
         step = self.step
         shapes = [tuple(int(x) for x in row) for row in shapes.numpy()]
         self._note_batch_shapes(shapes)
-        self.meter.add(float(tokens), performance.step_training_flops(
-            self.model_config, self.task.kind, shapes))
+        self.meter.add(float(tokens), kinds.step_training_flops(self.kind, self.model_config,
+                                                                shapes))
         if step % c.log_every == 0 or step == c.train_steps:
           elapsed = time.time() - interval_start
           steps_per_second = (step - interval_step) / max(elapsed, 1e-9)
@@ -471,8 +443,7 @@ class Trainer:
 
   def _log_eval(self, writer, averaged=()):
     logging.info("evaluating on up to %d held-out examples%s", self.config.eval_examples,
-                 f" (beam {self.config.eval_beam_size})" if self.task.kind != CLASSIFICATION
-                 else "")
+                 self.kind.evaluation_note(self.config))
     metrics = self.evaluate()
     if len(averaged) > 1:
       metrics["averaged_checkpoints"] = [os.path.basename(p) for p in averaged]
@@ -484,5 +455,5 @@ class Trainer:
         for name, value in metrics.items():
           if isinstance(value, float):
             tf.summary.scalar(f"eval/{name}", value)
-      write_json_atomically(os.path.join(self.run_dir, "eval.json"), metrics)
+      write_json_atomically(self.run_dir.eval_metrics, metrics)
     return metrics

@@ -1,0 +1,92 @@
+"""`RunDir`: the layout of a training run directory, owned in one place. The trainer writes it,
+the export and the benchmarks read it, the tests build it; all name its files through here.
+
+  run_config.json    the RunConfig the run was started with (task defaults filled in)
+  model_config.json  the TransformerConfig
+  task.json          {"name", "kind", "num_classes", "truncate"}
+  vocab/             source.model, target.model (SentencePiece) or source.txt, target.txt
+  checkpoints/       tf.train.CheckpointManager: model, optimizer, step, data iterator, RNG
+  tmp_workers/       multi-worker training: the other workers' private checkpoints
+  logs/              TensorBoard scalars
+  train_log.jsonl    one line a logged step
+  eval.json          the latest held-out metrics
+"""
+
+import json
+import os
+from typing import Dict
+
+from tfattn import text
+from tfattn.config import TransformerConfig
+
+
+class RunDir:
+  """Paths and readers of one run directory.
+
+  Args:
+    path: the run directory (need not exist yet).
+  """
+
+  RUN_CONFIG = "run_config.json"
+  MODEL_CONFIG = "model_config.json"
+  TASK = "task.json"
+
+  def __init__(self, path: str):
+    self.path = str(path)
+
+  def _join(self, *names: str) -> str:
+    return os.path.join(self.path, *names)
+
+  @property
+  def run_config(self) -> str:
+    return self._join(self.RUN_CONFIG)
+
+  @property
+  def model_config(self) -> str:
+    return self._join(self.MODEL_CONFIG)
+
+  @property
+  def task(self) -> str:
+    return self._join(self.TASK)
+
+  @property
+  def vocab(self) -> str:
+    return self._join("vocab")
+
+  @property
+  def checkpoints(self) -> str:
+    return self._join("checkpoints")
+
+  def worker_checkpoints(self, task_id: int) -> str:
+    """Where a non-chief worker writes (collectives need every worker to save)."""
+    return self._join("tmp_workers", f"worker_{task_id}")
+
+  @property
+  def logs(self) -> str:
+    return self._join("logs")
+
+  @property
+  def train_log(self) -> str:
+    return self._join("train_log.jsonl")
+
+  @property
+  def eval_metrics(self) -> str:
+    return self._join("eval.json")
+
+  def check_trained(self) -> None:
+    """Raises ValueError unless the directory holds what an export needs."""
+    for required in (self.TASK, self.MODEL_CONFIG):
+      if not os.path.exists(self._join(required)):
+        raise ValueError(f"{self.path} is not a training run directory (missing {required})")
+
+  def read_task(self) -> Dict:
+    with open(self.task) as f:
+      return json.load(f)
+
+  def read_model_config(self) -> TransformerConfig:
+    with open(self.model_config) as f:
+      return TransformerConfig.from_json(f.read())
+
+  def load_tokenizer(self, side: str):
+    """The in-graph tokenizer of `side` ("source" or "target") from `vocab/`."""
+    return text.load_tokenizer(text.tokenizer_path(self.vocab, side))
