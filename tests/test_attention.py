@@ -1,5 +1,5 @@
 """Merged-head attention (`SelfAttention`, `CrossAttention`): parity with
-keras.layers.MultiHeadAttention and masking semantics."""
+keras.layers.MultiHeadAttention, masking semantics, and the two decoding cache layouts."""
 
 import keras
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tfattn import masking
-from tfattn.attention import CrossAttention, SelfAttention
+from tfattn.attention import CrossAttention, GrowingCache, PaddedCache, SelfAttention
 
 D_MODEL, HEADS = 32, 4
 
@@ -123,3 +123,54 @@ def test_a_fully_masked_row_gets_uniform_weights_in_every_dtype(dtype):
   _, weights = attention(x, bias=bias, return_scores=True)
   np.testing.assert_allclose(weights, np.full(weights.shape, 0.25), atol=1e-6)
 
+
+def test_cross_attention_over_a_projected_memory_equals_attention_over_the_memory():
+  attention = CrossAttention(D_MODEL, HEADS, seed=4)
+  query = tf.random.stateless_normal([2, 3, D_MODEL], [1, 1])
+  memory = tf.random.stateless_normal([2, 5, D_MODEL], [2, 2])
+  bias = masking.padding_bias(tf.constant([[4, 4, 4, 0, 0], [4, 4, 4, 4, 4]]))
+  projected = attention.project_memory(memory)
+  assert projected.key.shape == (2, HEADS, 5, D_MODEL // HEADS)
+  np.testing.assert_allclose(attention.attend(query, projected, bias),
+                             attention(query, memory, bias), atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["growing", "padded"])
+def test_self_attention_steps_equal_causal_attention(layout):
+  """Feeding positions one at a time through the cache gives what causal attention over the
+  whole sequence gives, in both cache layouts."""
+  attention = SelfAttention(D_MODEL, HEADS, seed=5)
+  length, depth = 6, D_MODEL // HEADS
+  x = tf.random.stateless_normal([2, length, D_MODEL], [3, 3])
+  expected = attention(x, bias=masking.causal_bias(length))
+  if layout == "growing":
+    cache = GrowingCache.empty(2, HEADS, depth, tf.float32)
+  else:
+    cache = PaddedCache.empty(2, HEADS, depth, tf.float32, max_length=length + 2)
+  outputs = []
+  for step in range(length):
+    output, cache = attention.step(x[:, step:step + 1], cache, tf.constant(step))
+    outputs.append(output)
+  assert isinstance(cache, GrowingCache if layout == "growing" else PaddedCache)
+  assert cache.key.shape[2] == (length if layout == "growing" else length + 2)
+  np.testing.assert_allclose(tf.concat(outputs, axis=1), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["growing", "padded"])
+def test_self_attention_step_returns_a_new_cache_and_leaves_the_old_one_alone(layout):
+  attention = SelfAttention(D_MODEL, HEADS, seed=6)
+  depth = D_MODEL // HEADS
+  if layout == "growing":
+    cache = GrowingCache(*[tf.random.stateless_normal([1, HEADS, 2, depth], [i, 7])
+                           for i in range(2)])
+  else:
+    cache = PaddedCache(*[tf.random.stateless_normal([1, HEADS, 4, depth], [i, 7]) * tf.constant(
+        [1.0, 1.0, 0.0, 0.0])[:, tf.newaxis] for i in range(2)])
+  before = [t.numpy() for t in cache]
+  _, new_cache = attention.step(tf.random.stateless_normal([1, 1, D_MODEL], [8, 8]), cache,
+                                tf.constant(2))
+  for tensor, value in zip(cache, before):
+    np.testing.assert_array_equal(tensor, value)
+  # Positions 0 and 1 are kept and position 2 is the new one, in the new cache only.
+  np.testing.assert_array_equal(new_cache.key[:, :, :2], before[0][:, :, :2])
+  assert float(tf.reduce_max(tf.abs(new_cache.key[:, :, 2]))) > 0.0
