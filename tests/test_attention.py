@@ -149,7 +149,7 @@ def test_self_attention_steps_equal_causal_attention(layout):
     cache = PaddedCache.empty(2, HEADS, depth, tf.float32, max_length=length + 2)
   outputs = []
   for step in range(length):
-    output, cache = attention.step(x[:, step:step + 1], cache, tf.constant(step))
+    output, cache = attention.step(x[:, step:step + 1], tf.constant(step), cache)
     outputs.append(output)
   assert isinstance(cache, GrowingCache if layout == "growing" else PaddedCache)
   assert cache.key.shape[2] == (length if layout == "growing" else length + 2)
@@ -167,8 +167,8 @@ def test_self_attention_step_returns_a_new_cache_and_leaves_the_old_one_alone(la
     cache = PaddedCache(*[tf.random.stateless_normal([1, HEADS, 4, depth], [i, 7]) * tf.constant(
         [1.0, 1.0, 0.0, 0.0])[:, tf.newaxis] for i in range(2)])
   before = [t.numpy() for t in cache]
-  _, new_cache = attention.step(tf.random.stateless_normal([1, 1, D_MODEL], [8, 8]), cache,
-                                tf.constant(2))
+  _, new_cache = attention.step(tf.random.stateless_normal([1, 1, D_MODEL], [8, 8]),
+                                tf.constant(2), cache)
   for tensor, value in zip(cache, before):
     np.testing.assert_array_equal(tensor, value)
   # Positions 0 and 1 are kept and position 2 is the new one, in the new cache only.

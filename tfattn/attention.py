@@ -191,14 +191,14 @@ class SelfAttention(_MergedHeadAttention):
     q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, length, depth]
     return self._attend(q, k, v, bias, training, return_scores)
 
-  def step(self, x: tf.Tensor, cache: SelfAttentionCache,
-           step) -> Tuple[tf.Tensor, SelfAttentionCache]:
+  def step(self, x: tf.Tensor, step,
+           cache: SelfAttentionCache) -> Tuple[tf.Tensor, SelfAttentionCache]:
     """One decoding step: the newest position attends to itself and every earlier one.
 
     Args:
       x: `[batch, 1, d_model]`, the input at position `step`.
-      cache: a `GrowingCache` or `PaddedCache` holding positions `0..step - 1`; not modified.
       step: int32 scalar, the position of `x`.
+      cache: a `GrowingCache` or `PaddedCache` holding positions `0..step - 1`; not modified.
     Returns:
       (`[batch, 1, d_model]`, the cache with position `step` added, of the same layout).
     """

@@ -81,7 +81,8 @@ class EncoderLayer(_ResidualLayer):
   """Self-attention then feed-forward, each wrapped in a residual + layer norm."""
 
   def __call__(self, x, bias=None, training=False):
-    """x: `[batch, length, d_model]`; bias: `[batch, 1, 1, length]` -> `[batch, length, d_model]`."""
+    """x: `[batch, length, d_model]`, bias: `[batch, 1, 1, length]` -> `[batch, length,
+    d_model]`."""
     x = self._residual(x, self.self_attention_norm,
                        lambda h: self.self_attention(h, bias=bias, training=training), training)
     return self._feed_forward_block(x, training)
@@ -129,8 +130,9 @@ class DecoderLayer(_ResidualLayer):
     Returns:
       (`[batch, 1, d_model]`, the cache with position `step` added).
     """
+    # Spelled out, not through `_residual`: the cached self-attention also returns a cache.
     attended, cache = self.self_attention.step(
-        self._sublayer_input(x, self.self_attention_norm), cache, step)
+        self._sublayer_input(x, self.self_attention_norm), step, cache)
     x = self._add_residual(x, attended, self.self_attention_norm, training=False)
     x = self._residual(
         x, self.cross_attention_norm,
