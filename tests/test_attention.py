@@ -1,4 +1,5 @@
-"""Merged-head attention: parity with keras.layers.MultiHeadAttention and masking semantics."""
+"""Merged-head attention (`SelfAttention`, `CrossAttention`): parity with
+keras.layers.MultiHeadAttention, masking semantics, and the two decoding cache layouts."""
 
 import keras
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tfattn import masking
-from tfattn.attention import MultiHeadAttention
+from tfattn.attention import CrossAttention, GrowingCache, PaddedCache, SelfAttention
 
 D_MODEL, HEADS = 32, 4
 
@@ -15,7 +16,7 @@ def _keras_mha_copying(ours, query_len, key_len):
   """A built keras MHA whose weights are copied from our fused layer."""
   peer = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=D_MODEL // HEADS)
   peer(tf.zeros([1, query_len, D_MODEL]), tf.zeros([1, key_len, D_MODEL]))
-  if ours.self_attention:
+  if isinstance(ours, SelfAttention):
     kernels = tf.split(ours.query_key_value.kernel, 3, axis=1)
     biases = tf.split(ours.query_key_value.bias, 3)
   else:
@@ -38,7 +39,7 @@ def _keras_mask(bias):
 @pytest.mark.parametrize("self_attention,query_len,key_len,causal", [
     (True, 7, 7, False), (True, 7, 7, True), (False, 5, 9, False), (False, 9, 4, False)])
 def test_matches_keras_multi_head_attention(self_attention, query_len, key_len, causal):
-  ours = MultiHeadAttention(D_MODEL, HEADS, self_attention=self_attention, seed=3)
+  ours = (SelfAttention if self_attention else CrossAttention)(D_MODEL, HEADS, seed=3)
   peer = _keras_mha_copying(ours, query_len, key_len)
   query = tf.random.stateless_normal([2, query_len, D_MODEL], [1, 2])
   memory = query if self_attention else tf.random.stateless_normal([2, key_len, D_MODEL], [3, 4])
@@ -48,8 +49,10 @@ def test_matches_keras_multi_head_attention(self_attention, query_len, key_len, 
                          masking.causal_bias(query_len) if causal else None)
   bias = tf.broadcast_to(bias, [2, 1, query_len, key_len])
 
-  ours_out, ours_weights = ours(query, None if self_attention else memory, bias=bias,
-                                return_scores=True)
+  if self_attention:
+    ours_out, ours_weights = ours(query, bias=bias, return_scores=True)
+  else:
+    ours_out, ours_weights = ours(query, memory, bias=bias, return_scores=True)
   peer_out, peer_weights = peer(query, memory, attention_mask=_keras_mask(bias),
                                 return_attention_scores=True)
   np.testing.assert_allclose(ours_out, peer_out, atol=1e-5)
@@ -57,7 +60,7 @@ def test_matches_keras_multi_head_attention(self_attention, query_len, key_len, 
 
 
 def test_masked_keys_get_exactly_zero_weight():
-  attention = MultiHeadAttention(D_MODEL, HEADS)
+  attention = SelfAttention(D_MODEL, HEADS)
   x = tf.random.stateless_normal([2, 6, D_MODEL], [5, 6])
   ids = tf.constant([[4, 4, 4, 0, 0, 0], [4, 4, 4, 4, 4, 0]])
   _, weights = attention(x, bias=masking.padding_bias(ids), return_scores=True)
@@ -83,7 +86,7 @@ def test_biases_combine_by_minimum_without_overflow():
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
 def test_low_precision_with_fully_masked_rows_is_finite(dtype):
-  attention = MultiHeadAttention(D_MODEL, HEADS)
+  attention = SelfAttention(D_MODEL, HEADS)
   x = tf.cast(tf.random.stateless_normal([2, 5, D_MODEL], [7, 8]) * 30.0, dtype)
   ids = tf.constant([[0, 0, 0, 0, 0], [4, 4, 0, 0, 0]])  # first row: every key masked
   bias = masking.combine(masking.padding_bias(ids, dtype=dtype), masking.causal_bias(5, dtype))
@@ -105,7 +108,7 @@ def test_mixed_dtype_biases_combine_in_float32_and_stay_finite():
                              masking.causal_bias(2, dtype=tf.float32))
   assert combined.dtype == tf.float32
   assert bool(tf.reduce_all(tf.math.is_finite(combined)))
-  attention = MultiHeadAttention(D_MODEL, HEADS)
+  attention = SelfAttention(D_MODEL, HEADS)
   x = tf.random.stateless_normal([1, 2, D_MODEL], [3, 4])
   out, weights = attention(x, bias=combined, return_scores=True)
   assert bool(tf.reduce_all(tf.math.is_finite(out)))
@@ -114,8 +117,60 @@ def test_mixed_dtype_biases_combine_in_float32_and_stay_finite():
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
 def test_a_fully_masked_row_gets_uniform_weights_in_every_dtype(dtype):
-  attention = MultiHeadAttention(D_MODEL, HEADS)
+  attention = SelfAttention(D_MODEL, HEADS)
   x = tf.cast(tf.random.stateless_normal([1, 4, D_MODEL], [5, 6]) * 3.0, dtype)
   bias = masking.padding_bias(tf.constant([[0, 0, 0, 0]]), dtype=dtype)  # every key masked
   _, weights = attention(x, bias=bias, return_scores=True)
   np.testing.assert_allclose(weights, np.full(weights.shape, 0.25), atol=1e-6)
+
+
+def test_cross_attention_over_a_projected_memory_equals_attention_over_the_memory():
+  attention = CrossAttention(D_MODEL, HEADS, seed=4)
+  query = tf.random.stateless_normal([2, 3, D_MODEL], [1, 1])
+  memory = tf.random.stateless_normal([2, 5, D_MODEL], [2, 2])
+  bias = masking.padding_bias(tf.constant([[4, 4, 4, 0, 0], [4, 4, 4, 4, 4]]))
+  projected = attention.project_memory(memory)
+  assert projected.key.shape == (2, HEADS, 5, D_MODEL // HEADS)
+  np.testing.assert_allclose(attention.attend(query, projected, bias),
+                             attention(query, memory, bias), atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["growing", "padded"])
+def test_self_attention_steps_equal_causal_attention(layout):
+  """Feeding positions one at a time through the cache gives what causal attention over the
+  whole sequence gives, in both cache layouts."""
+  attention = SelfAttention(D_MODEL, HEADS, seed=5)
+  length, depth = 6, D_MODEL // HEADS
+  x = tf.random.stateless_normal([2, length, D_MODEL], [3, 3])
+  expected = attention(x, bias=masking.causal_bias(length))
+  if layout == "growing":
+    cache = GrowingCache.empty(2, HEADS, depth, tf.float32)
+  else:
+    cache = PaddedCache.empty(2, HEADS, depth, tf.float32, max_length=length + 2)
+  outputs = []
+  for step in range(length):
+    output, cache = attention.step(x[:, step:step + 1], tf.constant(step), cache)
+    outputs.append(output)
+  assert isinstance(cache, GrowingCache if layout == "growing" else PaddedCache)
+  assert cache.key.shape[2] == (length if layout == "growing" else length + 2)
+  np.testing.assert_allclose(tf.concat(outputs, axis=1), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["growing", "padded"])
+def test_self_attention_step_returns_a_new_cache_and_leaves_the_old_one_alone(layout):
+  attention = SelfAttention(D_MODEL, HEADS, seed=6)
+  depth = D_MODEL // HEADS
+  if layout == "growing":
+    cache = GrowingCache(*[tf.random.stateless_normal([1, HEADS, 2, depth], [i, 7])
+                           for i in range(2)])
+  else:
+    cache = PaddedCache(*[tf.random.stateless_normal([1, HEADS, 4, depth], [i, 7]) * tf.constant(
+        [1.0, 1.0, 0.0, 0.0])[:, tf.newaxis] for i in range(2)])
+  before = [t.numpy() for t in cache]
+  _, new_cache = attention.step(tf.random.stateless_normal([1, 1, D_MODEL], [8, 8]),
+                                tf.constant(2), cache)
+  for tensor, value in zip(cache, before):
+    np.testing.assert_array_equal(tensor, value)
+  # Positions 0 and 1 are kept and position 2 is the new one, in the new cache only.
+  np.testing.assert_array_equal(new_cache.key[:, :, :2], before[0][:, :, :2])
+  assert float(tf.reduce_max(tf.abs(new_cache.key[:, :, 2]))) > 0.0

@@ -1,5 +1,7 @@
 """Greedy and beam search: cache correctness, XLA, beam invariants, batch independence."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -186,3 +188,25 @@ def test_beam_search_returns_beam_size_real_hypotheses_when_it_stops_early(seed)
   np.testing.assert_allclose(log_probs, recomputed, atol=1e-4)
   penalty = ((5.0 + lengths.reshape(3, beam)) / 6.0) ** alpha
   np.testing.assert_allclose(scores, recomputed / penalty, atol=1e-4)
+
+
+def test_reorder_beams_works_on_any_nested_cache():
+  """Beam reordering knows nothing of the cache's structure: dicts, lists, NamedTuples and
+  tensors of any rank are all reordered along their flattened `[batch * beam]` axis."""
+  batch, beam = 2, 3
+
+  def rows(*trailing):  # row r of a `[batch * beam, ...]` tensor is filled with r
+    ids = tf.range(batch * beam, dtype=tf.float32)
+    return tf.broadcast_to(tf.reshape(ids, [-1] + [1] * len(trailing)),
+                           [batch * beam, *trailing])
+
+  Pair = collections.namedtuple("Pair", ["left", "right"])
+  cache = {"layers": [Pair(rows(4, 2), rows()), Pair(rows(1), rows(2, 2, 2))],
+           "extra": (tf.cast(rows(5), tf.int32),)}
+  beam_indices = tf.constant([[2, 2, 0], [1, 0, 0]])
+  reordered = decoding.reorder_beams(cache, beam_indices, beam)
+  tf.nest.assert_same_structure(cache, reordered)
+  expected_rows = np.array([2, 2, 0, 3 + 1, 3 + 0, 3 + 0])
+  for before, after in zip(tf.nest.flatten(cache), tf.nest.flatten(reordered)):
+    assert after.shape == before.shape and after.dtype == before.dtype
+    np.testing.assert_array_equal(after.numpy(), before.numpy()[expected_rows])

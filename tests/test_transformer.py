@@ -106,6 +106,43 @@ def test_variable_names_are_readable(tiny_model):
   assert "transformer/decoder/layer_1/cross_attention/key_value/kernel:0" in names
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_decode_step_equals_teacher_forced_decoding(tiny_model, padded):
+  """Stepping through a target token by token, the position carried as `step`, gives the
+  teacher-forced logits at every position, in both cache layouts."""
+  source, target = random_ids(2, 5, 40, 12), random_ids(2, 6, 40, 13)
+  memory, memory_bias = tiny_model.encode(source)
+  expected = tiny_model.decode(target, memory, memory_bias)  # [2, 6, vocab]
+  decoding_memory = tiny_model.decoding_memory(memory, memory_bias)
+  cache = tiny_model.init_cache(2, max_length=8 if padded else None)
+  step_logits = []
+  for step in range(6):
+    logits, cache = tiny_model.decode_step(target[:, step], tf.constant(step), cache,
+                                           decoding_memory)
+    step_logits.append(logits)
+  np.testing.assert_allclose(tf.stack(step_logits, axis=1), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_decode_step_does_not_mutate_its_input_cache(tiny_model, padded):
+  memory, memory_bias = tiny_model.encode(random_ids(2, 5, 40, 14))
+  decoding_memory = tiny_model.decoding_memory(memory, memory_bias)
+  cache = tiny_model.init_cache(2, max_length=4 if padded else None)
+  _, cache = tiny_model.decode_step(tf.constant([1, 1]), tf.constant(0), cache, decoding_memory)
+  tensors_before = tf.nest.flatten(cache)
+  values_before = [t.numpy() for t in tensors_before]
+  _, new_cache = tiny_model.decode_step(tf.constant([5, 6]), tf.constant(1), cache,
+                                        decoding_memory)
+  tf.nest.assert_same_structure(cache, new_cache)
+  for before, after, value in zip(tensors_before, tf.nest.flatten(cache), values_before):
+    assert after is before
+    np.testing.assert_array_equal(after, value)
+  new_key = new_cache[0].key
+  assert new_key.shape[2] == (4 if padded else 2)
+  np.testing.assert_array_equal(new_key[:, :, :1], cache[0].key[:, :, :1])
+  assert float(tf.reduce_max(tf.abs(new_key[:, :, 1]))) > 1e-3  # position 1, new only
+
+
 def test_copy_task_loss_falls():
   """A few hundred steps on a tiny copy task: the loss must fall by an order of magnitude."""
   config = tfattn.TransformerConfig.preset(

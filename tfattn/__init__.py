@@ -1,7 +1,7 @@
 """tfattn: the Transformer in low-level TensorFlow 2 (`tf.Module`s, no Keras layers)."""
 
 from tfattn import masking
-from tfattn.attention import MultiHeadAttention, scaled_dot_product_attention
+from tfattn.attention import CrossAttention, SelfAttention, scaled_dot_product_attention
 from tfattn.config import PRESETS, TransformerConfig
 from tfattn.layers import Embedding, FeedForward, LayerNorm, Linear
 from tfattn.position import LearnedPosition, SinusoidalPosition, sinusoidal_encoding
@@ -9,8 +9,8 @@ from tfattn.transformer import (Decoder, DecoderLayer, Encoder, EncoderClassifie
                                 Transformer)
 
 __all__ = [
-    "Decoder", "DecoderLayer", "Embedding", "Encoder", "EncoderClassifier", "EncoderLayer",
-    "FeedForward", "LayerNorm", "LearnedPosition", "Linear", "MultiHeadAttention", "PRESETS",
-    "SinusoidalPosition", "Transformer", "TransformerConfig", "masking",
+    "CrossAttention", "Decoder", "DecoderLayer", "Embedding", "Encoder", "EncoderClassifier",
+    "EncoderLayer", "FeedForward", "LayerNorm", "LearnedPosition", "Linear", "PRESETS",
+    "SelfAttention", "SinusoidalPosition", "Transformer", "TransformerConfig", "masking",
     "scaled_dot_product_attention", "sinusoidal_encoding",
 ]

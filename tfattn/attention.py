@@ -1,23 +1,31 @@
-"""Merged-head scaled dot-product attention (paper section 3.2).
+"""Merged-head scaled dot-product attention (paper section 3.2): `SelfAttention`, `CrossAttention`.
 
 All heads are computed together: one fused projection, a reshape to `[batch, length, heads,
 depth]`, a transpose to `[batch, heads, length, depth]`, one batched matmul for the scores and one
 for the values. There is no loop over heads anywhere.
+
+Decoding one token at a time, self-attention keeps the keys and values of the tokens before it in
+a cache, in one of two layouts (both immutable: a step returns a new cache):
+  * `GrowingCache`: one slot per token decoded so far, appended at each step; least work.
+  * `PaddedCache`: `max_length` slots from the start, slot `step` written at step `step`; every
+    shape is static, so the decoding loop compiles with `jit_compile=True`.
 """
+
+from typing import NamedTuple, Optional, Tuple, Union
 
 import tensorflow as tf
 
 from tfattn import layers, masking
 
 
-def split_heads(x, num_heads, depth):
+def split_heads(x: tf.Tensor, num_heads: int, depth: int) -> tf.Tensor:
   """`[batch, length, heads * depth]` -> `[batch, heads, length, depth]`."""
   shape = tf.shape(x)
   x = tf.reshape(x, [shape[0], shape[1], num_heads, depth])
   return tf.transpose(x, [0, 2, 1, 3])
 
 
-def merge_heads(x):
+def merge_heads(x: tf.Tensor) -> tf.Tensor:
   """`[batch, heads, length, depth]` -> `[batch, length, heads * depth]`."""
   shape = tf.shape(x)
   x = tf.transpose(x, [0, 2, 1, 3])
@@ -25,7 +33,7 @@ def merge_heads(x):
 
 
 def scaled_dot_product_attention(query, key, value, bias=None, dropout_rate=0.0, rng=None,
-                                 training=False):
+                                 training=False) -> Tuple[tf.Tensor, tf.Tensor]:
   """softmax(Q K^T / sqrt(depth) + bias) V, with the softmax in float32.
 
   Args:
@@ -48,32 +56,88 @@ def scaled_dot_product_attention(query, key, value, bias=None, dropout_rate=0.0,
   return tf.matmul(dropped, value), weights
 
 
-class MultiHeadAttention(tf.Module):
-  """Multi-head attention with fused projections.
+class KeyValue(NamedTuple):
+  """Projected keys and values, e.g. cross-attention's over the encoder output.
 
-  Self-attention projects q, k, v with one `[d_model, 3 * d_model]` kernel; cross-attention
-  projects q with `[d_model, d_model]` and k, v from the memory with one `[d_model, 2 * d_model]`.
+  Attributes:
+    key: `[batch, heads, length, depth]`.
+    value: `[batch, heads, length, depth]`.
   """
+  key: tf.Tensor
+  value: tf.Tensor
 
-  def __init__(self, d_model, num_heads, self_attention=True, dropout_rate=0.0, rng=None, seed=0,
-               name=None):
+
+class GrowingCache(NamedTuple):
+  """Self-attention keys and values of the tokens decoded so far; each step appends one.
+
+  Attributes:
+    key: `[batch, heads, steps_so_far, depth]`.
+    value: `[batch, heads, steps_so_far, depth]`.
+  """
+  key: tf.Tensor
+  value: tf.Tensor
+
+  @classmethod
+  def empty(cls, batch_size, num_heads: int, depth: int, dtype) -> "GrowingCache":
+    nothing = tf.zeros([batch_size, num_heads, 0, depth], dtype)
+    return cls(nothing, nothing)
+
+  def add(self, key: tf.Tensor, value: tf.Tensor, step) -> "GrowingCache":
+    """key, value: `[batch, heads, 1, depth]` of position `step` (the cache's length)."""
+    del step  # the new slot is simply the next one
+    return GrowingCache(tf.concat([tf.cast(self.key, key.dtype), key], axis=2),
+                        tf.concat([tf.cast(self.value, value.dtype), value], axis=2))
+
+  def unwritten_bias(self, step) -> None:
+    """No slot is empty: the newest query may see every cached key."""
+    del step
+
+
+class PaddedCache(NamedTuple):
+  """Self-attention keys and values in `max_length` fixed slots; slot `step` is written at step
+  `step` and later slots hold zeros. Every shape is static (XLA).
+
+  Attributes:
+    key: `[batch, heads, max_length, depth]`.
+    value: `[batch, heads, max_length, depth]`.
+  """
+  key: tf.Tensor
+  value: tf.Tensor
+
+  @classmethod
+  def empty(cls, batch_size, num_heads: int, depth: int, dtype, max_length) -> "PaddedCache":
+    zeros = tf.zeros([batch_size, num_heads, max_length, depth], dtype)
+    return cls(zeros, zeros)
+
+  def add(self, key: tf.Tensor, value: tf.Tensor, step) -> "PaddedCache":
+    """key, value: `[batch, heads, 1, depth]` of position `step`, written into slot `step`."""
+    # A one-hot select rather than a scatter keeps every shape static.
+    slot = tf.one_hot(step, tf.shape(self.key)[2], dtype=key.dtype)
+    slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]  # [1, 1, max_length, 1]
+    return PaddedCache(tf.cast(self.key, key.dtype) * (1 - slot) + key * slot,
+                       tf.cast(self.value, value.dtype) * (1 - slot) + value * slot)
+
+  def unwritten_bias(self, step) -> tf.Tensor:
+    """`[1, 1, 1, max_length]`: the query at `step` may see slots `0..step` only."""
+    return masking.step_bias(step, tf.shape(self.key)[2])
+
+
+# A self-attention layer's decoding cache, in either layout.
+SelfAttentionCache = Union[GrowingCache, PaddedCache]
+
+
+class _MergedHeadAttention(tf.Module):
+  """What both attentions share: head bookkeeping, the output projection and the attention."""
+
+  def __init__(self, d_model: int, num_heads: int, dropout_rate: float, rng, name):
     super().__init__(name=name)
     if d_model % num_heads:
       raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
     self.d_model = d_model
     self.num_heads = num_heads
     self.depth = d_model // num_heads
-    self.self_attention = self_attention
     self.dropout_rate = dropout_rate
     self._rng = rng
-    with self.name_scope:
-      if self_attention:
-        self.query_key_value = layers.Linear(d_model, 3 * d_model, seed=seed,
-                                             name="query_key_value")
-      else:
-        self.query = layers.Linear(d_model, d_model, seed=seed, name="query")
-        self.key_value = layers.Linear(d_model, 2 * d_model, seed=seed, name="key_value")
-      self.output = layers.Linear(d_model, d_model, seed=seed, name="output")
 
   def _split_fused(self, fused, parts):
     """`[batch, length, parts * d_model]` -> `parts` tensors `[batch, heads, length, depth]`."""
@@ -82,59 +146,116 @@ class MultiHeadAttention(tf.Module):
     fused = tf.transpose(fused, [2, 0, 3, 1, 4])  # one transpose for q, k and v together
     return tf.unstack(fused, num=parts, axis=0)
 
-  def project_memory(self, memory):
-    """Cross-attention keys and values, computed once per source for decoding.
+  def _attend(self, q, k, v, bias, training, return_scores):
+    """q `[batch, heads, q_len, depth]`, k, v `[batch, heads, k_len, depth]` ->
+    `[batch, q_len, d_model]` (and the float32 `[batch, heads, q_len, k_len]` weights)."""
+    values, weights = scaled_dot_product_attention(q, k, v, bias, self.dropout_rate, self._rng,
+                                                   training)
+    output = self.output(merge_heads(values))  # [batch, q_len, d_model]
+    return (output, weights) if return_scores else output
 
-    memory: `[batch, k_len, d_model]` -> (key, value), each `[batch, heads, k_len, depth]`.
-    """
-    if self.self_attention:
-      raise ValueError("project_memory is for cross-attention layers")
-    key, value = self._split_fused(self.key_value(memory), 2)
-    return key, value
 
-  def __call__(self, query, memory=None, bias=None, training=False, cache=None,
-               decode_index=None, memory_key_value=None, return_scores=False):
-    """Attends from `query` to itself (self-attention) or to `memory` (cross-attention).
+class SelfAttention(_MergedHeadAttention):
+  """Multi-head self-attention with one fused `[d_model, 3 * d_model]` query/key/value kernel."""
+
+  def __init__(self, d_model: int, num_heads: int, dropout_rate: float = 0.0, rng=None,
+               seed: int = 0, name: Optional[str] = None):
+    """Creates the projections.
 
     Args:
-      query: `[batch, q_len, d_model]`.
-      memory: `[batch, k_len, d_model]`, cross-attention only.
+      d_model: width of the inputs and outputs; a multiple of `num_heads`.
+      num_heads: number of attention heads, each `d_model // num_heads` wide.
+      dropout_rate: dropout on the attention weights while training.
+      rng: the `tf.random.Generator` that draws the dropout masks (None: no dropout).
+      seed: base seed of the stateless weight initialisers.
+      name: module name, the prefix of the variable names (e.g. "self_attention").
+    """
+    super().__init__(d_model, num_heads, dropout_rate, rng, name)
+    with self.name_scope:
+      self.query_key_value = layers.Linear(d_model, 3 * d_model, seed=seed,
+                                           name="query_key_value")
+      self.output = layers.Linear(d_model, d_model, seed=seed, name="output")
+
+  def __call__(self, x: tf.Tensor, bias=None, training: bool = False,
+               return_scores: bool = False):
+    """Every position of `x` attends to every position of `x` that `bias` allows.
+
+    Args:
+      x: `[batch, length, d_model]`.
+      bias: additive mask broadcastable to `[batch, heads, length, length]`.
+      training: apply dropout to the attention weights.
+      return_scores: also return the float32 `[batch, heads, length, length]` weights.
+    Returns:
+      `[batch, length, d_model]` (and the weights when `return_scores`).
+    """
+    q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, length, depth]
+    return self._attend(q, k, v, bias, training, return_scores)
+
+  def step(self, x: tf.Tensor, step,
+           cache: SelfAttentionCache) -> Tuple[tf.Tensor, SelfAttentionCache]:
+    """One decoding step: the newest position attends to itself and every earlier one.
+
+    Args:
+      x: `[batch, 1, d_model]`, the input at position `step`.
+      step: int32 scalar, the position of `x`.
+      cache: a `GrowingCache` or `PaddedCache` holding positions `0..step - 1`; not modified.
+    Returns:
+      (`[batch, 1, d_model]`, the cache with position `step` added, of the same layout).
+    """
+    q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, 1, depth]
+    cache = cache.add(k, v, step)  # key, value: [batch, heads, cached, depth]
+    output = self._attend(q, cache.key, cache.value, cache.unwritten_bias(step), False, False)
+    return output, cache
+
+
+class CrossAttention(_MergedHeadAttention):
+  """Multi-head attention from queries to a memory (the encoder output): a `[d_model, d_model]`
+  query kernel and one fused `[d_model, 2 * d_model]` key/value kernel over the memory."""
+
+  def __init__(self, d_model: int, num_heads: int, dropout_rate: float = 0.0, rng=None,
+               seed: int = 0, name: Optional[str] = None):
+    """Creates the projections.
+
+    Args:
+      d_model: width of the queries, the memory and the outputs; a multiple of `num_heads`.
+      num_heads: number of attention heads, each `d_model // num_heads` wide.
+      dropout_rate: dropout on the attention weights while training.
+      rng: the `tf.random.Generator` that draws the dropout masks (None: no dropout).
+      seed: base seed of the stateless weight initialisers.
+      name: module name, the prefix of the variable names (e.g. "cross_attention").
+    """
+    super().__init__(d_model, num_heads, dropout_rate, rng, name)
+    with self.name_scope:
+      self.query = layers.Linear(d_model, d_model, seed=seed, name="query")
+      self.key_value = layers.Linear(d_model, 2 * d_model, seed=seed, name="key_value")
+      self.output = layers.Linear(d_model, d_model, seed=seed, name="output")
+
+  def project_memory(self, memory: tf.Tensor) -> KeyValue:
+    """Keys and values of the memory, computed once per source when decoding.
+
+    memory: `[batch, k_len, d_model]` -> key, value each `[batch, heads, k_len, depth]`.
+    """
+    key, value = self._split_fused(self.key_value(memory), 2)
+    return KeyValue(key, value)
+
+  def __call__(self, x: tf.Tensor, memory: tf.Tensor, bias=None, training: bool = False,
+               return_scores: bool = False):
+    """Every position of `x` attends to the positions of `memory` that `bias` allows.
+
+    Args:
+      x: `[batch, q_len, d_model]`.
+      memory: `[batch, k_len, d_model]`.
       bias: additive mask broadcastable to `[batch, heads, q_len, k_len]`.
-      cache: self-attention decoding state `{"key", "value"}: [batch, heads, T, depth]`; updated in
-        place with this step's keys and values. Without `decode_index` the new keys are appended
-        (T grows); with it, T is a fixed `max_length` and slot `decode_index` is written, which
-        keeps every shape static for XLA.
-      memory_key_value: precomputed `project_memory(memory)`, cross-attention only.
-      return_scores: also return the float32 `[batch, heads, q_len, k_len]` attention weights.
+      training: apply dropout to the attention weights.
+      return_scores: also return the float32 `[batch, heads, q_len, k_len]` weights.
     Returns:
       `[batch, q_len, d_model]` (and the weights when `return_scores`).
     """
-    if self.self_attention:
-      q, k, v = self._split_fused(self.query_key_value(query), 3)
-      if cache is not None:
-        k, v = self._update_cache(cache, k, v, decode_index)
-    else:
-      q = split_heads(self.query(query), self.num_heads, self.depth)
-      if memory_key_value is None:
-        if memory is None:
-          raise ValueError("cross-attention needs `memory` or `memory_key_value`")
-        memory_key_value = self.project_memory(memory)
-      k, v = memory_key_value
-    values, weights = scaled_dot_product_attention(q, k, v, bias, self.dropout_rate, self._rng,
-                                                   training)
-    output = self.output(merge_heads(values))
-    return (output, weights) if return_scores else output
+    return self.attend(x, self.project_memory(memory), bias, training, return_scores)
 
-  @staticmethod
-  def _update_cache(cache, key, value, decode_index):
-    if decode_index is None:
-      key = tf.concat([tf.cast(cache["key"], key.dtype), key], axis=2)
-      value = tf.concat([tf.cast(cache["value"], value.dtype), value], axis=2)
-    else:
-      # Write this step into slot `decode_index` of the fixed-size cache.
-      slot = tf.one_hot(decode_index, tf.shape(cache["key"])[2], dtype=key.dtype)
-      slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]
-      key = tf.cast(cache["key"], key.dtype) * (1 - slot) + key * slot
-      value = tf.cast(cache["value"], value.dtype) * (1 - slot) + value * slot
-    cache["key"], cache["value"] = key, value
-    return key, value
+  def attend(self, x: tf.Tensor, memory_key_value: KeyValue, bias=None, training: bool = False,
+             return_scores: bool = False):
+    """Like `__call__`, with the memory already projected by `project_memory` (decoding)."""
+    q = split_heads(self.query(x), self.num_heads, self.depth)  # [batch, heads, q_len, depth]
+    return self._attend(q, memory_key_value.key, memory_key_value.value, bias, training,
+                        return_scores)

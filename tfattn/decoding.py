@@ -1,21 +1,31 @@
 """Autoregressive decoding for `Transformer`: greedy and beam search, driven by `tf.while_loop`.
 
-Each step runs the decoder on the single newest token against an incremental key/value cache
-(decoder self-attention) and cross-attention keys/values projected once from the encoder output.
-Two cache layouts:
+Each step runs `model.decode_step` on the single newest token: it reads the source projected once
+(`model.decoding_memory`) and returns logits with a *new* cache (self-attention keys/values of the
+tokens so far). This module never looks inside the cache: it carries it, and beam search reorders
+it with `tf.nest`, so any nest of `[batch * beam, ...]` tensors works. Two cache layouts:
   * growing (`padded_decode=False`): keys are appended; least work, graph mode.
-  * padded (`padded_decode=True`): a fixed `[.., max_decode_length, ..]` cache written in place,
-    so every shape is static and the loop compiles under `jit_compile=True`.
+  * padded (`padded_decode=True`): a fixed `[.., max_decode_length, ..]` cache written slot by
+    slot, so every shape is static and the loop compiles under `jit_compile=True`.
 Output buffers are always fixed-size `[batch, (beam,) max_decode_length]`, padded with `pad_id`.
+
+Each search keeps its loop variables in one NamedTuple (`GreedyState`, `BeamState`) with a shape
+per field; the loop body is a function from state to state.
 """
+
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
 # A finite "minus infinity": products and differences with it stay finite (no NaN).
 _NEG_INF = -1e9
 
+# (last tokens int32 `[rows]`, step, cache) -> (float32 logits `[rows, vocab]`, new cache).
+StepFn = Callable[[tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
 
-def decode_length(model, source_ids, max_decode_length=None, extra_decode_length=50):
+
+def decode_length(model, source_ids: tf.Tensor, max_decode_length: Optional[int] = None,
+                  extra_decode_length: int = 50):
   """Size of the output buffer: `max_decode_length`, else the padded source length + extra,
   capped by the config's `max_length`."""
   if max_decode_length is not None:
@@ -23,7 +33,8 @@ def decode_length(model, source_ids, max_decode_length=None, extra_decode_length
   return tf.minimum(tf.shape(source_ids)[1] + extra_decode_length, model.config.max_length)
 
 
-def example_limits(model, source_ids, max_decode_length=None, extra_decode_length=50):
+def example_limits(model, source_ids: tf.Tensor, max_decode_length: Optional[int] = None,
+                   extra_decode_length: int = 50) -> tf.Tensor:
   """int32 `[batch]`: tokens each example may generate. Each example's own (unpadded) source
   length sets its limit, so an output never depends on the other sources in its batch."""
   batch = tf.shape(source_ids)[0]
@@ -39,78 +50,126 @@ def _write_column(buffer, index, values):
   return tf.where(column, values[..., tf.newaxis], buffer)
 
 
-def _loop_shape_invariants(loop_vars, growing_cache):
-  """Only a growing cache's length axis changes between steps; every other shape stays as it
-  is, so heads and depth stay static and shape arithmetic folds away. The cache is the last
-  loop variable."""
+def _start_buffer(shape, length, config):
+  """int32 `shape + [length + 1]`: the start token, then padding."""
+  buffer = tf.fill(tf.concat([shape, [length + 1]], 0), tf.constant(config.pad_id, tf.int32))
+  return _write_column(buffer, 0, tf.fill(shape, tf.constant(config.bos_id, tf.int32)))
+
+
+def _keep_last_axis(tensor):
+  """A growing cache's shape invariant: any size on every axis but the last (depth)."""
+  return tf.TensorShape([None] * (tensor.shape.rank - 1) + [tensor.shape[-1]])
+
+
+def _shape_invariants(state, growing_cache: bool):
+  """Every loop variable keeps its shape, except a growing cache's tensors, which lengthen each
+  step. The cache is opaque here, so all its axes but the last are relaxed (as in Model
+  Garden's beam search); decoding measured no slower than with only the length axis relaxed
+  (WORKSPACE_NOTES, issue 12 item 2)."""
+  shapes = tf.nest.map_structure(lambda t: t.shape, state)
   if not growing_cache:
-    return None
-  *state, cache = loop_vars
-
-  def relax(name, tensor):
-    if name in ("key", "value"):  # [batch, heads, cached length, depth]
-      return tf.TensorShape([tensor.shape[0], tensor.shape[1], None, tensor.shape[3]])
-    return tensor.shape
-
-  layers = {layer: {name: relax(name, t) for name, t in values.items()}
-            for layer, values in cache.items()}
-  return tuple(t.shape for t in state) + (layers,)
+    return shapes
+  return shapes._replace(cache=tf.nest.map_structure(_keep_last_axis, state.cache))
 
 
-def greedy_decode(model, source_ids, max_decode_length=None, extra_decode_length=50,
-                  use_cache=True, padded_decode=False):
+def _cached_step_fn(model, memory, memory_bias) -> StepFn:
+  """The model's incremental step over the source projected once."""
+  decoding_memory = model.decoding_memory(memory, memory_bias)
+
+  def step_fn(last_tokens, step, cache):
+    return model.decode_step(last_tokens, step, cache, decoding_memory)
+  return step_fn
+
+
+# --- Greedy ---------------------------------------------------------------------------------
+
+class GreedyState(NamedTuple):
+  """Loop variables of `greedy_decode`.
+
+  Attributes:
+    step: int32 scalar, tokens generated so far; `last_tokens` sit at position `step`.
+    ids: int32 `[batch, length + 1]`, the start token, the tokens chosen so far, then padding.
+    last_tokens: int32 `[batch]`, the newest token. Carried as its own loop variable rather
+      than sliced out of `ids` by `step`: that slice reads stale values under XLA on TF 2.21
+      (see WORKSPACE_NOTES).
+    finished: bool `[batch]`, the row has said EOS or reached its length limit.
+    log_probs: float32 `[batch]`, sum of the chosen tokens' log-probabilities.
+    cache: the model's decoding cache (any nest of `[batch, ...]` tensors); `()` without one.
+  """
+  step: tf.Tensor
+  ids: tf.Tensor
+  last_tokens: tf.Tensor
+  finished: tf.Tensor
+  log_probs: tf.Tensor
+  cache: Any
+
+
+def _greedy_step(state: GreedyState, next_logits: Callable, limits, config) -> GreedyState:
+  """Appends the most likely token to every unfinished row."""
+  logits, cache = next_logits(state)
+  log_probs = tf.nn.log_softmax(logits)  # [batch, vocab]
+  tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [batch]
+  tokens = tf.where(state.finished, config.pad_id, tokens)
+  chosen = tf.gather(log_probs, tokens, batch_dims=1)  # [batch]
+  finished = state.finished | tf.equal(tokens, config.eos_id) | (state.step + 1 >= limits)
+  return GreedyState(step=state.step + 1,
+                     ids=_write_column(state.ids, state.step + 1, tokens),
+                     last_tokens=tokens,
+                     finished=finished,
+                     log_probs=state.log_probs + tf.where(state.finished, 0.0, chosen),
+                     cache=cache)
+
+
+def greedy_decode(model, source_ids: tf.Tensor, max_decode_length: Optional[int] = None,
+                  extra_decode_length: int = 50, use_cache: bool = True,
+                  padded_decode: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
   """Picks the most likely token at every step until EOS.
 
   Args:
     model: a `tfattn.Transformer`.
     source_ids: int32 `[batch, s_len]`.
+    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
+    extra_decode_length: tokens an example may generate beyond its own source length.
     use_cache: False re-runs the decoder on the whole prefix every step (the slow reference).
+    padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
   Returns:
     (int32 `[batch, max_decode_length]` ids ending with EOS then padding,
      float32 `[batch]` sum of the chosen tokens' log-probabilities).
   """
   config = model.config
-  memory, memory_bias = model.encode(source_ids)
+  memory, memory_bias = model.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
   batch = tf.shape(source_ids)[0]
   length = decode_length(model, source_ids, max_decode_length, extra_decode_length)
   limits = example_limits(model, source_ids, max_decode_length, extra_decode_length)
-  cache = model.init_cache(memory, length if padded_decode else None) if use_cache else {}
-  # Decoder inputs: BOS followed by the tokens chosen so far.
-  inputs = tf.fill([batch, length + 1], tf.constant(config.pad_id, tf.int32))
-  inputs = _write_column(inputs, 0, tf.fill([batch], tf.constant(config.bos_id, tf.int32)))
-  finished = tf.zeros([batch], tf.bool)
-  log_probs = tf.zeros([batch], tf.float32)
-  # The newest token is carried as its own loop variable rather than sliced out of `inputs` with
-  # the loop counter: that slice reads stale values under XLA on TF 2.21 (see WORKSPACE_NOTES).
-  last_tokens = inputs[:, :1]
+  ids = _start_buffer([batch], length, config)  # [batch, length + 1]
+  if use_cache:
+    step_fn = _cached_step_fn(model, memory, memory_bias)
+    cache = model.init_cache(batch, length if padded_decode else None)
 
-  def next_logits(step, inputs, last_tokens, cache):
-    if not use_cache:
-      return model.decode(inputs[:, :step + 1], memory, memory_bias)[:, -1]
-    return model.decode(last_tokens, memory, memory_bias, cache=cache,
-                        decode_index=step if padded_decode else None)[:, -1]
+    def next_logits(state):
+      return step_fn(state.last_tokens, state.step, state.cache)
+  else:
+    cache = ()
 
-  def body(step, inputs, last_tokens, finished, log_probs, cache):
-    step_log_probs = tf.nn.log_softmax(next_logits(step, inputs, last_tokens, cache))
-    tokens = tf.argmax(step_log_probs, axis=-1, output_type=tf.int32)
-    tokens = tf.where(finished, config.pad_id, tokens)
-    chosen = tf.gather(step_log_probs, tokens, batch_dims=1)
-    log_probs += tf.where(finished, 0.0, chosen)
-    inputs = _write_column(inputs, step + 1, tokens)
-    finished |= tf.equal(tokens, config.eos_id) | (step + 1 >= limits)
-    return step + 1, inputs, tokens[:, tf.newaxis], finished, log_probs, cache
+    def next_logits(state):  # the whole prefix, every step
+      prefix = state.ids[:, :state.step + 1]  # [batch, step + 1]
+      return model.decode(prefix, memory, memory_bias)[:, -1], state.cache
 
-  def cond(step, inputs, last_tokens, finished, log_probs, cache):
-    return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(finished)))
-
-  loop_vars = (tf.constant(0), inputs, last_tokens, finished, log_probs, cache)
-  _, inputs, _, _, log_probs, _ = tf.while_loop(
-      cond, body, loop_vars,
-      shape_invariants=_loop_shape_invariants(loop_vars, use_cache and not padded_decode))
-  return inputs[:, 1:], log_probs
+  state = GreedyState(step=tf.constant(0), ids=ids, last_tokens=ids[:, 0],
+                      finished=tf.zeros([batch], tf.bool), log_probs=tf.zeros([batch]),
+                      cache=cache)
+  state, = tf.while_loop(
+      lambda state: tf.logical_and(state.step < length,
+                                   tf.logical_not(tf.reduce_all(state.finished))),
+      lambda state: (_greedy_step(state, next_logits, limits, config),),
+      (state,),
+      shape_invariants=(_shape_invariants(state, use_cache and not padded_decode),))
+  return state.ids[:, 1:], state.log_probs
 
 
-def length_penalty(length, alpha):
+# --- Beam search ----------------------------------------------------------------------------
+
+def length_penalty(length, alpha: float) -> tf.Tensor:
   """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper."""
   return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
@@ -126,15 +185,174 @@ def _tile_beams(x, beam_size):
   return _flatten_beams(tf.repeat(x[:, tf.newaxis], beam_size, axis=1))
 
 
-def _gather_beams(x, beam_indices):
-  """x `[batch, beam, ...]`, beam_indices `[batch, n]` -> `[batch, n, ...]`."""
-  return tf.gather(x, beam_indices, batch_dims=1)
+def _gather_beams(nest, beam_indices):
+  """Every tensor of `nest` `[batch, beam, ...]`, beam_indices `[batch, n]` -> `[batch, n, ...]`."""
+  return tf.nest.map_structure(lambda x: tf.gather(x, beam_indices, batch_dims=1), nest)
 
 
-def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=None,
-                extra_decode_length=50, padded_decode=False):
+def reorder_beams(cache, beam_indices: tf.Tensor, beam_size: int):
+  """Reorders a cache of flattened beams: row `b * beam_size + j` of the result is row
+  `b * beam_size + beam_indices[b, j]` of the input.
+
+  Args:
+    cache: any nest (dicts, tuples, NamedTuples) of tensors `[batch * beam_size, ...]`.
+    beam_indices: int32 `[batch, beam_size]`, the beam each new beam continues.
+    beam_size: beams per example.
+  Returns:
+    A nest of the same structure and shapes.
+  """
+  batch = tf.shape(beam_indices)[0]
+  rows = _flatten_beams(beam_indices + tf.range(batch)[:, tf.newaxis] * beam_size)  # [b * k]
+  return tf.nest.map_structure(lambda x: tf.gather(x, rows), cache)
+
+
+class AliveBeams(NamedTuple):
+  """The beam_size best hypotheses that have not ended.
+
+  Attributes:
+    ids: int32 `[batch, beam, length + 1]`, the start token, the tokens so far, then padding.
+    last_tokens: int32 `[batch, beam]`, the newest token (carried, not sliced: see GreedyState).
+    log_probs: float32 `[batch, beam]`, summed token log-probabilities, best first.
+  """
+  ids: tf.Tensor
+  last_tokens: tf.Tensor
+  log_probs: tf.Tensor
+
+
+class FinishedBeams(NamedTuple):
+  """The beam_size best hypotheses that have ended (EOS or the example's length limit).
+
+  Attributes:
+    ids: int32 `[batch, beam, length + 1]`.
+    scores: float32 `[batch, beam]`, log_probs / length_penalty, best first; -1e9 when empty.
+    log_probs: float32 `[batch, beam]`, summed token log-probabilities.
+    flags: bool `[batch, beam]`, the slot holds a real hypothesis.
+  """
+  ids: tf.Tensor
+  scores: tf.Tensor
+  log_probs: tf.Tensor
+  flags: tf.Tensor
+
+
+class BeamState(NamedTuple):
+  """Loop variables of `beam_search`.
+
+  Attributes:
+    step: int32 scalar, tokens generated so far; `alive.last_tokens` sit at position `step`.
+    alive: `AliveBeams`, the hypotheses still growing.
+    finished: `FinishedBeams`, the best ended hypotheses so far.
+    cache: the model's decoding cache for the alive beams, any nest of `[batch * beam, ...]`.
+  """
+  step: tf.Tensor
+  alive: AliveBeams
+  finished: FinishedBeams
+  cache: Any
+
+
+class _Candidates(NamedTuple):
+  """The 2 * beam_size best one-token extensions of the alive beams, best first.
+
+  Attributes:
+    ids: int32 `[batch, 2k, length + 1]`, the extended sequences.
+    tokens: int32 `[batch, 2k]`, the token each adds.
+    log_probs: float32 `[batch, 2k]`, summed token log-probabilities.
+    beams: int32 `[batch, 2k]`, the alive beam each extends.
+    ended: bool `[batch, 2k]`, the token is EOS or reaches the example's length limit.
+  """
+  ids: tf.Tensor
+  tokens: tf.Tensor
+  log_probs: tf.Tensor
+  beams: tf.Tensor
+  ended: tf.Tensor
+
+
+def _initial_beam_state(batch, beam_size: int, length, cache, config) -> BeamState:
+  ids = _start_buffer([batch, beam_size], length, config)  # [batch, beam, length + 1]
+  # All beams start identical: only beam 0 is live at first, so the first step picks k distinct.
+  alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (beam_size - 1)], [batch, 1])  # [batch, beam]
+  alive = AliveBeams(ids=ids, last_tokens=ids[:, :, 0], log_probs=alive_log_probs)
+  finished = FinishedBeams(ids=ids, scores=tf.fill([batch, beam_size], _NEG_INF),
+                           log_probs=tf.zeros([batch, beam_size]),
+                           flags=tf.zeros([batch, beam_size], tf.bool))
+  return BeamState(step=tf.constant(0), alive=alive, finished=finished, cache=cache)
+
+
+def _grow_alive(state: BeamState, step_fn: StepFn, limits, eos_id: int,
+                beam_size: int) -> Tuple[_Candidates, Any]:
+  """Scores every one-token extension of the alive beams and keeps the 2k best: even if k of
+  them end, k can stay alive. Also returns the new cache (rows still in the old beam order)."""
+  batch = tf.shape(state.alive.log_probs)[0]
+  logits, cache = step_fn(tf.reshape(state.alive.last_tokens, [-1]), state.step,
+                          state.cache)  # logits: [batch * beam, vocab]
+  vocab = tf.shape(logits)[-1]
+  log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch, beam_size, vocab])
+  log_probs += state.alive.log_probs[:, :, tf.newaxis]  # sequence log-probs [batch, beam, vocab]
+  top_log_probs, top_indices = tf.math.top_k(
+      tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2k]
+  beams, tokens = top_indices // vocab, top_indices % vocab  # [batch, 2k]
+  ids = _write_column(_gather_beams(state.alive.ids, beams), state.step + 1,
+                      tokens)  # [batch, 2k, length + 1]
+  ended = tf.equal(tokens, eos_id) | (state.step + 1 >= limits)[:, tf.newaxis]  # [batch, 2k]
+  return _Candidates(ids, tokens, top_log_probs, beams, ended), cache
+
+
+def _select_alive(candidates: _Candidates, cache, beam_size: int) -> Tuple[AliveBeams, Any]:
+  """The k best candidates that did not just end, and the cache reordered to follow them."""
+  still_alive = candidates.log_probs + tf.cast(candidates.ended, tf.float32) * _NEG_INF
+  log_probs, keep = tf.math.top_k(still_alive, k=beam_size)  # [batch, beam]
+  ids, tokens, beams = _gather_beams((candidates.ids, candidates.tokens, candidates.beams), keep)
+  return AliveBeams(ids, tokens, log_probs), reorder_beams(cache, beams, beam_size)
+
+
+def _update_finished(finished: FinishedBeams, candidates: _Candidates, length, alpha: float,
+                     beam_size: int) -> FinishedBeams:
+  """The k best of the finished hypotheses and the candidates that just ended at `length`
+  tokens. As in fairseq, only an EOS ranked within the top k may finish, so beam size 1 is
+  exactly greedy."""
+  within_beam = tf.range(2 * beam_size) < beam_size  # [2k]
+  newly_finished = candidates.ended & within_beam[tf.newaxis]  # [batch, 2k]
+  scores = tf.where(newly_finished, candidates.log_probs / length_penalty(length, alpha),
+                    _NEG_INF)
+  new = FinishedBeams(candidates.ids, scores, candidates.log_probs, newly_finished)
+  pool = tf.nest.map_structure(lambda old, new: tf.concat([old, new], axis=1),
+                               finished, new)  # each [batch, 3k, ...]
+  _, keep = tf.math.top_k(pool.scores, k=beam_size)  # [batch, beam]
+  return _gather_beams(pool, keep)
+
+
+def _beam_search_step(state: BeamState, step_fn: StepFn, limits, alpha: float, eos_id: int,
+                      beam_size: int) -> BeamState:
+  candidates, cache = _grow_alive(state, step_fn, limits, eos_id, beam_size)
+  alive, cache = _select_alive(candidates, cache, beam_size)
+  finished = _update_finished(state.finished, candidates, state.step + 1, alpha, beam_size)
+  return BeamState(state.step + 1, alive, finished, cache)
+
+
+def _search_continues(state: BeamState, length, alpha: float) -> tf.Tensor:
+  """Until all beam_size finished slots are filled and no alive beam can still beat the worst
+  of them: log-probs only fall and the penalty is largest at the maximum length. An unfilled
+  slot counts as minus infinity, so the search goes on until it holds a real hypothesis (every
+  example's limit finishes its k best, so all slots fill by then)."""
+  best_alive = state.alive.log_probs[:, 0] / length_penalty(length, alpha)  # [batch]
+  worst_finished = tf.reduce_min(
+      tf.where(state.finished.flags, state.finished.scores, _NEG_INF), axis=1)  # [batch]
+  search_settled = tf.reduce_all(worst_finished > best_alive)
+  return tf.logical_and(state.step < length, tf.logical_not(search_settled))
+
+
+def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float = 0.6,
+                max_decode_length: Optional[int] = None, extra_decode_length: int = 50,
+                padded_decode: bool = False) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """Beam search with length penalty (paper section 6.1: beam 4, alpha 0.6).
 
+  Args:
+    model: a `tfattn.Transformer`.
+    source_ids: int32 `[batch, s_len]`.
+    beam_size: hypotheses kept per example (k).
+    alpha: length penalty exponent.
+    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
+    extra_decode_length: tokens an example may generate beyond its own source length.
+    padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
   Returns:
     ids: int32 `[batch, beam, max_decode_length]`: the beam_size best distinct hypotheses,
       best first, each ending with EOS (or cut at its example's length limit) then padding.
@@ -142,91 +360,27 @@ def beam_search(model, source_ids, beam_size=4, alpha=0.6, max_decode_length=Non
     log_probs: float32 `[batch, beam]`, the sequences' summed token log-probabilities.
   """
   config = model.config
-  memory, memory_bias = model.encode(source_ids)
+  memory, memory_bias = model.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
   batch = tf.shape(source_ids)[0]
   length = decode_length(model, source_ids, max_decode_length, extra_decode_length)
   limits = example_limits(model, source_ids, max_decode_length, extra_decode_length)
-  memory = _tile_beams(memory, beam_size)
-  memory_bias = _tile_beams(memory_bias, beam_size)
-  cache = model.init_cache(memory, length if padded_decode else None)
-
-  pad = tf.constant(config.pad_id, tf.int32)
-  alive_seq = tf.fill([batch, beam_size, length + 1], pad)
-  alive_seq = _write_column(alive_seq, 0, tf.fill([batch, beam_size], config.bos_id))
-  # All beams start identical: only beam 0 is live at first, so the first step picks k distinct.
-  alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (beam_size - 1)], [batch, 1])
-  alive_last = alive_seq[:, :, 0]  # carried, not sliced by step: see greedy_decode
-  finished_seq = alive_seq
-  finished_scores = tf.fill([batch, beam_size], _NEG_INF)
-  finished_log_probs = tf.zeros([batch, beam_size])
-  finished_flags = tf.zeros([batch, beam_size], tf.bool)
-
-  def body(step, alive_seq, alive_last, alive_log_probs, finished_seq, finished_scores,
-           finished_log_probs, finished_flags, cache):
-    tokens = _flatten_beams(alive_last[:, :, tf.newaxis])
-    logits = model.decode(tokens, memory, memory_bias, cache=cache,
-                          decode_index=step if padded_decode else None)[:, -1]
-    vocab = tf.shape(logits)[-1]
-    candidate_log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch, beam_size, vocab])
-    candidate_log_probs += alive_log_probs[:, :, tf.newaxis]
-    # 2k candidates: even if k of them end in EOS, k can stay alive.
-    top_log_probs, top_indices = tf.math.top_k(
-        tf.reshape(candidate_log_probs, [batch, beam_size * vocab]), k=2 * beam_size)
-    top_beams = top_indices // vocab
-    top_tokens = top_indices % vocab
-    top_seq = _write_column(_gather_beams(alive_seq, top_beams), step + 1, top_tokens)
-    # A hypothesis ends at EOS or when its example's length limit is reached.
-    top_finished = tf.equal(top_tokens, config.eos_id) | (step + 1 >= limits)[:, tf.newaxis]
-
-    # Alive: the k best candidates that did not just end.
-    alive_candidates = top_log_probs + tf.cast(top_finished, tf.float32) * _NEG_INF
-    alive_log_probs, keep = tf.math.top_k(alive_candidates, k=beam_size)
-    alive_seq = _gather_beams(top_seq, keep)
-    alive_last = _gather_beams(top_tokens, keep)
-    source_beams = _gather_beams(top_beams, keep)
-    flat_source = _flatten_beams(
-        source_beams + tf.range(batch)[:, tf.newaxis] * beam_size)[:, tf.newaxis]
-    for layer_cache in cache.values():
-      for name in ("key", "value"):
-        layer_cache[name] = tf.gather_nd(layer_cache[name], flat_source)
-
-    # Finished: the k best of the old finished and the candidates that just ended. As in
-    # fairseq, only an EOS ranked within the top k may finish, so beam size 1 is exactly greedy.
-    within_beam = tf.range(2 * beam_size) < beam_size
-    new_scores = tf.where(top_finished & within_beam[tf.newaxis],
-                          top_log_probs / length_penalty(step + 1, alpha), _NEG_INF)
-    all_scores = tf.concat([finished_scores, new_scores], axis=1)
-    finished_scores, keep = tf.math.top_k(all_scores, k=beam_size)
-    finished_seq = _gather_beams(tf.concat([finished_seq, top_seq], axis=1), keep)
-    finished_log_probs = _gather_beams(
-        tf.concat([finished_log_probs, top_log_probs], axis=1), keep)
-    finished_flags = _gather_beams(
-        tf.concat([finished_flags, top_finished & within_beam[tf.newaxis]], axis=1), keep)
-    return (step + 1, alive_seq, alive_last, alive_log_probs, finished_seq, finished_scores,
-            finished_log_probs, finished_flags, cache)
-
-  def cond(step, alive_seq, alive_last, alive_log_probs, finished_seq, finished_scores,
-           finished_log_probs, finished_flags, cache):
-    # Stop when all beam_size finished slots are filled and no alive beam can still beat the
-    # worst of them: log-probs only fall and the penalty is largest at the maximum length. An
-    # unfilled slot counts as minus infinity, so the search goes on until it holds a real
-    # hypothesis (every example's limit finishes its k best, so all slots fill by then).
-    best_alive = alive_log_probs[:, 0] / length_penalty(length, alpha)
-    worst_finished = tf.reduce_min(tf.where(finished_flags, finished_scores, _NEG_INF), axis=1)
-    search_settled = tf.reduce_all(worst_finished > best_alive)
-    return tf.logical_and(step < length, tf.logical_not(search_settled))
-
-  loop_vars = (tf.constant(0), alive_seq, alive_last, alive_log_probs, finished_seq,
-               finished_scores, finished_log_probs, finished_flags, cache)
-  _, _, _, _, finished_seq, finished_scores, finished_log_probs, _, _ = tf.while_loop(
-      cond, body, loop_vars,
-      shape_invariants=_loop_shape_invariants(loop_vars, not padded_decode))
-  # The loop ends with every finished slot filled (see cond): beam_size real hypotheses each.
-  return finished_seq[:, :, 1:], finished_scores, finished_log_probs
+  memory = _tile_beams(memory, beam_size)  # [batch * beam, s_len, d_model]
+  memory_bias = _tile_beams(memory_bias, beam_size)  # [batch * beam, 1, 1, s_len]
+  step_fn = _cached_step_fn(model, memory, memory_bias)
+  cache = model.init_cache(batch * beam_size, length if padded_decode else None)
+  state = _initial_beam_state(batch, beam_size, length, cache, config)
+  state, = tf.while_loop(
+      lambda state: _search_continues(state, length, alpha),
+      lambda state: (_beam_search_step(state, step_fn, limits, alpha, config.eos_id, beam_size),),
+      (state,),
+      shape_invariants=(_shape_invariants(state, not padded_decode),))
+  # The loop ends with every finished slot filled (see _search_continues).
+  return state.finished.ids[:, :, 1:], state.finished.scores, state.finished.log_probs
 
 
-def best_output(model, source_ids, beam_size=1, alpha=0.6, extra_decode_length=50,
-                max_decode_length=None, padded_decode=False):
+def best_output(model, source_ids: tf.Tensor, beam_size: int = 1, alpha: float = 0.6,
+                extra_decode_length: int = 50, max_decode_length: Optional[int] = None,
+                padded_decode: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
   """The single best output a row: greedy for beam_size 1 (exactly what beam 1 would give),
   else beam search's top beam. `padded_decode=True` is the layout for `jit_compile=True`.
 

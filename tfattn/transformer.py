@@ -1,28 +1,58 @@
-"""The Transformer (Vaswani et al., 2017) and an encoder-only classifier, as `tf.Module`s."""
+"""The Transformer (Vaswani et al., 2017) and an encoder-only classifier, as `tf.Module`s.
+
+Decoding API (what `tfattn.decoding` drives, one token at a time):
+  memory = model.decoding_memory(*model.encode(source_ids))  # once per source
+  cache = model.init_cache(batch_size, max_length=None)       # GrowingCache, or PaddedCache
+  logits, cache = model.decode_step(last_tokens, step, cache, memory)  # a new cache each step
+"""
+
+from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
 from tfattn import masking
-from tfattn.attention import MultiHeadAttention
+from tfattn.attention import (CrossAttention, GrowingCache, KeyValue, PaddedCache,
+                              SelfAttention, SelfAttentionCache)
 from tfattn.config import TransformerConfig
 from tfattn.layers import Embedding, FeedForward, LayerNorm, Linear, dropout
 from tfattn.position import LearnedPosition, SinusoidalPosition
+
+# The decoder's cache: one self-attention cache per decoder layer, all of one layout.
+DecoderCache = Tuple[SelfAttentionCache, ...]
+
+
+class DecodingMemory(NamedTuple):
+  """What every decoding step reads and none changes: the source, projected once.
+
+  Attributes:
+    key_values: one `KeyValue` per decoder layer, cross-attention keys and values, each
+      `[batch, heads, s_len, depth]`.
+    bias: `[batch, 1, 1, s_len]` source padding bias.
+  """
+  key_values: Tuple[KeyValue, ...]
+  bias: tf.Tensor
 
 
 class _ResidualLayer(tf.Module):
   """What encoder and decoder layers share: self-attention and feed-forward sublayers, each in
   residual wiring, post-norm LN(x + Sublayer(x)) or pre-norm x + Sublayer(LN(x))."""
 
-  def __init__(self, config: TransformerConfig, rng=None, name=None):
+  def __init__(self, config: TransformerConfig, rng=None, name: Optional[str] = None):
+    """Creates the sublayers.
+
+    Args:
+      config: model sizes, dropout rates and norm position.
+      rng: the model's `tf.random.Generator` for dropout masks (None: no dropout).
+      name: module name, e.g. "layer_0".
+    """
     super().__init__(name=name)
     c = config
     self.pre_norm = c.norm_position == "pre"
     self.dropout_rate = c.dropout_rate
     self._rng = rng
     with self.name_scope:
-      self.self_attention = MultiHeadAttention(c.d_model, c.num_heads, True,
-                                               c.attention_dropout_rate, rng, c.seed,
-                                               name="self_attention")
+      self.self_attention = SelfAttention(c.d_model, c.num_heads, c.attention_dropout_rate, rng,
+                                          c.seed, name="self_attention")
       self.self_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                            name="self_attention_norm")
       self.feed_forward = FeedForward(c.d_model, c.dff, c.feed_forward_dropout_rate, rng,
@@ -30,10 +60,17 @@ class _ResidualLayer(tf.Module):
       self.feed_forward_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                          name="feed_forward_norm")
 
+  def _sublayer_input(self, x, norm):
+    """What a sublayer reads: LN(x) with pre-norm, x itself with post-norm."""
+    return norm(x) if self.pre_norm else x
+
+  def _add_residual(self, x, sublayer_output, norm, training):
+    """x + dropout(output), then LN with post-norm."""
+    x = x + dropout(sublayer_output, self.dropout_rate, self._rng, training)
+    return x if self.pre_norm else norm(x)
+
   def _residual(self, x, norm, sublayer, training):
-    if self.pre_norm:
-      return x + dropout(sublayer(norm(x)), self.dropout_rate, self._rng, training)
-    return norm(x + dropout(sublayer(x), self.dropout_rate, self._rng, training))
+    return self._add_residual(x, sublayer(self._sublayer_input(x, norm)), norm, training)
 
   def _feed_forward_block(self, x, training):
     return self._residual(x, self.feed_forward_norm,
@@ -44,7 +81,8 @@ class EncoderLayer(_ResidualLayer):
   """Self-attention then feed-forward, each wrapped in a residual + layer norm."""
 
   def __call__(self, x, bias=None, training=False):
-    """x: `[batch, length, d_model]`; bias: `[batch, 1, 1, length]` -> `[batch, length, d_model]`."""
+    """x: `[batch, length, d_model]`, bias: `[batch, 1, 1, length]` -> `[batch, length,
+    d_model]`."""
     x = self._residual(x, self.self_attention_norm,
                        lambda h: self.self_attention(h, bias=bias, training=training), training)
     return self._feed_forward_block(x, training)
@@ -53,34 +91,53 @@ class EncoderLayer(_ResidualLayer):
 class DecoderLayer(_ResidualLayer):
   """Masked self-attention, cross-attention over the encoder output, then feed-forward."""
 
-  def __init__(self, config: TransformerConfig, rng=None, name=None):
+  def __init__(self, config: TransformerConfig, rng=None, name: Optional[str] = None):
+    """Creates the sublayers.
+
+    Args:
+      config: model sizes, dropout rates and norm position.
+      rng: the model's `tf.random.Generator` for dropout masks (None: no dropout).
+      name: module name, e.g. "layer_0".
+    """
     super().__init__(config, rng, name=name)
     c = config
     with self.name_scope:
-      self.cross_attention = MultiHeadAttention(c.d_model, c.num_heads, False,
-                                                c.attention_dropout_rate, rng, c.seed,
-                                                name="cross_attention")
+      self.cross_attention = CrossAttention(c.d_model, c.num_heads, c.attention_dropout_rate,
+                                            rng, c.seed, name="cross_attention")
       self.cross_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                             name="cross_attention_norm")
 
-  def __call__(self, x, memory, self_bias=None, memory_bias=None, training=False, cache=None,
-               decode_index=None):
-    """x: `[batch, t_len, d_model]`, memory: `[batch, s_len, d_model]` -> like x.
-
-    cache: this layer's decoding state (see `Transformer.init_cache`), updated in place.
-    """
-    memory_key_value = None
-    if cache is not None:
-      memory_key_value = (cache["memory_key"], cache["memory_value"])
+  def __call__(self, x, memory, self_bias=None, memory_bias=None, training=False):
+    """Teacher-forced: x `[batch, t_len, d_model]`, memory `[batch, s_len, d_model]` -> like x."""
     x = self._residual(
         x, self.self_attention_norm,
-        lambda h: self.self_attention(h, bias=self_bias, training=training, cache=cache,
-                                      decode_index=decode_index), training)
+        lambda h: self.self_attention(h, bias=self_bias, training=training), training)
     x = self._residual(
         x, self.cross_attention_norm,
-        lambda h: self.cross_attention(h, memory, bias=memory_bias, training=training,
-                                       memory_key_value=memory_key_value), training)
+        lambda h: self.cross_attention(h, memory, bias=memory_bias, training=training), training)
     return self._feed_forward_block(x, training)
+
+  def step(self, x: tf.Tensor, step, cache: SelfAttentionCache, memory_key_value: KeyValue,
+           memory_bias) -> Tuple[tf.Tensor, SelfAttentionCache]:
+    """One decoding step (no dropout).
+
+    Args:
+      x: `[batch, 1, d_model]`, the input at position `step`.
+      step: int32 scalar, the position of `x`.
+      cache: this layer's self-attention cache of positions `0..step - 1`; not modified.
+      memory_key_value: this layer's projected memory (`CrossAttention.project_memory`).
+      memory_bias: `[batch, 1, 1, s_len]`.
+    Returns:
+      (`[batch, 1, d_model]`, the cache with position `step` added).
+    """
+    # Spelled out, not through `_residual`: the cached self-attention also returns a cache.
+    attended, cache = self.self_attention.step(
+        self._sublayer_input(x, self.self_attention_norm), step, cache)
+    x = self._add_residual(x, attended, self.self_attention_norm, training=False)
+    x = self._residual(
+        x, self.cross_attention_norm,
+        lambda h: self.cross_attention.attend(h, memory_key_value, bias=memory_bias), False)
+    return self._feed_forward_block(x, False), cache
 
 
 def _make_position(config: TransformerConfig, name):
@@ -92,7 +149,18 @@ def _make_position(config: TransformerConfig, name):
 class _Stack(tf.Module):
   """Embedding + positions + dropout in front of N layers; a final norm when pre-norm."""
 
-  def __init__(self, config, embedding, rng, layer_class, num_layers, name=None):
+  def __init__(self, config: TransformerConfig, embedding, rng, layer_class, num_layers: int,
+               name: Optional[str] = None):
+    """Creates positions, layers and (pre-norm) the final norm.
+
+    Args:
+      config: model sizes, dropout rates, norm position and position encoding.
+      embedding: the `Embedding` to read token ids with (shared with another stack or not).
+      rng: the model's `tf.random.Generator` for dropout masks (None: no dropout).
+      layer_class: `EncoderLayer` or `DecoderLayer`.
+      num_layers: how many layers to stack.
+      name: module name, "encoder" or "decoder".
+    """
     super().__init__(name=name)
     self.config = config
     self.compute_dtype = tf.as_dtype(config.compute_dtype)
@@ -115,7 +183,15 @@ class _Stack(tf.Module):
 class Encoder(_Stack):
   """Token ids -> contextual vectors."""
 
-  def __init__(self, config: TransformerConfig, embedding, rng=None, name="encoder"):
+  def __init__(self, config: TransformerConfig, embedding, rng=None, name: str = "encoder"):
+    """Creates `config.num_encoder_layers` layers.
+
+    Args:
+      config: model sizes, dropout rates, norm position and position encoding.
+      embedding: the source `Embedding`.
+      rng: the model's `tf.random.Generator` for dropout masks (None: no dropout).
+      name: module name.
+    """
     super().__init__(config, embedding, rng, EncoderLayer, config.num_encoder_layers, name=name)
 
   def __call__(self, ids, bias=None, training=False):
@@ -131,34 +207,56 @@ class Encoder(_Stack):
 class Decoder(_Stack):
   """Shifted target ids + encoder output -> decoder states (before the output projection)."""
 
-  def __init__(self, config: TransformerConfig, embedding, rng=None, name="decoder"):
+  def __init__(self, config: TransformerConfig, embedding, rng=None, name: str = "decoder"):
+    """Creates `config.num_decoder_layers` layers.
+
+    Args:
+      config: model sizes, dropout rates, norm position and position encoding.
+      embedding: the target `Embedding`.
+      rng: the model's `tf.random.Generator` for dropout masks (None: no dropout).
+      name: module name.
+    """
     super().__init__(config, embedding, rng, DecoderLayer, config.num_decoder_layers, name=name)
 
-  def __call__(self, ids, memory, memory_bias=None, training=False, cache=None,
-               decode_index=None):
-    """ids: int `[batch, t_len]`; memory: `[batch, s_len, d_model]` -> `[batch, t_len, d_model]`.
-
-    With `cache`, ids is the single newest token `[batch, 1]` (see `Transformer.decode`).
-    """
-    if cache is None:
-      offset, self_bias = 0, masking.causal_bias(tf.shape(ids)[1])
-    elif decode_index is None:
-      # Growing cache: the one new query may see every cached key.
-      offset, self_bias = tf.shape(cache["layer_0"]["key"])[2], None
-    else:
-      offset = decode_index
-      self_bias = masking.step_bias(decode_index, tf.shape(cache["layer_0"]["key"])[2])
-    x = self._embed(ids, training, offset)
-    for i, layer in enumerate(self.layers):
-      layer_cache = cache[f"layer_{i}"] if cache is not None else None
-      x = layer(x, memory, self_bias, memory_bias, training, layer_cache, decode_index)
+  def __call__(self, ids, memory, memory_bias=None, training=False):
+    """Teacher-forced: ids int `[batch, t_len]`, memory `[batch, s_len, d_model]` ->
+    `[batch, t_len, d_model]`."""
+    self_bias = masking.causal_bias(tf.shape(ids)[1])  # [1, 1, t_len, t_len]
+    x = self._embed(ids, training)
+    for layer in self.layers:
+      x = layer(x, memory, self_bias, memory_bias, training)
     return self._finish(x)
+
+  def step(self, ids: tf.Tensor, step, cache: DecoderCache,
+           memory: DecodingMemory) -> Tuple[tf.Tensor, DecoderCache]:
+    """One decoding step (no dropout).
+
+    Args:
+      ids: int `[batch, 1]`, the token at position `step`.
+      step: int32 scalar, the position of `ids` (0 for the start token).
+      cache: one self-attention cache a layer, holding positions `0..step - 1`; not modified.
+      memory: the projected source (`Transformer.decoding_memory`).
+    Returns:
+      (`[batch, 1, d_model]`, the cache with position `step` added).
+    """
+    x = self._embed(ids, False, offset=step)  # [batch, 1, d_model]
+    new_cache = []
+    for layer, layer_cache, memory_key_value in zip(self.layers, cache, memory.key_values):
+      x, layer_cache = layer.step(x, step, layer_cache, memory_key_value, memory.bias)
+      new_cache.append(layer_cache)
+    return self._finish(x), tuple(new_cache)
 
 
 class Transformer(tf.Module):
   """Encoder-decoder Transformer for sequence-to-sequence tasks; returns float32 logits."""
 
-  def __init__(self, config: TransformerConfig, name="transformer"):
+  def __init__(self, config: TransformerConfig, name: str = "transformer"):
+    """Creates every variable from the config.
+
+    Args:
+      config: the model's sizes and options; `num_decoder_layers` must be at least 1.
+      name: module name, the root of the variable names.
+    """
     super().__init__(name=name)
     if config.num_decoder_layers < 1:
       raise ValueError("A Transformer needs num_decoder_layers >= 1 (decoding has nothing to "
@@ -179,23 +277,20 @@ class Transformer(tf.Module):
                                 Linear(c.d_model, c.target_vocab_size, seed=c.seed,
                                        name="output_projection"))
 
-  def encode(self, source_ids, training=False):
+  def encode(self, source_ids: tf.Tensor, training: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
     """source_ids: int `[batch, s_len]` -> (memory `[batch, s_len, d_model]`,
     memory_bias `[batch, 1, 1, s_len]`)."""
     memory_bias = masking.padding_bias(source_ids, self.config.pad_id)
     return self.encoder(source_ids, memory_bias, training), memory_bias
 
-  def decode(self, target_ids, memory, memory_bias, training=False, cache=None,
-             decode_index=None):
-    """target_ids: int `[batch, t_len]` -> float32 logits `[batch, t_len, target_vocab]`."""
-    states = self.decoder(target_ids, memory, memory_bias, training, cache, decode_index)
-    if self.output_projection is None:
-      logits = self.decoder.embedding.logits(states)
-    else:
-      logits = self.output_projection(states)
-    return tf.cast(logits, tf.float32)
+  def decode(self, target_ids: tf.Tensor, memory: tf.Tensor, memory_bias: tf.Tensor,
+             training: bool = False) -> tf.Tensor:
+    """Teacher-forced: target_ids int `[batch, t_len]` -> float32 logits
+    `[batch, t_len, target_vocab]`."""
+    return self._logits(self.decoder(target_ids, memory, memory_bias, training))
 
-  def __call__(self, source_ids, target_ids, training=False):
+  def __call__(self, source_ids: tf.Tensor, target_ids: tf.Tensor,
+               training: bool = False) -> tf.Tensor:
     """Teacher-forced logits: float32 `[batch, t_len, target_vocab]`.
 
     target_ids are the decoder inputs (targets shifted right, starting with `bos_id`).
@@ -203,39 +298,75 @@ class Transformer(tf.Module):
     memory, memory_bias = self.encode(source_ids, training)
     return self.decode(target_ids, memory, memory_bias, training)
 
-  def init_cache(self, memory, max_length=None):
-    """Decoding state for every decoder layer.
+  def _logits(self, states):
+    """`[batch, t_len, d_model]` -> float32 `[batch, t_len, target_vocab]`."""
+    if self.output_projection is None:
+      logits = self.decoder.embedding.logits(states)
+    else:
+      logits = self.output_projection(states)
+    return tf.cast(logits, tf.float32)
 
-    Cross-attention keys/values are projected once here. Self-attention caches start empty
-    (`[batch, heads, 0, depth]`, growing) or, with `max_length`, as zeros of fixed length for
-    padded (XLA) decoding.
+  def decoding_memory(self, memory: tf.Tensor, memory_bias: tf.Tensor) -> DecodingMemory:
+    """The encoder output as decoding steps read it: every layer's cross-attention keys and
+    values, projected once. memory: `[batch, s_len, d_model]`; memory_bias `[batch, 1, 1,
+    s_len]`."""
+    key_values = tuple(layer.cross_attention.project_memory(memory)
+                       for layer in self.decoder.layers)
+    return DecodingMemory(key_values, memory_bias)
+
+  def init_cache(self, batch_size, max_length=None) -> DecoderCache:
+    """An empty self-attention cache for every decoder layer.
+
+    Args:
+      batch_size: int32 scalar, rows to decode.
+      max_length: None for a `GrowingCache` (`[batch, heads, 0, depth]`, appended each step;
+        graph mode); else a `PaddedCache` of `max_length` zero slots, static shapes for XLA.
     """
-    batch = tf.shape(memory)[0]
-    length = 0 if max_length is None else max_length
     heads, depth = self.config.num_heads, self.config.depth
-    cache = {}
-    for i, layer in enumerate(self.decoder.layers):
-      memory_key, memory_value = layer.cross_attention.project_memory(memory)
-      empty = tf.zeros([batch, heads, length, depth], memory.dtype)
-      cache[f"layer_{i}"] = {"key": empty, "value": empty, "memory_key": memory_key,
-                             "memory_value": memory_value}
-    return cache
+    dtype = tf.as_dtype(self.config.compute_dtype)
+    if max_length is None:
+      return tuple(GrowingCache.empty(batch_size, heads, depth, dtype)
+                   for _ in self.decoder.layers)
+    return tuple(PaddedCache.empty(batch_size, heads, depth, dtype, max_length)
+                 for _ in self.decoder.layers)
+
+  def decode_step(self, token_ids: tf.Tensor, step, cache: DecoderCache,
+                  memory: DecodingMemory) -> Tuple[tf.Tensor, DecoderCache]:
+    """Logits for the token after `token_ids`, and the cache that includes it.
+
+    Args:
+      token_ids: int32 `[batch]`, the tokens at position `step` (the start token at 0).
+      step: int32 scalar, their position: the number of tokens before them.
+      cache: from `init_cache` or the previous step; not modified.
+      memory: from `decoding_memory`.
+    Returns:
+      (float32 logits `[batch, target_vocab]`, the new cache, same structure and layout).
+    """
+    states, cache = self.decoder.step(token_ids[:, tf.newaxis], step, cache, memory)
+    return self._logits(states)[:, 0], cache  # [batch, target_vocab]
 
 
 class AttentionEncoder(tf.Module):
   """Embedding + positions + one merged-head self-attention, nothing else: the single attention
   layer of Su Jianlin's IMDB experiment (`classifier_body="attention"`)."""
 
-  def __init__(self, config: TransformerConfig, embedding, name="attention_encoder"):
+  def __init__(self, config: TransformerConfig, embedding, name: str = "attention_encoder"):
+    """Creates the positions and the self-attention.
+
+    Args:
+      config: model sizes and position encoding.
+      embedding: the `Embedding` to read token ids with.
+      name: module name.
+    """
     super().__init__(name=name)
     self.config = config
     self.compute_dtype = tf.as_dtype(config.compute_dtype)
     with self.name_scope:
       self.embedding = embedding
       self.position = _make_position(config, "position")
-      self.self_attention = MultiHeadAttention(config.d_model, config.num_heads, True,
-                                               config.attention_dropout_rate, seed=config.seed,
-                                               name="self_attention")
+      self.self_attention = SelfAttention(config.d_model, config.num_heads,
+                                          config.attention_dropout_rate, seed=config.seed,
+                                          name="self_attention")
 
   def __call__(self, ids, bias=None, training=False):
     """ids: int `[batch, length]` -> `[batch, length, d_model]`; bias defaults to padding."""
@@ -248,7 +379,13 @@ class AttentionEncoder(tf.Module):
 class EncoderClassifier(tf.Module):
   """Encoder, masked pooling and a dense layer: text classification (e.g. IMDB sentiment)."""
 
-  def __init__(self, config: TransformerConfig, name="encoder_classifier"):
+  def __init__(self, config: TransformerConfig, name: str = "encoder_classifier"):
+    """Creates every variable from the config.
+
+    Args:
+      config: the model's sizes and options (`num_classes`, `pooling`, `classifier_body`).
+      name: module name, the root of the variable names.
+    """
     super().__init__(name=name)
     self.config = config
     with self.name_scope:
