@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import decoding
+
 from conftest import random_ids
 
 VOCAB = 24
@@ -41,6 +42,7 @@ def _recomputed_log_probs(model, source, ids):
   return (token_log_probs * mask).sum(-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_cached_greedy_equals_uncached_greedy(seed):
   model = _model(seed)
@@ -66,6 +68,7 @@ def test_greedy_stops_at_eos_and_pads_after():
     assert (row[length:] == 0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("padded_decode", [False, True])
 def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
   model = _model(4)

@@ -52,6 +52,7 @@ def _first_step_gradients(tmp_path, name, batches, **overrides):
   return float(loss), float(count), shapes.numpy(), [v.numpy() for v in captured]
 
 
+@pytest.mark.slow
 def test_two_micro_batches_give_the_gradient_of_their_union(tmp_path):
   rng = np.random.default_rng(0)
   a, b = _batch(rng, 4, 5, 12), _batch(rng, 4, 9, 12)
@@ -64,6 +65,7 @@ def test_two_micro_batches_give_the_gradient_of_their_union(tmp_path):
     np.testing.assert_allclose(accumulated_grad, whole_grad, atol=2e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
   rng = np.random.default_rng(1)

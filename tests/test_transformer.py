@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import losses
+
 from conftest import random_ids
 
 SPEC = tf.TensorSpec([None, None], tf.int32)
@@ -45,6 +46,7 @@ def test_decoder_is_causal(tiny_model):
   assert float(tf.reduce_max(tf.abs(before[:, 4:] - after[:, 4:]))) > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm_position,position_encoding", [("post", "sinusoidal"),
                                                              ("pre", "learned")])
 def test_no_retrace_across_shapes_and_xla_matches_graph(tiny_config, norm_position,
@@ -143,6 +145,7 @@ def test_decode_step_does_not_mutate_its_input_cache(tiny_model, padded):
   assert float(tf.reduce_max(tf.abs(new_key[:, :, 1]))) > 1e-3  # position 1, new only
 
 
+@pytest.mark.slow
 def test_copy_task_loss_falls():
   """A few hundred steps on a tiny copy task: the loss must fall by an order of magnitude."""
   config = tfattn.TransformerConfig.preset(

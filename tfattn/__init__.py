@@ -5,8 +5,14 @@ from tfattn.attention import CrossAttention, SelfAttention, scaled_dot_product_a
 from tfattn.config import PRESETS, TransformerConfig
 from tfattn.layers import Embedding, FeedForward, LayerNorm, Linear
 from tfattn.position import LearnedPosition, SinusoidalPosition, sinusoidal_encoding
-from tfattn.transformer import (Decoder, DecoderLayer, Encoder, EncoderClassifier, EncoderLayer,
-                                Transformer)
+from tfattn.transformer import (
+                                Decoder,
+                                DecoderLayer,
+                                Encoder,
+                                EncoderClassifier,
+                                EncoderLayer,
+                                Transformer,
+)
 
 __all__ = [
     "CrossAttention", "Decoder", "DecoderLayer", "Embedding", "Encoder", "EncoderClassifier",

@@ -11,8 +11,14 @@ from typing import NamedTuple, Optional, Tuple
 import tensorflow as tf
 
 from tfattn import masking
-from tfattn.attention import (CrossAttention, GrowingCache, KeyValue, PaddedCache,
-                              SelfAttention, SelfAttentionCache)
+from tfattn.attention import (
+  CrossAttention,
+  GrowingCache,
+  KeyValue,
+  PaddedCache,
+  SelfAttention,
+  SelfAttentionCache,
+)
 from tfattn.config import TransformerConfig
 from tfattn.layers import Embedding, FeedForward, LayerNorm, Linear, dropout
 from tfattn.position import LearnedPosition, SinusoidalPosition
