@@ -1,10 +1,12 @@
 """Shared benchmark helpers: quiet TF, timing. The project is installed (`make` runs
 `pip install -e .`), so `tfattn`, `train` and `serving` import from here."""
 
+import cli
+
 import os
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+cli.start_tensorflow_quietly()  # no cuInit noise on machines without a GPU
 
 
 def timed(fn, repeats, warm_up=True):

@@ -10,6 +10,8 @@ run decodes exactly the requested number of tokens. The export part decodes real
 a line in --texts_file, else random vocabulary pieces) with the run's trained weights.
 """
 
+import common
+
 import argparse
 import json
 import os
@@ -19,8 +21,6 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import decoding
-
-import common
 
 
 def make_model(vocab=8000):

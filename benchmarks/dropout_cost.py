@@ -9,11 +9,11 @@ ThreeFry (XLA only) and with Philox named explicitly. Prints seconds per call an
 ratio to the first.
 """
 
+import common  # noqa: F401  (quiet TF)
+
 import argparse
 
 import tensorflow as tf
-
-import common  # noqa: F401  (quiet TF)
 
 RATE = 0.1
 

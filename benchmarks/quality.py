@@ -16,6 +16,8 @@ reviews. The translation recipe trains on train, evaluates on val during the run
 BLEU (standard 13a tokenization) is reported cased and lowercased, with its signature.
 """
 
+import common
+
 import argparse
 import json
 import os
@@ -24,8 +26,6 @@ import sys
 import time
 
 from tfattn.run_dir import RunDir
-
-import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

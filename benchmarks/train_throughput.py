@@ -11,6 +11,8 @@ bfloat16 (`compute_dtype`) and the peer runs under Keras' `mixed_bfloat16` polic
 stay float32 in both.
 """
 
+import common  # noqa: F401  (quiet TF)
+
 import argparse
 import dataclasses
 
@@ -21,8 +23,6 @@ import tensorflow as tf
 import tfattn
 from tfattn import flops, losses
 from train import performance
-
-import common  # noqa: F401  (quiet TF)
 
 CONFIGS = {
     "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),

@@ -7,11 +7,12 @@ flag TF Serving on CPU needs for them). DIR is a version directory or a base pat
 version).
 """
 
+import cli
+
 import os
 import subprocess
 import sys
 
-import cli
 from serving import versions
 
 if __name__ == "__main__":

@@ -3,12 +3,12 @@
   python -m serving.client --port 8501 --model tfattn --text "4213" --text "17"
 """
 
+import cli
+
 import json
 import time
 import urllib.error
 import urllib.request
-
-import cli
 
 
 class ServingError(Exception):

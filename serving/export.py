@@ -4,12 +4,12 @@ The version is written to a hidden temporary directory and renamed into place, s
 polling the base path never sees a partial version; an existing version is never overwritten.
 """
 
+import cli
+
 import json
 import os
 import shutil
 from typing import Optional, Sequence
-
-import cli
 
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()  # before TensorFlow is imported below

@@ -1,13 +1,13 @@
 """`python -m train`: train a tfattn model. With no flags it trains the built-in `numbers` task
 (digits -> English words) on this machine in a few minutes. `--help` lists every flag."""
 
+import cli
+
 import dataclasses
 import os
 import shutil
 import subprocess
 import sys
-
-import cli
 
 cli.start_tensorflow_quietly()  # before the imports below bring TensorFlow in
 
