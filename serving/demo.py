@@ -31,6 +31,8 @@ def _start_server():
   except RuntimeError as error:
     lines = [line for line in str(error).splitlines() if "error:" in line]
     reason = lines[-1].split("error:", 1)[1].strip() if lines else str(error)[-500:]
+    if getattr(error, "returncode", None) == 2:  # a usage mistake: say it as the server did
+      raise cli.UsageError(reason) from None
     raise cli.RunError(f"the server did not start: {reason}") from None
 
 

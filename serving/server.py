@@ -354,7 +354,10 @@ def start_subprocess(model_name, model_base_path, port=0, extra_flags=(), timeou
       if process.poll() is not None or time.time() > deadline:
         process.kill()
         process.wait()
-        raise RuntimeError(f"the server did not start:\n{process.log_tail()[-3000:]}")
+        error = RuntimeError(f"the server did not start (exit status {process.returncode}):"
+                             f"\n{process.log_tail()[-3000:]}")
+        error.returncode = process.returncode  # 2: the user's mistake (see cli.py)
+        raise error
       time.sleep(0.1)
     with open(port_file) as f:
       return process, int(f.read())
@@ -380,10 +383,7 @@ def _parse_versions(items):
 
 def _check_model_base_path(path):
   """{version: path} on disk; a missing or empty base path is a usage error."""
-  from serving.model_manager import version_directories
-  if not path:
-    raise cli.UsageError("--model_base_path is required: the directory that holds the "
-                         "exported versions (python -m serving.export --base_path=...)")
+  from serving.model_manager import version_directories  # imports TensorFlow
   if not os.path.isdir(path):
     raise cli.UsageError(f"--model_base_path {path} does not exist: pass the --base_path "
                          "given to python -m serving.export")
@@ -443,8 +443,11 @@ def _stop_on_signals(server):
 
 
 def main(argv):
-  # Every check that needs no model comes first: flags, base path, labels, the port.
-  on_disk = _check_model_base_path(FLAGS.model_base_path)
+  # Every check that needs no model comes first, those that need no TensorFlow before it loads:
+  # flags, the port, then the base path and labels.
+  if not FLAGS.model_base_path:
+    raise cli.UsageError("--model_base_path is required: the directory that holds the "
+                         "exported versions (python -m serving.export --base_path=...)")
   versions = _parse_versions(FLAGS.versions)
   if FLAGS.model_version_policy == "specific" and not versions:
     raise cli.UsageError("--model_version_policy=specific needs --versions, e.g. --versions=1,2")
@@ -453,6 +456,7 @@ def main(argv):
   sock = _bind_or_fail(FLAGS.rest_api_host, FLAGS.rest_api_port)
   cli.start_tensorflow_quietly()
   logging.set_verbosity(logging.INFO)
+  on_disk = _check_model_base_path(FLAGS.model_base_path)
   from serving.batching import Batcher
   from serving.model_manager import ModelManager
   manager = ModelManager(FLAGS.model_name, FLAGS.model_base_path, FLAGS.model_version_policy,
