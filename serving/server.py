@@ -146,8 +146,7 @@ class RestApp:
 
   def respond(self, environ):
     method = environ["REQUEST_METHOD"]
-    # The raw target, not PATH_INFO: a model name may hold %2F, decoded after matching.
-    path = urllib.parse.urlsplit(environ.get("REQUEST_URI") or "/").path
+    path = _raw_path(environ)
     body = self._read_body(environ)  # read for every method, so keep-alive stays in step
     if not _API_PATH.fullmatch(path):
       raise RestError("NOT_FOUND", f"Not found: {path} (the REST API is under /v1/)")
@@ -163,10 +162,10 @@ class RestApp:
   def _read_body(self, environ):
     """The request body (waitress has already de-chunked it and applied the size cap)."""
     length = int(environ.get("CONTENT_LENGTH") or 0)
-    data = environ["wsgi.input"].read(length) if length else b""
-    if length > self.max_body_bytes:
+    if length > self.max_body_bytes:  # waitress has read it all: the connection stays usable
       raise RestError("PAYLOAD_TOO_LARGE", f"Request body of {length} bytes exceeds the "
                       f"{self.max_body_bytes}-byte limit (--max_body_bytes)")
+    data = environ["wsgi.input"].read(length) if length else b""
     if "gzip" in environ.get("HTTP_CONTENT_ENCODING", "").lower():
       limit = self.max_body_bytes * _MAX_DECOMPRESSED
       try:
@@ -190,8 +189,6 @@ class RestApp:
     return _json(self.manager.status(route.version))
 
   def _servable(self, route):
-    if route.version is not None and route.label is not None:  # not reachable by URL
-      raise invalid("Both model version and model version label cannot be supplied.")
     if route.name != self.manager.name:
       spec = (f"Specific({route.name}, {route.version})" if route.version is not None
               else f"Latest({route.name})")
@@ -214,6 +211,16 @@ class RestApp:
     else:
       outputs = servable.run(signature_name, arrays)
     return format_predict_response(outputs, row_format)
+
+
+def _raw_path(environ):
+  """The request path as sent (TF Serving matches it before decoding the name: a model name may
+  hold %2F). waitress passes it as REQUEST_URI; other WSGI servers only give PATH_INFO, which is
+  decoded (as latin-1), so it is quoted back."""
+  if environ.get("REQUEST_URI"):
+    return urllib.parse.urlsplit(environ["REQUEST_URI"]).path
+  path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+  return urllib.parse.quote(path.encode("latin-1"), safe="/:@!$&'()*+,;=~")
 
 
 def _json(value):

@@ -336,3 +336,28 @@ def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp
   finally:
     server.shutdown()
     manager.stop()
+
+
+def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
+  """Graceful shutdown: a request held in the batching queue when SIGTERM arrives is still
+  answered, then the server exits 0."""
+  base, _ = exported
+  config = tmp_path / "batching.config"
+  config.write_text("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 3000000 }\n"
+                    "num_batch_threads { value: 1 }\n")
+  process, port = start_subprocess(NAME, str(base), extra_flags=[
+      "--enable_batching", f"--batching_parameters_file={config}"])
+  try:
+    client = ServingClient(NAME, port=port)
+    client.wait_until_available()
+    answers = []
+    request = threading.Thread(target=lambda: answers.append(client.predict(instances=["12"])))
+    request.start()
+    time.sleep(1.0)  # the request now waits up to 3 s for batch-mates
+    process.terminate()
+    request.join(timeout=30)
+    assert answers and answers[0]["predictions"][0]["translation"] is not None
+    assert process.wait(timeout=30) == 0
+  finally:
+    process.kill()
+    process.wait()
