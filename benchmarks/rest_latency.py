@@ -5,6 +5,8 @@ without server-side batching, load from a second process on loopback, bounded in
   python benchmarks/rest_latency.py [--model_base_path models/tfattn] [--seconds 8]
   python benchmarks/rest_latency.py --run_dir runs/default [--texts_file FILE]
   python benchmarks/rest_latency.py --servers=new,old --old_ref=ae5f38d   # before/after
+  python benchmarks/rest_latency.py --echo_model --servers=new,old,cheroot,tornado \
+      --candidates_path DIR --rounds 3 --seconds 4    # the HTTP stacks alone
 
 --servers compares HTTP stacks on the same model, run one after another in one invocation:
 `new` is this tree's `python -m serving.server` (waitress); `old` is `python -m serving.server`
@@ -206,6 +208,9 @@ def main():
   parser.add_argument("--model", default="tfattn")
   parser.add_argument("--seconds", type=float, default=8.0)
   parser.add_argument("--concurrency", type=int, default=8)
+  parser.add_argument("--echo_model", action="store_true",
+                      help="serve a model that only appends '!' to each text (instead of "
+                      "--model_base_path): measures the HTTP stack")
   parser.add_argument("--servers", default="new",
                       help="comma-separated HTTP stacks to compare: new, old, cheroot, tornado")
   parser.add_argument("--rounds", type=int, default=1,
@@ -238,6 +243,9 @@ def main():
       bases[mode] = os.path.join(temp, mode)
       export.export(args.run_dir, bases[mode], beam_size=args.beam, decode=mode,
                     model_name=args.model, warmup_batch_sizes=(1,) + ALLOWED_BATCH_SIZES)
+  elif args.echo_model:
+    bases = {"echo": make_echo_model(os.path.join(tempfile.mkdtemp(prefix="rest-latency-"),
+                                                  "echo"))}
   elif os.path.isdir(args.model_base_path):
     bases = {"model": args.model_base_path}
   else:
@@ -277,6 +285,21 @@ def main():
             f"{graph['p50_ms'] / xla['p50_ms']:.2f}x lower, p99 "
             f"{graph['p99_ms'] / xla['p99_ms']:.2f}x lower, rows/s "
             f"{xla['rows_per_s'] / graph['rows_per_s']:.2f}x")
+
+
+def make_echo_model(base):
+  """<base>/1: a TF1-style SavedModel whose serving_default appends "!" to each text, so the
+  figures measure the HTTP stack and JSON handling rather than the model."""
+  import tensorflow as tf
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    text = tf.compat.v1.placeholder(tf.string, shape=[None], name="text")
+    echo = tf.strings.join([text, "!"], name="echo")
+    builder = tf.compat.v1.saved_model.Builder(os.path.join(base, "1"))
+    builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+        "serving_default": tf.compat.v1.saved_model.predict_signature_def(
+            {"text": text}, {"echo": echo})})
+    builder.save()
+  return base
 
 
 def measure_rounds(bases, args, batching_file, kinds):

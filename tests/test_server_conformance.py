@@ -349,3 +349,43 @@ def test_status_reports_loading_while_a_version_warms_up(exported, monkeypatch):
   manager.policy, manager.versions = "specific", {99}  # now nothing wanted: 1 is unloaded
   manager.poll_once()
   assert manager.status(1)["model_version_status"][0]["state"] == "END"
+
+
+@pytest.mark.parametrize("dtype,values,expected", [
+    # AddValueToTensor: int8/int16/uint8 take any int32 (IsInt) and the proto copy wraps.
+    (tf.uint8, [256, -1, 7], [0, 255, 7]),
+    (tf.int8, [128, -129], [-128, 127]),
+    (tf.int32, [2**31 - 1, -2**31], [2**31 - 1, -2**31]),
+    (tf.int64, [2**63 - 1], [2**63 - 1]),
+    # FloatTensorThatExceedsMaxReturnsInf: a float input takes any number.
+    (tf.float32, [1e300, 10**20, 1], [float("inf"), 1e20, 1.0]),
+])
+def test_json_numbers_into_tensors(dtype, values, expected):
+  from serving.tensor_json import to_array
+  assert to_array(values, dtype).tolist() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("dtype,value", [(tf.int32, 2**31), (tf.uint8, 2**31), (tf.int64, 2**63),
+                                         (tf.int32, 1.0), (tf.int32, True), (tf.float32, "1")])
+def test_json_numbers_that_do_not_fit_are_type_errors(dtype, value):
+  """AddValueToTensor (MixedInputForFloatTensor & co.): IsInt/IsInt64/IsNumber decide."""
+  from serving.tensor_json import RestError, to_array
+  with pytest.raises(RestError, match="is not of expected type") as error:
+    to_array([value], dtype)
+  assert error.value.http_status == 400
+
+
+@pytest.mark.parametrize("body,message", [
+    (b'{"instances": ["\\ud800"]}', None),  # parsed; refused when made a string tensor
+    (b"1" * 5000, "Is not object"),  # a 5000-digit integer is read as a float, not int()
+    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+    (b"\xff", "Invalid encoding"),
+])
+def test_json_parsing_limits(body, message):
+  from serving.tensor_json import RestError, parse_json, to_array
+  if message is None:
+    with pytest.raises(RestError, match="surrogate"):
+      to_array(parse_json(body)["instances"], tf.string)
+    return
+  with pytest.raises(RestError, match=message):
+    parse_json(body)
