@@ -70,7 +70,10 @@ def load(port, model, batch, concurrency, seconds, texts):
     thread.join()
   elapsed = time.time() - started
   latencies.sort()
-  pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+
+  def pick(q):  # the q-quantile in milliseconds
+    return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+
   return {"requests": len(latencies), "errors": len(errors), "p50_ms": pick(0.5),
           "p99_ms": pick(0.99), "requests_per_s": len(latencies) / elapsed,
           "rows_per_s": len(latencies) * batch / elapsed}
@@ -155,6 +158,7 @@ def host_app(stack, base, model, port_file, batching_file):
     server.serve()
   elif stack == "tornado":
     import concurrent.futures
+
     from tornado import httpserver, ioloop, netutil, wsgi
     pool = concurrent.futures.ThreadPoolExecutor(SERVER_THREADS)
     sockets = netutil.bind_sockets(0, "127.0.0.1")

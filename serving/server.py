@@ -29,15 +29,22 @@ import threading
 import time
 import urllib.parse
 
-from absl import flags, logging
 import waitress
 import waitress.channel
 import waitress.task
 import waitress.utilities
+from absl import flags, logging
 
 import cli
-from serving.tensor_json import (RestError, error_body, format_predict_response, invalid,
-                                 parse_json, parse_predict_request, signature_name_of)
+from serving.tensor_json import (
+  RestError,
+  error_body,
+  format_predict_response,
+  invalid,
+  parse_json,
+  parse_predict_request,
+  signature_name_of,
+)
 
 flags.DEFINE_string("model_name", "default", "Name the model is served under.")
 flags.DEFINE_string("model_base_path", None,

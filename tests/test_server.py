@@ -338,6 +338,7 @@ def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp
     manager.stop()
 
 
+@pytest.mark.slow  # runs the server in a subprocess
 def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
   """Graceful shutdown: a request held in the batching queue when SIGTERM arrives is still
   answered, then the server exits 0."""

@@ -12,6 +12,8 @@ import pytest
 
 from serving import server
 
+pytestmark = pytest.mark.slow  # every case runs a program in a subprocess
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -86,8 +88,11 @@ def test_user_mistakes(exported, tmp_path, busy_port, module, args, message):
   empty.mkdir()
   temp = tmp_path / "tmp"
   temp.mkdir()
-  fill = lambda text: (text.replace("BASE", str(base)).replace("EMPTY", str(empty))
-                       .replace("PORT", str(busy_port)))
+
+  def fill(text):
+    return (text.replace("BASE", str(base)).replace("EMPTY", str(empty))
+            .replace("PORT", str(busy_port)))
+
   before = _snapshot(base)
   started = time.time()
   result = _run(module, [fill(a) for a in args], temp)

@@ -124,7 +124,7 @@ PATH_CASES = [
     ("GetModelStatusWithModelSpec", "GET", f"/v1/models/{NAME}/versions/{2**63 - 1}", 404,
      f"Could not find version {2**63 - 1} of model {NAME}"),
     # The handler dispatches GET and POST only: any other method is a malformed request.
-    ("ProcessRequest", "PUT", f"/v1/models/{NAME}", 400, f"Malformed request: PUT /v1/models"),
+    ("ProcessRequest", "PUT", f"/v1/models/{NAME}", 400, "Malformed request: PUT /v1/models"),
     ("ProcessRequest", "DELETE", f"/v1/models/{NAME}", 400, "Malformed request: DELETE"),
     ("ProcessRequest", "PATCH", f"/v1/models/{NAME}:predict", 400, "Malformed request: PATCH"),
     # kPathRegex: only (?i)/v1/.* reaches the handler; evhttp answers 404 to the rest.

@@ -12,10 +12,10 @@ import time
 import urllib.parse
 
 import pytest
+from test_server_conformance import _half_plus_two
 
 from serving.model_manager import ModelManager
 from serving.server import make_server
-from test_server_conformance import _half_plus_two
 
 NAME = "numbers"
 READ_TIMEOUT = 1  # seconds; --rest_api_read_timeout_seconds in production
