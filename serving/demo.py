@@ -8,20 +8,20 @@ import os
 from absl import flags
 
 import cli
-from serving import server  # defines --model_name and --model_base_path, shared with the demo
+from serving import server
 from serving.client import ServingClient, ServingError
 
 DEFAULT_TEXTS = ["4213", "19", "700005", "31337"]
-
-flags.DEFINE_string("run_dir", "runs/default", "Training run (for its eval.json).")
-flags.DEFINE_integer("port", 8501, "REST port (0 picks a free one).", lower_bound=0,
-                     upper_bound=65535)
-flags.DEFINE_multi_string("text", DEFAULT_TEXTS, "Texts to translate.")
-flags.declare_key_flag("model_name")  # listed by --help with the demo's own flags
-flags.declare_key_flag("model_base_path")
 FLAGS = flags.FLAGS
-FLAGS.set_default("model_name", "tfattn")
-FLAGS.set_default("model_base_path", "models/tfattn")
+
+
+def _define_flags():
+  flags.DEFINE_string("run_dir", "runs/default", "Training run (for its eval.json).")
+  flags.DEFINE_string("model_base_path", "models/tfattn", "Exported model base path.")
+  flags.DEFINE_string("model_name", "tfattn", "Model name to serve under.")
+  flags.DEFINE_integer("port", 8501, "REST port (0 picks a free one).", lower_bound=0,
+                       upper_bound=65535)
+  flags.DEFINE_multi_string("text", DEFAULT_TEXTS, "Texts to translate.")
 
 
 def _start_server():
@@ -73,4 +73,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   cli.run(main)

@@ -116,7 +116,8 @@ def version_directories(base_path):
     return found
   for name in names:
     path = os.path.join(base_path, name)
-    if name.isdigit() and os.path.isfile(os.path.join(path, "saved_model.pb")):
+    # isdigit() alone takes other scripts' digits ("٣"); TF Serving reads ASCII numbers only.
+    if name.isascii() and name.isdigit() and os.path.isfile(os.path.join(path, "saved_model.pb")):
       found[int(name)] = path
   return found
 

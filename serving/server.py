@@ -46,45 +46,50 @@ from serving.tensor_json import (
   signature_name_of,
 )
 
-flags.DEFINE_string("model_name", "default", "Name the model is served under.")
-flags.DEFINE_string("model_base_path", None,
-                    "Directory holding numeric version folders (<path>/<N>/saved_model.pb). "
-                    "Required.")
-flags.DEFINE_integer("rest_api_port", 8501, "REST port (0 picks a free one).", lower_bound=0,
-                     upper_bound=65535)
-flags.DEFINE_string("rest_api_host", "127.0.0.1",
-                    "Address to bind: 127.0.0.1 serves this machine only, 0.0.0.0 every "
-                    "interface.")
-flags.DEFINE_integer("rest_api_num_threads", 4 * (os.cpu_count() or 1),
-                     "Requests processed at once (TF Serving's default: 4 x CPUs).",
-                     lower_bound=1)
-flags.DEFINE_integer("rest_api_read_timeout_seconds", 30,
-                     "Close a connection that sends nothing for this many seconds (a half-sent "
-                     "request or an idle keep-alive connection).", lower_bound=1)
-flags.DEFINE_float("file_system_poll_wait_seconds", 1.0,
-                   "Seconds between looks for new versions under --model_base_path.",
-                   lower_bound=0.01)
-flags.DEFINE_enum("model_version_policy", "latest", ["latest", "all", "specific"],
-                  "Which versions to serve: the newest, all, or --versions.")
-flags.DEFINE_list("versions", [], "Versions served with --model_version_policy=specific, "
-                  "e.g. 1,2.")
-flags.DEFINE_string("version_labels", "",
-                    "Labels for /labels/L URLs, e.g. stable=1,canary=2; each must name a "
-                    "served version (see --allow_version_labels_for_unavailable_models).")
-flags.DEFINE_bool("allow_version_labels_for_unavailable_models", False,
-                  "Accept labels naming versions that are not served (TF Serving's flag); "
-                  "requests for such a label answer 404 until the version is served.")
-flags.DEFINE_bool("enable_batching", False, "Merge concurrent requests into batches.")
-flags.DEFINE_string("batching_parameters_file", None,
-                    "TF Serving batching parameters (text proto), used with "
-                    "--enable_batching.")
-flags.DEFINE_integer("max_body_bytes", 64 * 1024 * 1024,
-                     "Largest accepted request body in bytes (larger: 413).", lower_bound=1)
-flags.DEFINE_string("port_file", None, "Write the bound port to this file once serving.")
-flags.DEFINE_float("shutdown_grace_seconds", 10.0,
-                   "On SIGTERM/SIGINT, stop accepting and let requests in flight finish for "
-                   "up to this long.", lower_bound=0)
 FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """The command line, defined only when run as a program: importing this module (the tests,
+  serving.demo) defines no flags, so importers may use the same flag names."""
+  flags.DEFINE_string("model_name", "default", "Name the model is served under.")
+  flags.DEFINE_string("model_base_path", None,
+                      "Directory holding numeric version folders (<path>/<N>/saved_model.pb). "
+                      "Required.")
+  flags.DEFINE_integer("rest_api_port", 8501, "REST port (0 picks a free one).", lower_bound=0,
+                       upper_bound=65535)
+  flags.DEFINE_string("rest_api_host", "127.0.0.1",
+                      "Address to bind: 127.0.0.1 serves this machine only, 0.0.0.0 every "
+                      "interface.")
+  flags.DEFINE_integer("rest_api_num_threads", 4 * (os.cpu_count() or 1),
+                       "Requests processed at once (TF Serving's default: 4 x CPUs).",
+                       lower_bound=1)
+  flags.DEFINE_integer("rest_api_read_timeout_seconds", 30,
+                       "Close a connection that sends nothing for this many seconds (a half-sent "
+                       "request or an idle keep-alive connection).", lower_bound=1)
+  flags.DEFINE_float("file_system_poll_wait_seconds", 1.0,
+                     "Seconds between looks for new versions under --model_base_path.",
+                     lower_bound=0.01)
+  flags.DEFINE_enum("model_version_policy", "latest", ["latest", "all", "specific"],
+                    "Which versions to serve: the newest, all, or --versions.")
+  flags.DEFINE_list("versions", [], "Versions served with --model_version_policy=specific, "
+                    "e.g. 1,2.")
+  flags.DEFINE_string("version_labels", "",
+                      "Labels for /labels/L URLs, e.g. stable=1,canary=2; each must name a "
+                      "served version (see --allow_version_labels_for_unavailable_models).")
+  flags.DEFINE_bool("allow_version_labels_for_unavailable_models", False,
+                    "Accept labels naming versions that are not served (TF Serving's flag); "
+                    "requests for such a label answer 404 until the version is served.")
+  flags.DEFINE_bool("enable_batching", False, "Merge concurrent requests into batches.")
+  flags.DEFINE_string("batching_parameters_file", None,
+                      "TF Serving batching parameters (text proto), used with "
+                      "--enable_batching.")
+  flags.DEFINE_integer("max_body_bytes", 64 * 1024 * 1024,
+                       "Largest accepted request body in bytes (larger: 413).", lower_bound=1)
+  flags.DEFINE_string("port_file", None, "Write the bound port to this file once serving.")
+  flags.DEFINE_float("shutdown_grace_seconds", 10.0,
+                     "On SIGTERM/SIGINT, stop accepting and let requests in flight finish for "
+                     "up to this long.", lower_bound=0)
 
 # TF Serving's patterns (http_rest_api_util.cc): case-insensitive, ASCII digits only.
 _API_PATH = re.compile(r"/v1/.*", re.IGNORECASE | re.DOTALL)
@@ -507,4 +512,5 @@ _OWN_FLAGS = ("model_name", "model_base_path", "rest_api_port", "rest_api_host",
 
 
 if __name__ == "__main__":
+  _define_flags()
   cli.run(main)
