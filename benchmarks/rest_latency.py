@@ -239,22 +239,30 @@ def main():
     print(json.dumps(load(port, args.model, batch, args.concurrency, args.seconds,
                           common.read_texts(args.texts_file) if args.texts_file else TEXTS)))
     return
+  scratch = tempfile.mkdtemp(prefix="rest-latency-")  # exports, batching file: removed at the end
+  try:
+    measure_all(args, scratch)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure_all(args, scratch):
+  """Builds or finds the models, measures every server on each, prints the tables."""
   if args.run_dir:
     from serving import export
-    temp = tempfile.mkdtemp(prefix="rest-latency-")
     bases = {}
     for mode in ("graph", "xla"):
-      bases[mode] = os.path.join(temp, mode)
+      bases[mode] = os.path.join(scratch, mode)
       export.export(args.run_dir, bases[mode], beam_size=args.beam, decode=mode,
                     model_name=args.model, warmup_batch_sizes=(1,) + ALLOWED_BATCH_SIZES)
   elif args.echo_model:
-    bases = {"echo": make_echo_model(os.path.join(tempfile.mkdtemp(prefix="rest-latency-"),
-                                                  "echo"))}
+    bases = {"echo": make_echo_model(os.path.join(scratch, "echo"))}
   elif os.path.isdir(args.model_base_path):
     bases = {"model": args.model_base_path}
   else:
-    sys.exit(f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir")
-  batching_file = os.path.join(tempfile.mkdtemp(), "batching.config")
+    sys.exit(f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir "
+             "or --echo_model")
+  batching_file = os.path.join(scratch, "batching.config")
   with open(batching_file, "w") as f:
     f.write("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 2000 }\n"
             "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\n" +
