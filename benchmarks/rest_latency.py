@@ -4,21 +4,33 @@ without server-side batching, load from a second process on loopback, bounded in
 
   python benchmarks/rest_latency.py [--model_base_path models/tfattn] [--seconds 8]
   python benchmarks/rest_latency.py --run_dir runs/default [--texts_file FILE]
+  python benchmarks/rest_latency.py --servers=new,old --old_ref=ae5f38d   # before/after
+  python benchmarks/rest_latency.py --echo_model --servers=new,old,cheroot,tornado \
+      --candidates_path DIR --rounds 3 --seconds 4    # the HTTP stacks alone
+
+--servers compares HTTP stacks on the same model, run one after another in one invocation:
+`new` is this tree's `python -m serving.server` (waitress); `old` is `python -m serving.server`
+from the git commit --old_ref (extracted to a temporary directory; before issue 13 it was
+http.server's ThreadingHTTPServer); `cheroot` and `tornado` host this tree's WSGI app (the
+same RestApp) on those libraries, imported from --candidates_path (they are not requirements:
+`pip install --target DIR cheroot tornado`), to compare candidate libraries.
 
 Needs an exported model (`make run` makes one at models/tfattn) or a run directory.
 """
+
+import common
 
 import argparse
 import http.client
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-
-import common
 
 TEXTS = ["4213", "19", "700005", "31337", "8", "123456", "99", "5000"]
 # Server-side batching pads merged batches to these sizes, so an XLA export compiles (and warms
@@ -58,26 +70,117 @@ def load(port, model, batch, concurrency, seconds, texts):
     thread.join()
   elapsed = time.time() - started
   latencies.sort()
-  pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+
+  def pick(q):  # the q-quantile in milliseconds
+    return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+
   return {"requests": len(latencies), "errors": len(errors), "p50_ms": pick(0.5),
           "p99_ms": pick(0.99), "requests_per_s": len(latencies) / elapsed,
           "rows_per_s": len(latencies) * batch / elapsed}
 
 
-def start_server(base, model, batching, batching_file):
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVER_THREADS = 8  # serving.server's default on this 2-core machine (4 x CPUs)
+
+
+def extract_tree(ref):
+  """A temporary directory holding the repository's files at git commit `ref`."""
+  directory = tempfile.mkdtemp(prefix="rest-latency-old-")
+  archive = subprocess.run(["git", "archive", ref], cwd=REPO, capture_output=True, check=True)
+  subprocess.run(["tar", "-x", "-C", directory], input=archive.stdout, check=True)
+  return directory
+
+
+def server_command(kind, base, model, port_file, batching_file, args):
+  """(command, working directory, environment) that starts server `kind` on a free port and
+  writes the port to port_file."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  if kind in ("new", "old"):
+    command = [sys.executable, "-m", "serving.server", f"--model_name={model}",
+               f"--model_base_path={base}", "--rest_api_port=0", f"--port_file={port_file}"]
+    if batching_file:
+      command += ["--enable_batching", f"--batching_parameters_file={batching_file}"]
+    return command, (args.old_tree if kind == "old" else REPO), env
+  env["PYTHONPATH"] = os.pathsep.join([args.candidates_path, REPO])
+  command = [sys.executable, os.path.abspath(__file__), f"--host_app={kind}",
+             f"--model_base_path={base}", f"--model={model}", f"--port_file={port_file}"]
+  if batching_file:
+    command.append(f"--batching_file={batching_file}")
+  return command, REPO, env
+
+
+def start_server(kind, base, model, batching_file, args):
+  """(process, port) of a started server whose model is AVAILABLE."""
   from serving.client import ServingClient
-  from serving.server import start_subprocess
-  flags = ["--enable_batching", f"--batching_parameters_file={batching_file}"] if batching else []
-  process, port = start_subprocess(model, os.path.abspath(base), extra_flags=flags)
-  ServingClient(model, port=port).wait_until_available()
+  work_dir = tempfile.mkdtemp(prefix="rest-latency-")
+  port_file = os.path.join(work_dir, "port")
+  command, cwd, env = server_command(kind, os.path.abspath(base), model, port_file,
+                                     batching_file, args)
+  process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 300
+    while not os.path.exists(port_file):
+      if process.poll() is not None or time.time() > deadline:
+        process.kill()
+        raise RuntimeError(f"server {kind} did not start: {' '.join(command)}")
+      time.sleep(0.2)
+    time.sleep(0.1)  # the port file is written atomically by the new server only
+    with open(port_file) as f:
+      port = int(f.read())
+  finally:
+    shutil.rmtree(work_dir, ignore_errors=True)
+  try:
+    ServingClient(model, port=port).wait_until_available()
+  except BaseException:
+    process.kill()
+    raise
   return process, port
 
 
-def measure(base, args, batching_file, label):
+def host_app(stack, base, model, port_file, batching_file):
+  """Runs in a server process: this tree's RestApp on a candidate HTTP library."""
+  from serving.batching import Batcher, BatchingParameters
+  from serving.model_manager import ModelManager
+  from serving.server import RestApp
+  manager = ModelManager(model, base)
+  manager.start()
+  batcher = None
+  if batching_file:
+    with open(batching_file) as f:
+      batcher = Batcher(BatchingParameters.from_text_proto(f.read()))
+  app = RestApp(manager, batcher)
+  if stack == "cheroot":
+    from cheroot import wsgi
+    server = wsgi.Server(("127.0.0.1", 0), app, numthreads=SERVER_THREADS)
+    server.prepare()
+    _write_port(port_file, server.bind_addr[1])
+    server.serve()
+  elif stack == "tornado":
+    import concurrent.futures
+
+    from tornado import httpserver, ioloop, netutil, wsgi
+    pool = concurrent.futures.ThreadPoolExecutor(SERVER_THREADS)
+    sockets = netutil.bind_sockets(0, "127.0.0.1")
+    httpserver.HTTPServer(wsgi.WSGIContainer(app, executor=pool)).add_sockets(sockets)
+    _write_port(port_file, sockets[0].getsockname()[1])
+    ioloop.IOLoop.current().start()
+  else:
+    raise ValueError(f"unknown stack {stack}")
+
+
+def _write_port(path, port):
+  with open(path + ".tmp", "w") as f:
+    f.write(str(port))
+  os.replace(path + ".tmp", path)
+
+
+def measure(base, args, batching_file, label, kind="new"):
   """{(batching, batch): load results} of the model at `base`, one table row each."""
   results = {}
   for batching in (False, True):
-    process, port = start_server(base, args.model, batching, batching_file)
+    process, port = start_server(kind, base, args.model, batching_file if batching else None,
+                                 args)
     try:
       for batch in (1, 32):
         command = [sys.executable, os.path.abspath(__file__), f"--load={port},{batch}",
@@ -89,7 +192,7 @@ def measure(base, args, batching_file, label):
                              timeout=args.seconds * 10 + 120, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results[batching, batch] = r
-        print(f"{label:<7} {'on' if batching else 'off':<9} {batch:>5} "
+        print(f"{label:<15} {'on' if batching else 'off':<9} {batch:>5} "
               f"{r['requests_per_s']:8.1f} {r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} "
               f"{r['p99_ms']:8.1f} {r['errors']:>6}")
     finally:
@@ -109,48 +212,143 @@ def main():
   parser.add_argument("--model", default="tfattn")
   parser.add_argument("--seconds", type=float, default=8.0)
   parser.add_argument("--concurrency", type=int, default=8)
+  parser.add_argument("--echo_model", action="store_true",
+                      help="serve a model that only appends '!' to each text (instead of "
+                      "--model_base_path): measures the HTTP stack")
+  parser.add_argument("--servers", default="new",
+                      help="comma-separated HTTP stacks to compare: new, old, cheroot, tornado")
+  parser.add_argument("--rounds", type=int, default=1,
+                      help="with --servers: measure every server this many times, report "
+                      "medians")
+  parser.add_argument("--old_ref", default="ae5f38d",
+                      help="git commit whose serving.server is `old` (default: the last one "
+                      "on http.server)")
+  parser.add_argument("--candidates_path", default="",
+                      help="directory with cheroot/tornado installed (pip install --target)")
   parser.add_argument("--load", help=argparse.SUPPRESS)  # internal: run as the load process
+  parser.add_argument("--host_app", help=argparse.SUPPRESS)  # internal: a candidate server
+  parser.add_argument("--port_file", help=argparse.SUPPRESS)
+  parser.add_argument("--batching_file", help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.host_app:
+    host_app(args.host_app, args.model_base_path, args.model, args.port_file,
+             args.batching_file)
+    return
   if args.load:
     port, batch = map(int, args.load.split(","))
     print(json.dumps(load(port, args.model, batch, args.concurrency, args.seconds,
                           common.read_texts(args.texts_file) if args.texts_file else TEXTS)))
     return
+  scratch = tempfile.mkdtemp(prefix="rest-latency-")  # exports, batching file: removed at the end
+  try:
+    measure_all(args, scratch)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure_all(args, scratch):
+  """Builds or finds the models, measures every server on each, prints the tables."""
   if args.run_dir:
     from serving import export
-    temp = tempfile.mkdtemp(prefix="rest-latency-")
     bases = {}
     for mode in ("graph", "xla"):
-      bases[mode] = os.path.join(temp, mode)
+      bases[mode] = os.path.join(scratch, mode)
       export.export(args.run_dir, bases[mode], beam_size=args.beam, decode=mode,
                     model_name=args.model, warmup_batch_sizes=(1,) + ALLOWED_BATCH_SIZES)
+  elif args.echo_model:
+    bases = {"echo": make_echo_model(os.path.join(scratch, "echo"))}
   elif os.path.isdir(args.model_base_path):
     bases = {"model": args.model_base_path}
   else:
-    sys.exit(f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir")
-  batching_file = os.path.join(tempfile.mkdtemp(), "batching.config")
+    sys.exit(f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir "
+             "or --echo_model")
+  batching_file = os.path.join(scratch, "batching.config")
   with open(batching_file, "w") as f:
     f.write("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 2000 }\n"
             "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\n" +
             "".join(f"allowed_batch_sizes: {size}\n" for size in ALLOWED_BATCH_SIZES))
   print(f"device: {common.device_description()}; {', '.join(bases.values())}; "
         f"{args.concurrency} concurrent clients in a second process, {args.seconds:.0f} s each")
-  print(f"{'model':<7} {'batching':<9} {'batch':>5} {'req/s':>8} {'rows/s':>8} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'errors':>6}")
-  results = {label: measure(base, args, batching_file, label) for label, base in bases.items()}
+  print(f"{'model/server':<15} {'batching':<9} {'batch':>5} {'req/s':>8} {'rows/s':>8} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
+  kinds = args.servers.split(",")
+  if "old" in kinds:
+    args.old_tree = extract_tree(args.old_ref)
+  try:
+    if kinds == ["new"]:
+      results = {label: measure(base, args, batching_file, label)
+                 for label, base in bases.items()}
+    else:
+      results = measure_rounds(bases, args, batching_file, kinds)
+      compare_servers(results, kinds)
+  finally:
+    if "old" in kinds:
+      shutil.rmtree(args.old_tree, ignore_errors=True)
   for label, result in results.items():
     for batch in (1, 32):
       on, off = result[True, batch], result[False, batch]
       print(f"{label} batch {batch}: batching on/off rows/s {on['rows_per_s']:.1f} / "
             f"{off['rows_per_s']:.1f} = {on['rows_per_s'] / off['rows_per_s']:.2f}x; p50 "
             f"{on['p50_ms']:.1f} / {off['p50_ms']:.1f} ms = {on['p50_ms'] / off['p50_ms']:.2f}x")
-  if "xla" in results:
+  if "xla" in results and "graph" in results:
     for (batching, batch), graph in results["graph"].items():
       xla = results["xla"][batching, batch]
       print(f"XLA vs graph, batching {'on' if batching else 'off'}, batch {batch}: p50 "
             f"{graph['p50_ms'] / xla['p50_ms']:.2f}x lower, p99 "
             f"{graph['p99_ms'] / xla['p99_ms']:.2f}x lower, rows/s "
             f"{xla['rows_per_s'] / graph['rows_per_s']:.2f}x")
+
+
+def make_echo_model(base):
+  """<base>/1: a TF1-style SavedModel whose serving_default appends "!" to each text, so the
+  figures measure the HTTP stack and JSON handling rather than the model."""
+  import tensorflow as tf
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    text = tf.compat.v1.placeholder(tf.string, shape=[None], name="text")
+    echo = tf.strings.join([text, "!"], name="echo")
+    builder = tf.compat.v1.saved_model.Builder(os.path.join(base, "1"))
+    builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+        "serving_default": tf.compat.v1.saved_model.predict_signature_def(
+            {"text": text}, {"echo": echo})})
+    builder.save()
+  return base
+
+
+def measure_rounds(bases, args, batching_file, kinds):
+  """{"model/kind": {(batching, batch): medians over --rounds}}; each round measures every
+  server, starting one further down the list, so slow spells of a shared machine spread over
+  all of them."""
+  samples = {}
+  for round_index in range(args.rounds):
+    shift = round_index % len(kinds)
+    for label, base in bases.items():
+      for kind in kinds[shift:] + kinds[:shift]:
+        name = f"{label}/{kind}"
+        for key, row in measure(base, args, batching_file, name, kind).items():
+          samples.setdefault(name, {}).setdefault(key, []).append(row)
+  results = {name: {key: {field: statistics.median(r[field] for r in rows) for field in rows[0]}
+                    for key, rows in by_key.items()} for name, by_key in samples.items()}
+  print(f"medians over {args.rounds} rounds:")
+  for name in sorted(results, key=lambda n: (n.rsplit("/", 1)[0], kinds.index(n.rsplit("/")[-1]))):
+    for (batching, batch), r in sorted(results[name].items()):
+      print(f"{name:<15} {'on' if batching else 'off':<9} {batch:>5} {r['requests_per_s']:8.1f} "
+            f"{r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['errors']:>6}")
+  return results
+
+
+def compare_servers(results, kinds):
+  """p50/p99 of each server against the first one listed, row by row."""
+  first = kinds[0]
+  for label in results:
+    model, kind = label.rsplit("/", 1)
+    if kind == first:
+      continue
+    for key, row in results[label].items():
+      base = results[f"{model}/{first}"][key]
+      print(f"{model} batching {'on' if key[0] else 'off'} batch {key[1]}: {kind} vs {first} "
+            f"p50 {row['p50_ms']:.1f} / {base['p50_ms']:.1f} ms = "
+            f"{row['p50_ms'] / base['p50_ms']:.2f}x, p99 {row['p99_ms']:.1f} / "
+            f"{base['p99_ms']:.1f} ms = {row['p99_ms'] / base['p99_ms']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -2,38 +2,51 @@
 model, sends a predict request with the client, and prints the answers, the equivalent curl
 command and the model's held-out accuracy from training."""
 
+import cli
+
 import json
 import os
-import sys
+
+from absl import flags
+
+from serving import server
+from serving.client import ServingClient, ServingError
 
 DEFAULT_TEXTS = ["4213", "19", "700005", "31337"]
+FLAGS = flags.FLAGS
 
 
-def main(argv):
-  from absl import flags
+def _define_flags():
   flags.DEFINE_string("run_dir", "runs/default", "Training run (for its eval.json).")
   flags.DEFINE_string("model_base_path", "models/tfattn", "Exported model base path.")
   flags.DEFINE_string("model_name", "tfattn", "Model name to serve under.")
-  flags.DEFINE_integer("port", 8501, "REST port (0 picks a free one).")
+  flags.DEFINE_integer("port", 8501, "REST port (0 picks a free one).", lower_bound=0,
+                       upper_bound=65535)
   flags.DEFINE_multi_string("text", DEFAULT_TEXTS, "Texts to translate.")
-  flags.FLAGS(argv)
-  f = flags.FLAGS
-  from serving.client import ServingClient, ServingError
-  from serving.server import start_subprocess
 
+
+def _start_server():
+  """(process, port) of a server child; its one-line error if it could not start."""
   try:
-    server, port = start_subprocess(f.model_name, f.model_base_path, f.port)
+    return server.start_subprocess(FLAGS.model_name, FLAGS.model_base_path, FLAGS.port)
   except RuntimeError as error:
-    print(f"{error}\n(port {f.port} busy? try make run PORT=8502)", file=sys.stderr)
-    return 1
+    lines = [line for line in str(error).splitlines() if "error:" in line]
+    reason = lines[-1].split("error:", 1)[1].strip() if lines else str(error)[-500:]
+    if getattr(error, "returncode", None) == 2:  # a usage mistake: say it as the server did
+      raise cli.UsageError(reason) from None
+    raise cli.RunError(f"the server did not start: {reason}") from None
+
+
+def main(argv):
+  f = FLAGS
+  process, port = _start_server()
   try:
     client = ServingClient(f.model_name, port=port)
     try:
       status = client.wait_until_available()
     except TimeoutError:
-      print(f"no version under {f.model_base_path} became AVAILABLE: export one first "
-            "(python -m serving.export)", file=sys.stderr)
-      return 1
+      raise cli.RunError(f"no version under {f.model_base_path} became AVAILABLE: export one "
+                         "first (python -m serving.export)") from None
     print(f"\nserving {f.model_name} version {status[0]['version']} at "
           f"http://127.0.0.1:{port}/v1/models/{f.model_name}")
     body = json.dumps({"instances": f.text})
@@ -42,8 +55,7 @@ def main(argv):
     try:
       answer = client.predict(instances=f.text)
     except ServingError as error:
-      print(f"request failed: {error}", file=sys.stderr)
-      return 1
+      raise cli.RunError(f"request failed: {error}") from None
     print(f"response: {json.dumps(answer, ensure_ascii=False)}\n")
     for text, prediction in zip(f.text, answer["predictions"]):
       print(f"  {text:>10} -> {prediction['translation']}   (log-prob {prediction['score']:.3f})")
@@ -57,10 +69,10 @@ def main(argv):
         print(f"sacreBLEU signature: {metrics['bleu_signature']}")
     return 0
   finally:
-    server.terminate()
-    server.wait(timeout=30)
+    process.terminate()
+    process.wait(timeout=30)
 
 
 if __name__ == "__main__":
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  sys.exit(main(sys.argv))
+  _define_flags()
+  cli.run(main)

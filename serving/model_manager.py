@@ -8,6 +8,9 @@
   only after its replacement is AVAILABLE. Requests in flight hold their own reference to the
   version they started on, so unloading never breaks them.
 * A version that fails to load (still being copied, say) is retried on the next poll.
+* Status follows TF Serving's ServableStateMonitor: a version is LOADING while it loads and warms
+  up, then AVAILABLE; an unloaded version stays listed as END (a failed load too, with its
+  error), so `/versions/N` of an unloaded version answers END rather than 404.
 """
 
 import os
@@ -19,11 +22,8 @@ import tensorflow_text  # noqa: F401  registers the TF-Text ops the SavedModels 
 from absl import logging
 from google.protobuf import json_format
 
-from serving import check, warmup
+from serving import check, versions, warmup
 from serving.tensor_json import RestError, invalid
-
-WARMUP_PATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
-
 
 # Lines of a TensorFlow error that frame the reason rather than state it.
 _ERROR_FRAMING = ("Graph execution error", "Detected at node", "<stack traces unavailable>",
@@ -32,16 +32,24 @@ _ASSERTION = re.compile(r"assertion failed: \[(.*?)\](?: \[|$)")
 
 
 def error_reason(message):
-  """The line of a TensorFlow error message that says what was wrong: a failed assertion's own
-  message (e.g. the signatures' token id checks), else the first line that is not framing such
-  as "Graph execution error:"."""
+  """What a TensorFlow error message says was wrong: a failed assertion's own message (e.g. the
+  signatures' token id checks), else its lines without the framing ("Graph execution error:",
+  Python stack frames) that eager execution wraps around the runtime's own message."""
   lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
   for line in lines:
     assertion = _ASSERTION.search(line)
     if assertion:
       return assertion.group(1).replace("\\'", "'")[:500]
   reasons = [line for line in lines if not line.startswith(_ERROR_FRAMING)]
-  return (reasons or lines or ["invalid input"])[0][:500]
+  return "\n".join(reasons or lines or ["invalid input"])[:2000]
+
+
+def error_code(error):
+  """The canonical code of a TensorFlow error: InvalidArgumentError -> INVALID_ARGUMENT."""
+  name = type(error).__name__
+  if isinstance(error, tf.errors.OpError) and name.endswith("Error"):
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name[:-len("Error")]).upper()
+  return "INVALID_ARGUMENT"  # ValueError/TypeError: the inputs did not fit the signature
 
 
 class Servable:
@@ -72,12 +80,13 @@ class Servable:
       tensors = {name: tf.constant(value, dtype=specs[name].dtype)
                  for name, value in arrays.items()}
       outputs = function(**tensors)
-    except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
-      raise invalid(error_reason(getattr(error, "message", None) or str(error))) from None
+    except (tf.errors.OpError, ValueError, TypeError) as error:
+      message = getattr(error, "message", None) or str(error)
+      raise RestError(error_code(error), error_reason(message)) from None
     return {name: value.numpy() for name, value in outputs.items()}
 
   def warm_up(self):
-    path = os.path.join(self.path, WARMUP_PATH)
+    path = os.path.join(self.path, warmup.WARMUP_FILE)
     if not os.path.exists(path):
       return 0
     records = warmup.read_warmup_file(path)
@@ -96,17 +105,12 @@ class Servable:
 
 
 def version_directories(base_path):
-  """{version: path} of the complete-looking versions under base_path."""
-  found = {}
-  try:
-    names = os.listdir(base_path)
-  except FileNotFoundError:
-    return found
-  for name in names:
-    path = os.path.join(base_path, name)
-    if name.isdigit() and os.path.isfile(os.path.join(path, "saved_model.pb")):
-      found[int(name)] = path
-  return found
+  """{version: path} of the versions under base_path that hold a SavedModel."""
+  return {version: os.path.join(base_path, str(version))
+          for version in versions.version_numbers(base_path)}
+
+
+_OK = {"error_code": "OK", "error_message": ""}
 
 
 class ModelManager:
@@ -123,40 +127,59 @@ class ModelManager:
     self.labels = dict(labels or {})
     self.poll_seconds = poll_seconds
     self._servables = {}
+    self._states = {}  # version -> (state, status dict), as TF Serving's state monitor keeps
     self._failed = {}
     self._lock = threading.Lock()
     self._stop = threading.Event()
     self._thread = None
 
-  def _wanted(self, available):
+  def wanted_versions(self, available):
+    """The versions the policy serves out of `available` (an iterable of version numbers)."""
+    available = set(available)
     if self.policy == "all":
-      return set(available)
+      return available
     if self.policy == "specific":
-      return self.versions & set(available)
+      return self.versions & available
     return {max(available)} if available else set()
+
+  def _set_state(self, version, state, status=None):
+    with self._lock:
+      self._states[version] = (state, status or _OK)
+
+  def _load(self, version, path):
+    """Loads and warms up one version; False (and state END with the error) if it failed."""
+    if version not in self._failed:
+      self._set_state(version, "LOADING")
+    try:
+      servable = Servable(self.name, version, path)
+      warmed = servable.warm_up()
+    except Exception as error:  # a half-copied version: try again next poll
+      if self._failed.get(version) != str(error):
+        logging.warning("version %d of %s not loaded yet: %s", version, self.name, error)
+      self._failed[version] = str(error)
+      code = error_code(error) if isinstance(error, tf.errors.OpError) else "UNKNOWN"
+      self._set_state(version, "END", {"error_code": code,
+                                       "error_message": error_reason(str(error))})
+      return False
+    with self._lock:
+      self._servables[version] = servable
+      self._states[version] = ("AVAILABLE", _OK)
+    self._failed.pop(version, None)
+    logging.info("loaded version %d of %s (%d warm-up requests)", version, self.name, warmed)
+    return True
 
   def poll_once(self):
     available = version_directories(self.base_path)
-    wanted = self._wanted(available)
+    wanted = self.wanted_versions(available)
     for version in sorted(wanted - set(self._servables)):
-      try:
-        servable = Servable(self.name, version, available[version])
-        warmed = servable.warm_up()
-      except Exception as error:  # a half-copied version: try again next poll
-        if self._failed.get(version) != str(error):
-          logging.warning("version %d of %s not loaded yet: %s", version, self.name, error)
-        self._failed[version] = str(error)
-        continue
-      with self._lock:
-        self._servables[version] = servable
-      self._failed.pop(version, None)
-      logging.info("loaded version %d of %s (%d warm-up requests)", version, self.name, warmed)
+      self._load(version, available[version])
     if wanted & set(self._servables) or not wanted:
       # Drop unwanted versions only once something wanted is being served.
       with self._lock:
         for version in sorted(set(self._servables) - wanted):
           logging.info("unloading version %d of %s", version, self.name)
-          del self._servables[version]
+          del self._servables[version]  # requests in flight keep their own reference
+          self._states[version] = ("END", _OK)
 
   def start(self):
     self.poll_once()
@@ -191,14 +214,15 @@ class ModelManager:
                     f"Servable not found for request: Specific({self.name}, {version})")
 
   def status(self, version=None):
+    """GetModelStatus: every version the manager has seen (newest first), or one of them."""
     with self._lock:
-      loaded = sorted(self._servables, reverse=True)
+      states = dict(self._states)
     if version is not None:
-      if version not in loaded:
+      if version not in states:
         raise RestError("NOT_FOUND", f"Could not find version {version} of model {self.name}")
-      loaded = [version]
-    elif not loaded:
+      states = {version: states[version]}
+    elif not states:
       raise RestError("NOT_FOUND", f"Could not find any versions of model {self.name}")
     return {"model_version_status": [
-        {"version": str(v), "state": "AVAILABLE",
-         "status": {"error_code": "OK", "error_message": ""}} for v in loaded]}
+        {"version": str(v), "state": state, "status": dict(status)}
+        for v, (state, status) in sorted(states.items(), reverse=True)]}

@@ -10,7 +10,6 @@ import json
 import math
 
 import numpy as np
-import tensorflow as tf
 
 # HTTP status for each canonical error code, as TF Serving maps them.
 HTTP_STATUS = {
@@ -42,131 +41,323 @@ def invalid(message):
 
 _INT32 = (-2**31, 2**31 - 1)
 _INT64 = (-2**63, 2**63 - 1)
-_INT_RANGES = {tf.int8: _INT32, tf.int16: _INT32, tf.int32: _INT32, tf.uint8: _INT32,
-               tf.int64: _INT64, tf.uint16: _INT32, tf.uint32: _INT64, tf.uint64: _INT64}
+# Which JSON integers each integer dtype takes, as rapidjson's IsInt/IsInt64/IsUint/IsUint64
+# decide in TF Serving; int8/int16/uint8 take any int32 and wrap as TensorFlow's proto copy does.
+# Keyed by tf.DType.name: this module needs no TensorFlow import (the server checks its flags
+# and port before TensorFlow loads).
+_INT_RANGES = {"int8": _INT32, "int16": _INT32, "int32": _INT32, "uint8": _INT32,
+               "int64": _INT64, "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1)}
+# TensorFlow's DataTypeString names, used in TF Serving's messages.
+_DTYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half"}
+# numpy holds at most 64 dimensions; no model input needs more than this many.
+MAX_RANK = 32
+# Integers longer than this are read as floats (rapidjson reads them as doubles), so a
+# 4300-digit integer costs no quadratic int() and a float input still gets its value.
+_MAX_INT_DIGITS = 20
+_DEBUG_CHARS = 256  # TF Serving truncates JSON quoted in error messages to 256 bytes
 
 
-def _convert_scalar(value, dtype, name):
-  """One JSON value -> a Python value of `dtype`, with TF Serving's checks."""
-  if dtype == tf.string:
-    if isinstance(value, str):
-      return value.encode("utf-8")
-    if isinstance(value, dict):
-      if set(value) != {"b64"} or not isinstance(value["b64"], str):
-        raise invalid(f"Input '{name}': a string object must be {{\"b64\": \"<base64>\"}}")
-      try:
-        return base64.b64decode(value["b64"], validate=True)
-      except ValueError:
-        raise invalid(f"Input '{name}': unable to base64 decode") from None
-    raise invalid(f"Input '{name}': expected a string, got {json.dumps(value)[:40]}")
-  if dtype == tf.bool:
+def dtype_name(dtype):
+  return _DTYPE_NAMES.get(dtype.name, dtype.name)
+
+
+def debug_string(value):
+  """Compact JSON of `value` for an error message, cut at 256 characters like TF Serving's."""
+  try:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+  except (RecursionError, ValueError):
+    text = "<too deeply nested>"
+  return text[:_DEBUG_CHARS]
+
+
+def _json_type(value):
+  if value is None:
+    return "Null"
+  if isinstance(value, bool):
+    return "True" if value else "False"
+  return {dict: "Object", list: "Array", str: "String"}.get(type(value), "Number")
+
+
+def _type_error(value, dtype):
+  return invalid(f"JSON Value: {debug_string(value)} Type: {_json_type(value)} is not of "
+                 f"expected type: {dtype_name(dtype)}")
+
+
+def _parse_int(text):
+  return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else float(text)
+
+
+# Python's json messages -> rapidjson's (GetParseError_En), which TF Serving's tests assert.
+_PARSE_MESSAGES = {"Expecting value": "Invalid value.",
+                   "Extra data": "The document root must not be followed by other values.",
+                   "Unterminated string starting at": "Missing a closing quotation mark in "
+                                                      "string.",
+                   "Invalid control character at": "Invalid encoding in string.",
+                   "Invalid \\escape": "Invalid escape character in string.",
+                   "Invalid \\uXXXX escape": "Incorrect hex digit after \\u escape in string.",
+                   "Expecting property name enclosed in double quotes":
+                       "Missing a name for object member.",
+                   "Expecting ':' delimiter": "Missing a colon after a name of object member.",
+                   "Expecting ',' delimiter": "Missing a comma or ']' after an array element."}
+
+
+def parse_json(data):
+  """Request body bytes -> a JSON object (dict), with TF Serving's parse error texts. Never
+  raises anything but RestError: nesting past Python's recursion limit, invalid UTF-8 and
+  huge numbers are 400s."""
+  if not data.strip():
+    raise invalid("JSON Parse error: The document is empty")
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as error:
+    raise invalid(f"JSON Parse error: Invalid encoding in string. at offset: {error.start}"
+                  ) from None
+  try:
+    body = json.loads(text, parse_int=_parse_int)
+  except json.JSONDecodeError as error:
+    message = _PARSE_MESSAGES.get(error.msg, error.msg)
+    raise invalid(f"JSON Parse error: {message} at offset: {error.pos}") from None
+  except RecursionError:
+    raise invalid("JSON Parse error: the document is nested too deeply") from None
+  except ValueError as error:  # e.g. an out-of-range number
+    raise invalid(f"JSON Parse error: {error}") from None
+  if not isinstance(body, dict):
+    raise invalid(f"JSON Value: {debug_string(body)} Is not object")
+  return body
+
+
+def _utf8(text):
+  try:
+    return text.encode("utf-8")
+  except UnicodeEncodeError:  # a lone surrogate such as "\ud800" (rapidjson rejects it too)
+    raise invalid("JSON Parse error: The surrogate pair in string is invalid.") from None
+
+
+def _b64decode(value):
+  """TF Serving's absl::Base64Unescape: standard alphabet, padding optional."""
+  try:
+    return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+  except ValueError:
+    raise invalid("Unable to base64 decode") from None
+
+
+def is_b64_object(value):
+  return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
+
+
+def _convert_scalar(value, dtype):
+  """One JSON value -> a Python value of `dtype`, with TF Serving's checks and texts."""
+  if isinstance(value, dict):
+    if dtype.name != "string":
+      raise _type_error(value, dtype)
+    if not is_b64_object(value):
+      raise invalid(f"JSON Value: {debug_string(value)} not formatted correctly for base64 "
+                    "data")
+    return _b64decode(value["b64"])
+  if dtype.name == "string":
+    if not isinstance(value, str):
+      raise _type_error(value, dtype)
+    return _utf8(value)
+  if dtype.name == "bool":
     if not isinstance(value, bool):
-      raise invalid(f"Input '{name}': expected a boolean, got {json.dumps(value)[:40]}")
+      raise _type_error(value, dtype)
     return value
-  if dtype.is_floating:
-    if dtype in (tf.float16, tf.bfloat16):
-      raise RestError("UNIMPLEMENTED", f"Input '{name}': dtype {dtype.name} is not supported")
+  if dtype.name in ("float32", "float64"):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise invalid(f"Input '{name}': expected a number, got {json.dumps(value)[:40]}")
-    return float(value)
-  if dtype.is_integer:
-    if isinstance(value, bool) or not isinstance(value, int):
-      raise invalid(f"Input '{name}': expected an integer, got {json.dumps(value)[:40]}")
-    low, high = _INT_RANGES.get(dtype, _INT64)
-    if not low <= value <= high:
-      raise invalid(f"Input '{name}': {value} does not fit {dtype.name}")
+      raise _type_error(value, dtype)
+    return float(value)  # integers past 20 digits already arrived as floats (_parse_int)
+  if dtype.name in _INT_RANGES:
+    low, high = _INT_RANGES[dtype.name]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+      raise _type_error(value, dtype)
     return value
-  raise RestError("UNIMPLEMENTED", f"Input '{name}': dtype {dtype.name} is not supported")
-
-
-def _is_value(x):
-  return not isinstance(x, list)
+  raise RestError("UNIMPLEMENTED", f"Conversion of JSON Value: {debug_string(value)} to type: "
+                  f"{dtype_name(dtype)}")
 
 
 def _shape_of(value):
+  """GetDenseTensorShape: the lengths of the first lists down the nesting."""
   shape = []
   while isinstance(value, list):
     shape.append(len(value))
+    if len(shape) > MAX_RANK:
+      raise invalid(f"JSON Value: {debug_string(value)} nested more than {MAX_RANK} lists "
+                    f"deep: a tensor here has at most {MAX_RANK} dimensions")
     if not value:
       break
     value = value[0]
   return shape
 
 
-def _flatten(value, shape, level, dtype, name, out):
-  """Depth-first copy into `out`, rejecting ragged lists and mixed levels."""
-  if level == len(shape):
-    if not _is_value(value):
-      raise invalid(f"Input '{name}': list found at incorrect level {level}")
-    out.append(_convert_scalar(value, dtype, name))
+def _flatten(value, shape, level, dtype, out):
+  """FillTensorProto: depth-first copy into `out`, rejecting ragged lists and mixed levels
+  (recursion depth <= MAX_RANK)."""
+  if not isinstance(value, list):
+    if level != len(shape):
+      raise invalid(f"JSON Value: {debug_string(value)} found at incorrect level: "
+                    f"{level + 1} in the JSON DOM. Expected at level: {len(shape)}")
+    out.append(_convert_scalar(value, dtype))
     return
-  if _is_value(value):
-    raise invalid(f"Input '{name}': value found at incorrect level {level}, expected a list")
+  if level >= len(shape):
+    raise invalid(f"Encountered list at unexpected level: {level} expected < {len(shape)}")
   if len(value) != shape[level]:
-    raise invalid(f"Input '{name}': Encountered list at unexpected size: {len(value)} at "
-                  f"level {level}, expected {shape[level]}")
+    raise invalid(f"Encountered list at unexpected size: {len(value)} at level: {level} "
+                  f"expected size: {shape[level]}")
   for item in value:
-    _flatten(item, shape, level + 1, dtype, name, out)
+    _flatten(item, shape, level + 1, dtype, out)
 
 
-def to_array(value, dtype, name):
+def _to_numpy(flat, shape, dtype):
+  if dtype.name == "string":
+    return np.array(flat, dtype=object).reshape(shape)
+  if dtype.name in _INT_RANGES and dtype.size < 4:  # wraps like TF's int_val -> int8/uint8 copy
+    return np.array(flat, dtype=np.int64).astype(dtype.as_numpy_dtype).reshape(shape)
+  with np.errstate(over="ignore"):  # 1e300 -> inf in float32, as rapidjson's GetFloat()
+    return np.array(flat, dtype=dtype.as_numpy_dtype).reshape(shape)
+
+
+def to_array(value, dtype):
   """A JSON value (scalar or nested lists) -> numpy array of dtype."""
   shape = _shape_of(value)
   flat = []
-  _flatten(value, shape, 0, dtype, name, flat)
-  np_dtype = object if dtype == tf.string else dtype.as_numpy_dtype
-  return np.array(flat, dtype=np_dtype).reshape(shape)
+  _flatten(value, shape, 0, dtype, flat)
+  return _to_numpy(flat, shape, dtype)
+
+
+def _shape_text(shape):
+  return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 def _check_rank(array, spec, name):
-  if spec.shape.rank is not None and array.ndim != spec.shape.rank:
-    raise invalid(f"Input '{name}': expected rank {spec.shape.rank} (shape "
-                  f"{spec.shape.as_list()}), got shape {list(array.shape)}")
-  for got, want in zip(array.shape, spec.shape.as_list()):
-    if want is not None and got != want:
-      raise invalid(f"Input '{name}': expected shape {spec.shape.as_list()}, got "
-                    f"{list(array.shape)}")
+  """Catches a wrong rank or fixed size before TensorFlow does; unknown ranks take anything."""
+  if spec.shape.rank is None:
+    return
+  want = spec.shape.as_list()
+  if array.ndim != len(want) or any(w is not None and g != w
+                                    for g, w in zip(array.shape, want)):
+    raise invalid(f"Input '{name}': expected shape {want} (rank {len(want)}), got shape "
+                  f"{list(array.shape)}")
+
+
+class _RowColumn:
+  """One input's values across `instances`, checked as AddInstanceItem checks them."""
+
+  def __init__(self, dtype):
+    self.dtype, self.rows, self.shape = dtype, [], None
+
+  def add(self, value):
+    array = to_array(value, self.dtype)
+    if self.shape is not None:
+      if array.size != self.rows[0].size:
+        raise invalid(f"Expecting tensor size: {self.rows[0].size} but got: {array.size}")
+      if array.shape != self.shape:
+        raise invalid(f"Expecting shape {_shape_text(self.shape)} but got: "
+                      f"{_shape_text(array.shape)}")
+    self.shape = array.shape
+    self.rows.append(array)
+
+  def array(self):
+    return np.stack(self.rows)  # all checked to one shape: adds the batch dimension
+
+
+def _is_named_object(value):
+  return isinstance(value, dict) and not is_b64_object(value)
+
+
+def _failed(index, error, key=None):
+  where = f"{index} key: {key}" if key is not None else f"{index}"
+  return RestError(error.code, f"Failed to process element: {where} of 'instances' list. "
+                   f"Error: {error.code}: {error.message}")
+
+
+def _parse_instances(instances, input_specs):
+  """FillTensorMapFromInstancesList: plain values/lists for one input, or one object per row
+  whose keys are the input names (also allowed with one input)."""
+  names = set(input_specs)
+  objects = _is_named_object(instances[0])
+  if not isinstance(instances[0], dict) and len(names) > 1:
+    raise invalid("instances is a plain list, but expecting list of objects as multiple "
+                  "input tensors required as per tensorinfo_map")
+  columns = {name: _RowColumn(spec.dtype) for name, spec in input_specs.items()}
+  only_name = min(names)  # TF Serving takes the first input of its (sorted) map
+  for index, instance in enumerate(instances):
+    if objects:
+      if not _is_named_object(instance):
+        raise invalid(f"Expecting object but got list at item {index} of input list")
+      for key, value in instance.items():
+        if key not in columns:
+          raise _failed(index, invalid(f"JSON object: does not have named input: {key}"), key)
+        try:
+          columns[key].add(value)
+        except RestError as error:
+          raise _failed(index, error, key) from None
+      if set(instance) != names:
+        raise invalid(f"Failed to process element: {index} of 'instances' list. JSON object: "
+                      f"{debug_string(instance)} keys must be equal to: "
+                      f"{','.join(sorted(names))}")
+    else:
+      if _is_named_object(instance):
+        raise invalid(f"Expecting value/list but got object at item {index} of input list")
+      try:
+        columns[only_name].add(instance)
+      except RestError as error:
+        raise _failed(index, error) from None
+  return {name: column.array() for name, column in columns.items()}
+
+
+def _parse_inputs(inputs, input_specs):
+  """FillTensorMapFromInputsMap: one value/list for one input, else an object naming every
+  input (extra keys ignored)."""
+  if not isinstance(inputs, dict) or is_b64_object(inputs):
+    if len(input_specs) > 1:
+      raise invalid("inputs is a plain value/list, but expecting an object as multiple input "
+                    "tensors required as per tensorinfo_map")
+    (name, spec), = input_specs.items()
+    return {name: to_array(inputs, spec.dtype)}
+  arrays = {}
+  for name in sorted(input_specs):
+    if name not in inputs:
+      raise invalid(f"Missing named input: {name} in 'inputs' object.")
+    arrays[name] = to_array(inputs[name], input_specs[name].dtype)
+  return arrays
+
+
+def signature_name_of(body):
+  """The request's `signature_name` ("" or absent: serving_default), checked like
+  FillSignature."""
+  name = body.get("signature_name", "")
+  if not isinstance(name, str):
+    raise invalid(f"JSON Value: {debug_string(body)} not formatted correctly. "
+                  "'signature_name' key must be a string value.")
+  return name or "serving_default"
+
+
+def _one_of_error(body):
+  return invalid(f"JSON Value: {debug_string(body)} Not formatted correctly expecting only "
+                 "one of 'inputs' or 'instances' keys to exist ")
 
 
 def parse_predict_request(body, input_specs):
-  """body: decoded JSON; input_specs: {name: tf.TensorSpec}. -> ({name: array}, row_format)."""
-  if not isinstance(body, dict):
-    raise invalid("Request body must be a JSON object")
-  if "instances" in body and "inputs" in body:
-    raise invalid("Not both 'instances' and 'inputs' keys may be present in a request")
-  if "instances" not in body and "inputs" not in body:
-    raise invalid("Missing 'inputs' or 'instances' key")
-  names = sorted(input_specs)
+  """body: decoded JSON object; input_specs: {name: tf.TensorSpec}.
+  -> ({name: array}, row_format), following FillPredictRequestFromJson."""
+  if not input_specs:
+    raise invalid("Failed to get input map for signature")
   if "instances" in body:
+    if "inputs" in body:
+      raise _one_of_error(body)
     instances = body["instances"]
-    if not isinstance(instances, list) or not instances:
-      raise invalid("'instances' must be a non-empty JSON array")
-    if len(names) == 1:
-      columns = {names[0]: instances}
-    else:
-      columns = {name: [] for name in names}
-      for index, instance in enumerate(instances):
-        if not isinstance(instance, dict) or set(instance) != set(names):
-          raise invalid(f"instance {index}: expected an object with keys {names}")
-        for name in names:
-          columns[name].append(instance[name])
-    arrays = {name: to_array(columns[name], input_specs[name].dtype, name) for name in names}
-    row_format = True
+    if not isinstance(instances, list):
+      raise invalid(f"JSON Value: {debug_string(body)} Expecting 'instances' to be an "
+                    "list/array")
+    if not instances:
+      raise invalid(f"JSON Value: {debug_string(body)} No values in 'instances' array")
+    arrays, row_format = _parse_instances(instances, input_specs), True
+  elif "inputs" in body:
+    arrays, row_format = _parse_inputs(body["inputs"], input_specs), False
   else:
-    inputs = body["inputs"]
-    single_value = not isinstance(inputs, dict) or set(inputs) == {"b64"}
-    if len(names) == 1 and single_value:
-      inputs = {names[0]: inputs}
-    elif not isinstance(inputs, dict):
-      raise invalid("'inputs' must be an object naming every input")
-    arrays = {}
-    for name in names:
-      if name not in inputs:
-        raise invalid(f"Missing named input: {name} in 'inputs' object.")
-      arrays[name] = to_array(inputs[name], input_specs[name].dtype, name)
-    row_format = False
-  for name in names:
-    _check_rank(arrays[name], input_specs[name], name)
+    raise invalid("Missing 'inputs' or 'instances' key")
+  for name, array in arrays.items():
+    _check_rank(array, input_specs[name], name)
   return arrays, row_format
 
 

@@ -1,5 +1,5 @@
 """TF Serving's model base path: `<base>/<version>/saved_model.pb`, where a version is a folder
-named by a positive integer. The one scanner the exporter, `serving.check` and the server use."""
+named by an ASCII integer. The one scanner the exporter, `serving.check` and the server use."""
 
 import os
 from typing import List
@@ -16,7 +16,7 @@ def version_numbers(base_path: str, servable_only: bool = True) -> List[int]:
   found = []
   for name in os.listdir(base_path):
     # isdigit() accepts other scripts' digits ("٣"); TF Serving reads ASCII numbers only.
-    if not (name.isascii() and name.isdigit()) or int(name) <= 0:
+    if not (name.isascii() and name.isdigit()):
       continue
     folder = os.path.join(base_path, name)
     if os.path.isdir(folder) and (not servable_only or

@@ -112,29 +112,37 @@ def test_version_and_label_urls(served):
     ("GET", "/v1/models/other", None, 404, "other"),
     ("GET", "/v1/models/numbers/versions/7", None, 404, "Could not find version 7"),
     ("GET", "/v1/models/numbers/versions/x", None, 400, "Malformed request: GET"),
-    ("GET", "/v2/models/numbers", None, 400, "Malformed request"),
+    ("GET", "/v2/models/numbers", None, 404, "Not found"),  # TF Serving: no handler, 404
     ("POST", "/v1/models/numbers:predict", b"{not json", 400, "JSON Parse error"),
-    ("POST", "/v1/models/numbers:predict", b'["x"]', 400, "JSON object"),
+    ("POST", "/v1/models/numbers:predict", b'["x"]', 400, "Is not object"),
     ("POST", "/v1/models/numbers:predict", b'{"instances": ["1"], "inputs": ["1"]}', 400,
-     "Not both"),
+     "Not formatted correctly expecting only one of 'inputs' or 'instances' keys"),
     ("POST", "/v1/models/numbers:predict", b'{"signature_name": "serving_default"}', 400,
      "Missing 'inputs' or 'instances' key"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": []}', 400, "non-empty"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": [1]}', 400, "expected a string"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": []}', 400,
+     "No values in 'instances' array"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": [1]}', 400,
+     "is not of expected type: string"),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [["a", "b"], ["c"]]}', 400,
-     "Encountered list at unexpected size"),
+     "Expecting tensor size: 2 but got: 1"),
     ("POST", "/v1/models/numbers:predict", b'{"instances": ["a", ["b"]]}', 400,
-     "incorrect level"),
+     "Expecting shape [] but got: [1]"),
+    ("POST", "/v1/models/numbers:predict", b'{"inputs": ["a", ["b"]]}', 400,
+     "Encountered list at unexpected level: 1 expected < 1"),
+    ("POST", "/v1/models/numbers:predict", b'{"inputs": [["a"], "b"]}', 400,
+     "found at incorrect level: 2 in the JSON DOM. Expected at level: 2"),
+    ("POST", "/v1/models/numbers:predict", b'{"inputs": [["a", "b"], ["c"]]}', 400,
+     "Encountered list at unexpected size"),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "***"}]}', 400,
-     "base64"),
+     "Unable to base64 decode"),
     ("POST", "/v1/models/numbers:predict", b'{"instances": ["1"], "signature_name": "x"}',
      400, 'Serving signature name: "x" not found in signature def'),
     ("POST", "/v1/models/numbers:predict",
      b'{"signature_name": "translate_ids", "instances": [[1.0, 2]]}', 400,
-     "expected an integer"),
+     "is not of expected type: int32"),
     ("POST", "/v1/models/numbers:predict",
      b'{"signature_name": "translate_ids", "instances": [[99999999999]]}', 400,
-     "does not fit int32"),
+     "is not of expected type: int32"),
     # Token ids are checked inside the signatures (an XLA gather would clamp them silently).
     ("POST", "/v1/models/numbers:predict",
      b'{"signature_name": "translate_ids", "instances": [[5, 5000]]}', 400,
@@ -155,8 +163,9 @@ def test_version_and_label_urls(served):
      b'{"signature_name": "score", "inputs": {"source_ids": [[1]]}}', 400,
      "Missing named input: target_ids in 'inputs' object."),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [["nested"]]}', 400,
-     "expected rank 1"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": ["\xff\xfe"]}', 400, "UTF-8"),
+     "(rank 1)"),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": ["\xff\xfe"]}', 400,
+     "Invalid encoding"),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "//4="}]}', 400, ""),
     ("POST", "/v1/models/numbers:classify", b'{"examples": []}', 400, "classify"),
     ("POST", "/v1/models/nope:predict", b'{"instances": ["1"]}', 404,
@@ -209,7 +218,12 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
     os.makedirs(base / "6")
     (base / "6" / "saved_model.pb").write_bytes(b"truncated")
     time.sleep(1.0)
-    assert [s["version"] for s in client.status()["model_version_status"]] == ["1"]
+    # Version 6 failed to load: listed as END with its error (TF Serving's state monitor);
+    # version 1 keeps serving.
+    states = {s["version"]: s for s in client.status()["model_version_status"]}
+    assert set(states) == {"6", "1"} and states["1"]["state"] == "AVAILABLE"
+    assert states["6"]["state"] == "END" and states["6"]["status"]["error_code"] != "OK"
+    assert client.predict(instances=["12"])["predictions"]
 
     shutil.rmtree(base / "5")
     shutil.rmtree(base / "6")
@@ -229,15 +243,18 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
     export.export(str(trained_run), str(base), beam_size=1)
     deadline = time.time() + 60
     while time.time() < deadline:
-      versions = [s["version"] for s in client.status()["model_version_status"]]
-      if versions == ["2"]:
+      versions = {s["version"]: s["state"] for s in client.status()["model_version_status"]}
+      if versions.get("1") == "END":
         break
       time.sleep(0.2)
     time.sleep(0.5)
     stop.set()
     for thread in threads:
       thread.join()
-    assert versions == ["2"]
+    # Unloaded versions stay listed as END, newest first, like TF Serving's status.
+    assert versions == {"6": "END", "2": "AVAILABLE", "1": "END"}
+    assert [s["version"] for s in client.status()["model_version_status"]] == ["6", "2", "1"]
+    assert client.status(version=1)["model_version_status"][0]["state"] == "END"
     assert not failures and answered[0] > 0
     with pytest.raises(ServingError) as error:
       client.predict(instances=["12"], version=1)
@@ -319,3 +336,29 @@ def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp
   finally:
     server.shutdown()
     manager.stop()
+
+
+@pytest.mark.slow  # runs the server in a subprocess
+def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
+  """Graceful shutdown: a request held in the batching queue when SIGTERM arrives is still
+  answered, then the server exits 0."""
+  base, _ = exported
+  config = tmp_path / "batching.config"
+  config.write_text("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 3000000 }\n"
+                    "num_batch_threads { value: 1 }\n")
+  process, port = start_subprocess(NAME, str(base), extra_flags=[
+      "--enable_batching", f"--batching_parameters_file={config}"])
+  try:
+    client = ServingClient(NAME, port=port)
+    client.wait_until_available()
+    answers = []
+    request = threading.Thread(target=lambda: answers.append(client.predict(instances=["12"])))
+    request.start()
+    time.sleep(1.0)  # the request now waits up to 3 s for batch-mates
+    process.terminate()
+    request.join(timeout=30)
+    assert answers and answers[0]["predictions"][0]["translation"] is not None
+    assert process.wait(timeout=30) == 0
+  finally:
+    process.kill()
+    process.wait()

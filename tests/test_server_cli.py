@@ -1,0 +1,127 @@
+"""`python -m serving.server` and `serving.demo` as a user types them (issue 11): --help lists
+every flag; each mistake is one line on stderr, exit status 2, no traceback, nothing written.
+Runs the programs as subprocesses with a private TMPDIR, so leftovers can be seen."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from serving import server
+
+pytestmark = pytest.mark.slow  # every case runs a program in a subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(module, args, tmp_dir, timeout=120):
+  env = dict(os.environ, TMPDIR=str(tmp_dir), TF_CPP_MIN_LOG_LEVEL="1")
+  return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def _snapshot(path):
+  """{relative path: (size, mtime)} of every file under path."""
+  found = {}
+  for root, _, files in os.walk(path):
+    for name in files:
+      full = os.path.join(root, name)
+      stat = os.stat(full)
+      found[os.path.relpath(full, path)] = (stat.st_size, stat.st_mtime_ns)
+  return found
+
+
+@pytest.fixture
+def busy_port():
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    yield sock.getsockname()[1]
+
+
+# (id, module, arguments (BASE: the exported model base, EMPTY: an empty folder, PORT: a busy
+# port), expected message substring).
+MISTAKES = [
+    ("no base path", "serving.server", [], "--model_base_path is required"),
+    ("missing base path", "serving.server", ["--model_base_path=/nonexistent/models"],
+     "--model_base_path /nonexistent/models does not exist"),
+    ("empty base path", "serving.server", ["--model_base_path=EMPTY"],
+     "holds no version folder"),
+    ("busy port", "serving.server", ["--model_base_path=BASE", "--rest_api_port=PORT"],
+     "cannot listen on 127.0.0.1:PORT"),
+    ("labels without specific policy", "serving.server",
+     ["--model_base_path=BASE", "--version_labels=stable=1,canary=2"],
+     "Request to assign label canary to version 2 of model default, which is not currently "
+     "available for inference"),
+    ("label syntax", "serving.server", ["--model_base_path=BASE", "--version_labels=stable"],
+     "--version_labels entries look like stable=3"),
+    ("specific without versions", "serving.server",
+     ["--model_base_path=BASE", "--model_version_policy=specific"],
+     "--model_version_policy=specific needs --versions"),
+    ("versions not numbers", "serving.server",
+     ["--model_base_path=BASE", "--model_version_policy=specific", "--versions=one"],
+     "--versions takes version numbers"),
+    ("port out of range", "serving.server", ["--model_base_path=BASE", "--rest_api_port=70000"],
+     "--rest_api_port"),
+    ("unknown policy", "serving.server", ["--model_base_path=BASE",
+                                          "--model_version_policy=newest"],
+     "--model_version_policy"),
+    ("missing batching file", "serving.server",
+     ["--model_base_path=BASE", "--enable_batching", "--batching_parameters_file=/nope.config"],
+     "--batching_parameters_file"),
+    ("mistyped flag", "serving.server", ["--model_path=BASE"], "Unknown command line flag"),
+    ("demo on a busy port", "serving.demo", ["--model_base_path=BASE", "--port=PORT"],
+     "cannot listen on 127.0.0.1:PORT"),
+    ("demo without a model", "serving.demo", ["--model_base_path=EMPTY", "--port=0"],
+     "holds no version folder"),
+]
+
+
+@pytest.mark.parametrize("module,args,message", [m[1:] for m in MISTAKES],
+                         ids=[m[0] for m in MISTAKES])
+def test_user_mistakes(exported, tmp_path, busy_port, module, args, message):
+  base, _ = exported
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  temp = tmp_path / "tmp"
+  temp.mkdir()
+
+  def fill(text):
+    return (text.replace("BASE", str(base)).replace("EMPTY", str(empty))
+            .replace("PORT", str(busy_port)))
+
+  before = _snapshot(base)
+  started = time.time()
+  result = _run(module, [fill(a) for a in args], temp)
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 2, result.stderr
+  assert len(lines) == 1 and fill(message) in lines[0], result.stderr
+  assert "Traceback" not in result.stderr and result.stdout == ""
+  assert _snapshot(base) == before and not os.listdir(empty) and not os.listdir(temp)
+  if "busy port" in message or "PORT" in message:
+    assert time.time() - started < 30  # found before any model loads
+
+
+@pytest.mark.parametrize("module,own_flags", [
+    ("serving.server", server._OWN_FLAGS),
+    ("serving.demo", ("run_dir", "port", "text", "model_name", "model_base_path")),
+])
+def test_help_lists_every_flag_with_its_default(tmp_path, module, own_flags):
+  result = _run(module, ["--help"], tmp_path)
+  assert "Traceback" not in result.stderr
+  for name in own_flags:
+    assert f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout, name
+  assert "(default: '127.0.0.1')" in result.stdout or module == "serving.demo"
+  assert "(default: 'tfattn')" in result.stdout or module == "serving.server"
+
+
+def test_demo_answers_and_leaves_nothing_behind(exported, tmp_path):
+  base, _ = exported
+  result = _run("serving.demo", [f"--model_base_path={base}", "--port=0", "--text=12",
+                                 f"--run_dir={tmp_path / 'no_run'}"], tmp_path, timeout=300)
+  assert result.returncode == 0, result.stderr
+  assert "response:" in result.stdout and "Traceback" not in result.stderr
+  assert not [n for n in os.listdir(tmp_path) if n.startswith("tfattn-server-")]
