@@ -1,8 +1,6 @@
 """train.data pipelines, train.evaluation metrics and the `python -m train` command line."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -11,9 +9,6 @@ import tfattn
 from tfattn import text
 from train import data, evaluation, tasks, tokenizer
 from train.number_words import number_to_words
-from train.run_config import RunConfig
-
-from train_helpers import REPO, environment
 
 
 @pytest.mark.parametrize("n,words", [
@@ -122,30 +117,6 @@ def test_bleu_of_an_identical_corpus_is_100_and_case_counts():
   lowered = evaluation.bleu_scores([r.lower() for r in references], references)
   assert lowered["bleu_lowercase"] == pytest.approx(100.0) and lowered["bleu"] < 60.0
   assert lowered["bleu_lowercase_signature"].startswith("nrefs:1|case:lc")
-
-
-@pytest.mark.slow
-def test_help_documents_every_flag():
-  result = subprocess.run([sys.executable, "-m", "train", "--helpfull"], cwd=REPO,
-                          env=environment(), capture_output=True, text=True, timeout=120)
-  assert result.returncode == 0, result.stderr
-  for field in RunConfig.__dataclass_fields__:
-    assert f"--{field}" in result.stdout or f"--[no]{field}" in result.stdout, field
-
-
-@pytest.mark.slow
-def test_bad_flags_fail_with_a_clear_message(tmp_path):
-  path = tmp_path / "x.tsv"
-  path.write_text("only one field\n")
-  result = subprocess.run(
-      [sys.executable, "-m", "train", f"--run_dir={tmp_path}/run", "--task=tsv",
-       f"--train_file={path}"], cwd=REPO, env=environment(), capture_output=True, text=True,
-      timeout=120)
-  assert result.returncode == 2
-  assert "expected 2 tab-separated fields" in result.stderr
-  assert "Traceback" not in result.stderr
-
-
 
 
 def test_sorted_data_is_shuffled_whole():

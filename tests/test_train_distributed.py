@@ -16,6 +16,7 @@ from train_helpers import (
   latest_variables,
   logged_steps,
   run_train,
+  run_trains,
   start_train,
   train_command,
   wait_for_step,
@@ -26,8 +27,9 @@ pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 def test_two_mirrored_replicas_match_one_replica(tmp_path):
   one, two = tmp_path / "one", tmp_path / "two"
-  run_train(one, "--train_steps=6", "--strategy=one_device", "--deterministic")
-  run_train(two, "--train_steps=6", "--strategy=mirrored", "--cpu_replicas=2", "--deterministic")
+  run_trains((one, "--train_steps=6", "--strategy=one_device", "--deterministic"),
+             (two, "--train_steps=6", "--strategy=mirrored", "--cpu_replicas=2",
+              "--deterministic"))
   losses_one = [r["loss"] for r in logged_steps(one)]
   losses_two = [r["loss"] for r in logged_steps(two)]
   assert len(losses_one) == len(losses_two) == 6
@@ -37,13 +39,14 @@ def test_two_mirrored_replicas_match_one_replica(tmp_path):
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
   common = ["--train_steps=24", "--checkpoint_every=5", "--dropout=0.1", "--deterministic"]
   straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-  run_train(straight, *common)
+  reference = start_train(straight, *common)  # side by side with the interrupted run
 
   process = start_train(interrupted, *common)
   wait_for_step(interrupted, 12, process)
   kill(process)  # SIGKILL: no chance to save; resume from the step-10 checkpoint
   assert max(r["step"] for r in logged_steps(interrupted)) < 24
   run_train(interrupted, *common)
+  assert reference.wait(timeout=300) == 0, reference.communicate()[0][-4000:]
 
   assert_same_variables(latest_variables(straight), latest_variables(interrupted))
   def final(d):
@@ -51,14 +54,16 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
   np.testing.assert_array_equal(final(straight)[-5:], final(interrupted)[-5:])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_and_ctrl_c_save_a_checkpoint_and_exit_cleanly(tmp_path, signum):
-  process = start_train(tmp_path, "--train_steps=100000", "--checkpoint_every=100000")
-  wait_for_step(tmp_path, 3, process)
-  assert kill(process, signum) == 0
-  saved = latest_variables(tmp_path)
-  step = int(saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"])
-  assert 3 <= step < 100000
+def test_sigterm_and_ctrl_c_save_a_checkpoint_and_exit_cleanly(tmp_path):
+  signals = {"sigterm": signal.SIGTERM, "ctrl_c": signal.SIGINT}
+  processes = {name: start_train(tmp_path / name, "--train_steps=100000",
+                                 "--checkpoint_every=100000") for name in signals}
+  for name, signum in signals.items():
+    wait_for_step(tmp_path / name, 3, processes[name])
+    assert kill(processes[name], signum) == 0, name
+    saved = latest_variables(tmp_path / name)
+    step = int(saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"])
+    assert 3 <= step < 100000, name
 
 
 def test_two_workers_train_with_multi_worker_mirrored_strategy(tmp_path):
@@ -81,13 +86,14 @@ def test_two_workers_train_with_multi_worker_mirrored_strategy(tmp_path):
   assert latest_variables(tmp_path)
 
 
-@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_training_runs_and_records_the_compute_dtype(tmp_path, precision):
-  run_train(tmp_path, "--train_steps=3", f"--mixed_precision={precision}")
-  losses = [r["loss"] for r in logged_steps(tmp_path)]
-  assert len(losses) == 3 and all(np.isfinite(losses))
-  config = json.loads((tmp_path / "model_config.json").read_text())
-  assert config["compute_dtype"] == precision.split("_")[1]
+def test_mixed_precision_training_runs_and_records_the_compute_dtype(tmp_path):
+  precisions = ["mixed_float16", "mixed_bfloat16"]
+  run_trains(*[(tmp_path / p, "--train_steps=3", f"--mixed_precision={p}") for p in precisions])
+  for precision in precisions:
+    losses = [r["loss"] for r in logged_steps(tmp_path / precision)]
+    assert len(losses) == 3 and all(np.isfinite(losses)), precision
+    config = json.loads((tmp_path / precision / "model_config.json").read_text())
+    assert config["compute_dtype"] == precision.split("_")[1]
 
 
 def test_clip_norm_with_float16_is_refused_clearly(tmp_path):

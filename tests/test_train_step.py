@@ -78,28 +78,35 @@ def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
     np.testing.assert_allclose(xla_grad, graph_grad, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def averaging_runs(tmp_path_factory):
+  """Two runs averaging their last 3 checkpoints, trained side by side: one of 6 steps that
+  exports, one of 4 steps (only 2 checkpoints kept). Returns (folder, outputs)."""
+  from train_helpers import run_trains
+  tmp = tmp_path_factory.mktemp("averaging")
+  averaging = ("--checkpoint_every=2", "--keep_checkpoints=3", "--average_checkpoints=3")
+  outputs = run_trains((tmp / "run", "--train_steps=6", *averaging,
+                        f"--export_base_path={tmp / 'models'}"),
+                       (tmp / "short", "--train_steps=4", *averaging))
+  return tmp, outputs
+
+
 @pytest.mark.slow
-def test_final_evaluation_and_export_use_the_averaged_checkpoints(tmp_path):
+def test_final_evaluation_and_export_use_the_averaged_checkpoints(averaging_runs):
   import json
 
   from serving import export
-
-  from train_helpers import run_train
-  run_train(tmp_path / "run", "--train_steps=6", "--checkpoint_every=2", "--keep_checkpoints=3",
-            "--average_checkpoints=3", f"--export_base_path={tmp_path / 'models'}")
-  with open(tmp_path / "run" / "eval.json") as f:
+  tmp, _ = averaging_runs
+  with open(tmp / "run" / "eval.json") as f:
     assert json.load(f)["averaged_checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
-  with open(tmp_path / "models" / "1" / export.EXPORT_INFO_FILE) as f:
+  with open(tmp / "models" / "1" / export.EXPORT_INFO_FILE) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
 
 
 @pytest.mark.slow
-def test_a_run_shorter_than_the_averaging_window_averages_what_it_kept(tmp_path):
+def test_a_run_shorter_than_the_averaging_window_averages_what_it_kept(averaging_runs):
   import json
-
-  from train_helpers import run_train
-  result = run_train(tmp_path, "--train_steps=4", "--checkpoint_every=2", "--keep_checkpoints=3",
-                     "--average_checkpoints=3")
-  assert "only 2 checkpoints are kept: averaging 2" in result.stderr
-  with open(tmp_path / "eval.json") as f:
+  tmp, outputs = averaging_runs
+  assert "only 2 checkpoints are kept: averaging 2" in outputs[1]
+  with open(tmp / "short" / "eval.json") as f:
     assert json.load(f)["averaged_checkpoints"] == ["ckpt-2", "ckpt-4"]

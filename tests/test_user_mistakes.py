@@ -5,6 +5,7 @@ user had left as they were. One table; each row runs the real program in a subpr
 The REST server's own mistakes are in tests/test_server_cli.py.
 """
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -39,6 +40,9 @@ MISTAKES = [
     ("train-tsv-bad-utf8", ["train", "--task=tsv", "--train_file={tmp}/latin1.tsv",
                             "--run_dir={tmp}/new"], "latin1_tsv",
      "{tmp}/latin1.tsv:2: not valid UTF-8", 2),
+    ("train-tsv-one-field", ["train", "--task=tsv", "--train_file={tmp}/one_field.tsv",
+                             "--run_dir={tmp}/new"], "one_field_tsv",
+     "{tmp}/one_field.tsv:1: expected 2 tab-separated fields, got 1", 2),
     ("train-resume-other-width", ["train", "--run_dir={run}", "--d_model=64"], "saved_run",
      "--d_model: 128 -> 64", 2),
     ("train-resume-other-preset", ["train", "--run_dir={run}", "--model=base"], "saved_run",
@@ -92,16 +96,17 @@ def _write_saved_run(tmp, run):
     f.write(b"not read: the refusal comes first")
 
 
-def _prepare(setup, tmp, run, request):
+def _prepare(setup, tmp, run, trained_run):
   if setup == "latin1_tsv":
     (tmp / "latin1.tsv").write_bytes("4\tfour\nd\xe9j\xe0\tvu\n".encode("latin-1"))
+  elif setup == "one_field_tsv":
+    (tmp / "one_field.tsv").write_text("only one field\n")
   elif setup == "saved_run":
     _write_saved_run(tmp, run)
   elif setup == "a_file":
     (tmp / "a_file").write_text("the user's file")
   elif setup in ("exportable_run", "existing_version"):
-    trained = request.getfixturevalue("trained_run")
-    os.symlink(trained, run)
+    os.symlink(trained_run, run)
     if setup == "existing_version":
       os.makedirs(tmp / "models" / "1")
       (tmp / "models" / "1" / "saved_model.pb").write_bytes(b"the user's model")
@@ -118,19 +123,34 @@ def _snapshot(directory):
   return found
 
 
+def _run_program(argv):
+  return subprocess.run([sys.executable, "-m"] + argv, cwd=REPO, env=environment(),
+                        capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory, trained_run):
+  """Every row of MISTAKES run once, two programs at a time (each spends seconds importing
+  TensorFlow on one core): {id: (result, message, folder, snapshot before, snapshot after)}."""
+  prepared = {}
+  for case_id, argv, setup, message, _ in MISTAKES:
+    tmp = tmp_path_factory.mktemp(case_id)
+    run = tmp / "run"
+    _prepare(setup, tmp, run, trained_run)
+    values = dict(tmp=tmp, run=run, free_port=free_ports(1)[0])
+    prepared[case_id] = ([arg.format(**values) for arg in argv], message.format(**values), tmp,
+                         _snapshot(tmp))
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    results = dict(zip(prepared, pool.map(_run_program, [p[0] for p in prepared.values()])))
+  return {case_id: (results[case_id], message, tmp, before, _snapshot(tmp))
+          for case_id, (_, message, tmp, before) in prepared.items()}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("argv,setup,message,status",
-                         [case[1:] for case in MISTAKES], ids=[case[0] for case in MISTAKES])
-def test_user_mistake_is_one_line_and_changes_nothing(argv, setup, message, status, tmp_path,
-                                                      request):
-  tmp, run = tmp_path, tmp_path / "run"
-  _prepare(setup, tmp, run, request)
-  values = dict(tmp=tmp, run=run, free_port=free_ports(1)[0])
-  argv = [arg.format(**values) for arg in argv]
-  message = message.format(**values)
-  before = _snapshot(tmp)
-  result = subprocess.run([sys.executable, "-m"] + argv, cwd=REPO, env=environment(),
-                          capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("case_id,argv,status", [(case[0], case[1], case[4]) for case in MISTAKES],
+                         ids=[case[0] for case in MISTAKES])
+def test_user_mistake_is_one_line_and_changes_nothing(outcomes, case_id, argv, status):
+  result, message, tmp, before, after = outcomes[case_id]
   program = argv[0]
   assert result.returncode == status, result.stderr[-3000:]
   lines = result.stderr.splitlines()
@@ -139,19 +159,26 @@ def test_user_mistake_is_one_line_and_changes_nothing(argv, setup, message, stat
   assert message in errors[0]
   assert "Traceback" not in result.stderr
   assert "cuInit" not in result.stderr  # quiet start on a machine without a GPU
-  assert _snapshot(tmp) == before  # nothing written, nothing left behind
+  assert after == before  # nothing written, nothing left behind
   if program == "train":
     assert not os.path.exists(tmp / "new")
+
+
+@pytest.fixture(scope="module")
+def helps():
+  programs = ["train", "serving.export", "serving.check", "serving.client"]
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    return dict(zip(programs, pool.map(_run_program, [[p, "--help"] for p in programs])))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("program", ["train", "serving.export", "serving.check",
                                      "serving.client"])
-def test_help_lists_every_flag_and_exits_0(program):
-  result = subprocess.run([sys.executable, "-m", program, "--help"], cwd=REPO,
-                          env=environment(), capture_output=True, text=True, timeout=120)
+def test_help_lists_every_flag_and_exits_0(helps, program):
+  from train.run_config import RunConfig
+  result = helps[program]
   assert result.returncode == 0, result.stderr[-2000:]
-  expected = {"train": ["run_dir", "task", "batch_size", "jit_compile"],
+  expected = {"train": [f.name for f in dataclasses.fields(RunConfig)] + ["export_decode"],
               "serving.export": ["run_dir", "base_path", "decode", "beam_size"],
               "serving.check": ["verbose_errors"],  # the shared one: check takes a DIR
               "serving.client": ["host", "port", "text", "metadata"]}[program]

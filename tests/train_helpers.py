@@ -41,6 +41,17 @@ def start_train(run_dir, *flags, **env):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def run_trains(*runs, timeout=300):
+  """Runs `(run_dir, flags...)` trainings side by side (a run keeps about one core busy, and
+  runs are separate processes, so two at a time roughly halve a test's wall time); asserts
+  each succeeded and returns their outputs (stdout and stderr together)."""
+  processes = [start_train(run_dir, *flags) for run_dir, *flags in runs]
+  outputs = [process.communicate(timeout=timeout)[0] for process in processes]
+  for process, output in zip(processes, outputs):
+    assert process.returncode == 0, output[-4000:]
+  return outputs
+
+
 def logged_steps(run_dir):
   path = os.path.join(run_dir, "train_log.jsonl")
   if not os.path.exists(path):
