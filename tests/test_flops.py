@@ -36,6 +36,7 @@ def _config(**overrides):
   return tfattn.TransformerConfig.preset("tiny", **values)
 
 
+@pytest.mark.slow
 def test_seq2seq_formula_counts_every_matmul_of_the_graph():
   config = _config()
   model = tfattn.Transformer(config)

@@ -206,6 +206,7 @@ def test_path_prefix_is_case_insensitive_and_names_url_decoded(served):
   assert _raw(port, "GET", "/v1/models/%6Eumbers")[0] == 200
 
 
+@pytest.mark.slow
 def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, tmp_path):
   base = tmp_path / "base"
   export.export(str(trained_run), str(base), beam_size=1)
@@ -305,6 +306,7 @@ def test_batching_parameters_file_format():
     BatchingParameters.from_text_proto("max_batch_sise { value: 1 }")
 
 
+@pytest.mark.slow
 def test_server_command_line(exported):
   base, _ = exported
   process, port = start_subprocess(NAME, str(base), extra_flags=["--enable_batching"])
@@ -317,6 +319,7 @@ def test_server_command_line(exported):
     process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp_path):
   """The XLA export (warmed up per length bucket before it is AVAILABLE) answers REST requests
   as the graph export of the same weights does."""

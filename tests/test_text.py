@@ -65,6 +65,7 @@ def test_sentencepiece_small_vocabulary_on_tiny_text(tmp_path):
   assert tok.detokenize(ids.to_tensor()).numpy()[0] == b"907"
 
 
+@pytest.mark.slow
 def test_wordpiece_is_selectable_and_case_folds(tmp_path):
   corpus = ["Olá, mundo! Ça va très bien.", "Привет, мир — 2024 год.", "naïve café"] * 20
   tok = _learn(tmp_path, tokenizer.WORDPIECE, corpus, 200)

@@ -90,6 +90,7 @@ def test_classification_truncates_on_the_chosen_side(tmp_path):
   assert tok.detokenize(last["source"]).numpy()[0] == b"789"
 
 
+@pytest.mark.slow
 def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_run):
   config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
   model = tfattn.Transformer(config)
