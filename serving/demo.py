@@ -59,9 +59,10 @@ def main(argv):
     print(f"response: {json.dumps(answer, ensure_ascii=False)}\n")
     for text, prediction in zip(f.text, answer["predictions"]):
       print(f"  {text:>10} -> {prediction['translation']}   (log-prob {prediction['score']:.3f})")
-    eval_path = os.path.join(f.run_dir, "eval.json")
+    eval_path = os.path.join(f.run_dir, "eval.json")  # RunDir would import TensorFlow here
     if os.path.exists(eval_path):
-      metrics = json.load(open(eval_path))
+      with open(eval_path) as file:
+        metrics = json.load(file)
       shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in sorted(metrics.items()) if not k.endswith("_signature"))
       print(f"\nheld-out accuracy of this model (from training): {shown}")

@@ -12,26 +12,16 @@ import pytest
 
 from serving import server
 
+from train_helpers import REPO, snapshot
+
 pytestmark = pytest.mark.slow  # every case runs a program in a subprocess
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(module, args, tmp_dir, timeout=120):
   env = dict(os.environ, TMPDIR=str(tmp_dir), TF_CPP_MIN_LOG_LEVEL="1")
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=timeout)
-
-
-def _snapshot(path):
-  """{relative path: (size, mtime)} of every file under path."""
-  found = {}
-  for root, _, files in os.walk(path):
-    for name in files:
-      full = os.path.join(root, name)
-      stat = os.stat(full)
-      found[os.path.relpath(full, path)] = (stat.st_size, stat.st_mtime_ns)
-  return found
 
 
 @pytest.fixture
@@ -93,14 +83,14 @@ def test_user_mistakes(exported, tmp_path, busy_port, module, args, message):
     return (text.replace("BASE", str(base)).replace("EMPTY", str(empty))
             .replace("PORT", str(busy_port)))
 
-  before = _snapshot(base)
+  before = snapshot(base)
   started = time.time()
   result = _run(module, [fill(a) for a in args], temp)
   lines = result.stderr.strip().splitlines()
   assert result.returncode == 2, result.stderr
   assert len(lines) == 1 and fill(message) in lines[0], result.stderr
   assert "Traceback" not in result.stderr and result.stdout == ""
-  assert _snapshot(base) == before and not os.listdir(empty) and not os.listdir(temp)
+  assert snapshot(base) == before and not os.listdir(empty) and not os.listdir(temp)
   if "busy port" in message or "PORT" in message:
     assert time.time() - started < 30  # found before any model loads
 

@@ -7,7 +7,6 @@ The REST server's own mistakes are in tests/test_server_cli.py.
 
 import concurrent.futures
 import dataclasses
-import hashlib
 import json
 import os
 import subprocess
@@ -15,7 +14,7 @@ import sys
 
 import pytest
 
-from train_helpers import REPO, environment, free_ports
+from train_helpers import REPO, environment, free_ports, snapshot
 
 # (id, argv after `python -m`, setup name or None, expected message fragment, exit status)
 # "{tmp}" is the test's temporary directory; "{run}" the prepared run directory.
@@ -112,17 +111,6 @@ def _prepare(setup, tmp, run, trained_run):
       (tmp / "models" / "1" / "saved_model.pb").write_bytes(b"the user's model")
 
 
-def _snapshot(directory):
-  """Every file under `directory` (symlinked runs excluded) with its content hash."""
-  found = {}
-  for root, _, files in os.walk(directory):
-    for name in files:
-      path = os.path.join(root, name)
-      with open(path, "rb") as f:
-        found[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
-  return found
-
-
 def _run_program(argv):
   return subprocess.run([sys.executable, "-m"] + argv, cwd=REPO, env=environment(),
                         capture_output=True, text=True, timeout=180)
@@ -139,10 +127,10 @@ def outcomes(tmp_path_factory, trained_run):
     _prepare(setup, tmp, run, trained_run)
     values = dict(tmp=tmp, run=run, free_port=free_ports(1)[0])
     prepared[case_id] = ([arg.format(**values) for arg in argv], message.format(**values), tmp,
-                         _snapshot(tmp))
+                         snapshot(tmp))
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
     results = dict(zip(prepared, pool.map(_run_program, [p[0] for p in prepared.values()])))
-  return {case_id: (results[case_id], message, tmp, before, _snapshot(tmp))
+  return {case_id: (results[case_id], message, tmp, before, snapshot(tmp))
           for case_id, (_, message, tmp, before) in prepared.items()}
 
 

@@ -52,6 +52,20 @@ def run_trains(*runs, timeout=300):
   return outputs
 
 
+def snapshot(directory):
+  """{relative path: (mtime_ns, sha256)} of every file under `directory` (symlinked folders
+  not followed): equal before and after means no file was added, removed or rewritten."""
+  import hashlib
+  found = {}
+  for root, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+      found[os.path.relpath(path, directory)] = (os.stat(path).st_mtime_ns, digest)
+  return found
+
+
 def logged_steps(run_dir):
   path = os.path.join(run_dir, "train_log.jsonl")
   if not os.path.exists(path):

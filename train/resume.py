@@ -61,13 +61,11 @@ def differences(saved: RunConfig, resolved: RunConfig) -> list:
           and getattr(saved, f.name) != getattr(resolved, f.name)]
 
 
-def check_resumable(run_dir: str, resolved: RunConfig) -> Optional[RunConfig]:
+def check_resumable(run_dir: str, resolved: RunConfig) -> None:
   """Raises ValueError naming every differing field when `run_dir` holds a run started with
-  another configuration; returns the saved configuration (None for a new run)."""
+  another configuration."""
   saved = saved_config(run_dir)
-  if saved is not None:
-    changed = differences(saved, resolved)
-    if changed:
-      raise ValueError(f"{run_dir} holds a run started with other settings ({'; '.join(changed)})"
-                       ": resume without those flags, or pass a new --run_dir")
-  return saved
+  changed = differences(saved, resolved) if saved is not None else []
+  if changed:
+    raise ValueError(f"{run_dir} holds a run started with other settings ({'; '.join(changed)})"
+                     ": resume without those flags, or pass a new --run_dir")
