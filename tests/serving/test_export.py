@@ -14,6 +14,8 @@ import tensorflow_text as text
 
 from serving import check, export, warmup
 
+from train_helpers import REPO
+
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 
@@ -78,7 +80,7 @@ def test_check_command_runs_saved_model_cli(exported):
   base, _ = exported
   result = subprocess.run([sys.executable, "-m", "serving.check", str(base)],
                           capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(__file__)))
+                          cwd=REPO)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "signature_def['serving_default']" in result.stdout
   assert "OK: every op" in result.stdout
@@ -245,7 +247,7 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
   assert check.must_compile_functions(xla)
   result = subprocess.run([sys.executable, "-m", "serving.check", xla], capture_output=True,
                           text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(__file__)))
+                          cwd=REPO)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert check.XLA_CPU_FLAG in result.stdout
 
@@ -274,7 +276,7 @@ def test_check_runs_without_the_saved_model_cli_script(exported, tmp_path):
   python.symlink_to(sys.executable)
   result = subprocess.run([str(python), "-m", "serving.check", str(base)], capture_output=True,
                           text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(__file__)),
+                          cwd=REPO,
                           env=dict(os.environ, PATH="/usr/bin:/bin",
                                    PYTHONPATH=os.pathsep.join(site.getsitepackages())))
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -2,7 +2,7 @@
 (1 for a failure while running), no traceback, no TensorFlow start-up noise, and the files the
 user had left as they were. One table; each row runs the real program in a subprocess.
 
-The REST server's own mistakes are in tests/test_server_cli.py.
+The REST server's own mistakes are in tests/serving/test_server_cli.py.
 """
 
 import concurrent.futures
