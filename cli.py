@@ -89,6 +89,72 @@ def run(main, arguments: str = "") -> None:
   app.run(guarded, flags_parser=_parse_flags)
 
 
+def define_flags(declared_class, *, unset: str = "", optional: bool = False,
+                 skip=(), flag_values=None) -> None:
+  """One absl flag per field of a dataclass declared with `tfattn.settings.setting`: its type,
+  default, help, allowed values (an enum) and bounds (in the help; `settings.check` enforces
+  them with one-line messages).
+
+  Args:
+    declared_class: the dataclass (e.g. `RunConfig`, `DecodeOptions`).
+    unset: what a flag left unset means, for fields whose default is None (e.g. "the
+      recipe's, then the task's value"); shown in the help.
+    optional: every flag defaults to None ("unset": e.g. "the run's value"), whatever the
+      field's own default.
+    skip: field names that get no flag.
+    flag_values: where to define them (default: absl's global `flags.FLAGS`).
+  """
+  import dataclasses
+  import typing
+
+  from tfattn import settings  # here, not at the top: tfattn imports TensorFlow
+
+  define = {"flag_values": flags.FLAGS if flag_values is None else flag_values}
+  hints = typing.get_type_hints(declared_class)
+  for field, spec in settings.declared(declared_class):
+    if field.name in skip:
+      continue
+    name = settings.flag_name(field)
+    kind = hints[field.name]
+    if typing.get_origin(kind) is typing.Union:  # Optional[X] -> X
+      kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+    default = None if optional else field.default
+    if default is dataclasses.MISSING:
+      raise ValueError(f"{declared_class.__name__}.{field.name} needs a default to be a flag")
+    notes = [spec.range_text()] if spec.range_text() else []
+    if default is None and (unset or spec.fallback is not None):
+      fallback = "" if spec.fallback is None else f", else {spec.fallback}"
+      notes.append(f"default: {unset or 'unset'}{fallback}")
+    help_text = spec.help + (f" ({'; '.join(notes)})" if notes else "")
+    allowed = spec.allowed()
+    if allowed is not None:
+      flags.DEFINE_enum(name, default, [str(choice) for choice in allowed], help_text, **define)
+    elif kind is bool:
+      flags.DEFINE_bool(name, default, help_text, **define)
+    elif kind is int:
+      flags.DEFINE_integer(name, default, help_text, **define)
+    elif kind is float:
+      flags.DEFINE_float(name, default, help_text, **define)
+    elif kind is str:
+      flags.DEFINE_string(name, default, help_text, **define)
+    else:
+      raise TypeError(f"{declared_class.__name__}.{field.name}: no flag type for {kind}")
+
+
+def flag_values(declared_class, *, only_present: bool = False, skip=(), parsed=None) -> dict:
+  """{field name: parsed flag value} for the flags `define_flags` made for `declared_class`;
+  with `only_present`, just the flags given on the command line. `parsed`: the parsed
+  `flags.FlagValues` (default: absl's global one)."""
+  from tfattn import settings
+  parsed, values = (flags.FLAGS if parsed is None else parsed), {}
+  for field, _ in settings.declared(declared_class):
+    name = settings.flag_name(field)
+    if field.name in skip or (only_present and not parsed[name].present):
+      continue
+    values[field.name] = parsed[name].value
+  return values
+
+
 def _maybe_traceback():
   if flags.FLAGS.is_parsed() and flags.FLAGS.verbose_errors:
     traceback.print_exc()

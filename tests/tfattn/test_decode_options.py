@@ -1,0 +1,32 @@
+"""`DecodeOptions`: one declaration, checked on construction, JSON round trip."""
+
+import pytest
+
+from tfattn.decode_options import BEAM, STRATEGIES, DecodeOptions
+
+
+def test_defaults_are_the_papers_beam_search():
+  options = DecodeOptions()
+  assert (options.strategy, options.beam_size, options.alpha) == (BEAM, 4, 0.6)
+  assert set(STRATEGIES) == {"greedy", "beam", "sample"}
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(beam_size=0), "beam_size must be >= 1, got 0"),
+    (dict(strategy="nucleus"), "decode_strategy must be one of"),
+    (dict(temperature=0.0), "temperature must be positive, got 0.0"),
+    (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
+    (dict(top_k=-1), "top_k must be >= 0, got -1"),
+    (dict(max_decode_length=0), "max_decode_length must be >= 1, got 0"),
+])
+def test_impossible_values_are_refused_on_construction(changes, message):
+  with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")
+                     .replace("[", r"\[")):
+    DecodeOptions(**changes)
+
+
+def test_dict_round_trip_and_unknown_fields():
+  options = DecodeOptions(strategy="sample", top_k=5, seed=3)
+  assert DecodeOptions.from_dict(options.to_dict()) == options
+  with pytest.raises(ValueError, match="unknown DecodeOptions fields"):
+    DecodeOptions.from_dict({"beam": 4})

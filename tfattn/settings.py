@@ -1,0 +1,143 @@
+"""Declared settings: a dataclass field that carries its own help text, allowed values and range,
+so that a flag, its check and its documentation all come from one declaration.
+
+    @dataclasses.dataclass(frozen=True)
+    class DecodeOptions:
+      beam_size: int = setting(4, "Hypotheses kept per example.", minimum=1)
+
+`check(options)` raises a ValueError naming the first field with an impossible value; the
+command line (`cli.define_flags`) turns the same declarations into absl flags. Nothing here
+knows about flags beyond the name a field has on the command line (`flag=`, default: its own).
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+
+_METADATA_KEY = "tfattn.setting"
+
+Choices = Union[None, Sequence[Any], Callable[[], Sequence[Any]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """What a declared field allows.
+
+  Attributes:
+    help: one or two sentences for `--help`.
+    choices: the allowed values, or a function returning them (a registry filled later).
+    minimum, maximum: inclusive bounds.
+    above, below: exclusive bounds.
+    fallback: what an unset (None) field means when nothing else sets it.
+    flag: the field's name on the command line (default: the field's own name).
+    extra: anything else the owner of the declaration records (e.g. a resume policy).
+  """
+  help: str
+  choices: Choices = None
+  minimum: Optional[float] = None
+  maximum: Optional[float] = None
+  above: Optional[float] = None
+  below: Optional[float] = None
+  fallback: Any = None
+  flag: Optional[str] = None
+  extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def allowed(self) -> Optional[Tuple[Any, ...]]:
+    """The choices as a tuple (None when any value of the type is allowed)."""
+    if self.choices is None:
+      return None
+    return tuple(self.choices() if callable(self.choices) else self.choices)
+
+  def range_text(self) -> str:
+    """The bounds in words: "positive", ">= 0", "in [0, 1)", ... ("" when unbounded)."""
+    low = (("[", self.minimum) if self.minimum is not None else
+           ("(", self.above) if self.above is not None else None)
+    high = (("]", self.maximum) if self.maximum is not None else
+            (")", self.below) if self.below is not None else None)
+    if low and high:
+      return f"in {low[0]}{_number(low[1])}, {_number(high[1])}{high[0]}"
+    if low:
+      if low == ("(", 0):
+        return "positive"
+      return f"{'>=' if low[0] == '[' else '>'} {_number(low[1])}"
+    if high:
+      return f"{'<=' if high[0] == ']' else '<'} {_number(high[1])}"
+    return ""
+
+  def problem(self, value) -> Optional[str]:
+    """Why `value` is not allowed ("must be ..."), or None. None values are always allowed: an
+    unset field is filled later (or means "off")."""
+    if value is None:
+      return None
+    allowed = self.allowed()
+    if allowed is not None and value not in allowed:
+      return f"must be one of {list(allowed)}, got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      return None
+    in_range = ((self.minimum is None or value >= self.minimum)
+                and (self.maximum is None or value <= self.maximum)
+                and (self.above is None or value > self.above)
+                and (self.below is None or value < self.below))
+    return None if in_range else f"must be {self.range_text()}, got {value}"
+
+
+def _number(value) -> str:
+  return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def setting(default, help: str, *, choices: Choices = None, minimum=None, maximum=None,
+            above=None, below=None, fallback=None, flag: Optional[str] = None, **extra):
+  """A dataclass field declared with its help, allowed values and bounds (see `Spec`)."""
+  spec = Spec(help=help, choices=choices, minimum=minimum, maximum=maximum, above=above,
+              below=below, fallback=fallback, flag=flag, extra=extra)
+  return dataclasses.field(default=default, metadata={_METADATA_KEY: spec})
+
+
+def spec_of(field: dataclasses.Field) -> Spec:
+  """The declaration of a field; a ValueError for a field declared without `setting`."""
+  try:
+    return field.metadata[_METADATA_KEY]
+  except KeyError:
+    raise ValueError(f"field {field.name!r} is not declared with tfattn.settings.setting") from None
+
+
+def declared(cls) -> Iterator[Tuple[dataclasses.Field, Spec]]:
+  """(field, spec) of every field of a declared dataclass (or of an instance's class)."""
+  for field in dataclasses.fields(cls):
+    yield field, spec_of(field)
+
+
+def flag_name(field: dataclasses.Field) -> str:
+  return spec_of(field).flag or field.name
+
+
+def problems(instance, prefix: str = "--") -> Iterator[str]:
+  """One message per field whose value the declaration does not allow."""
+  for field, spec in declared(instance):
+    problem = spec.problem(getattr(instance, field.name))
+    if problem:
+      yield f"{prefix}{flag_name(field)} {problem}"
+
+
+def check(instance, prefix: str = "--") -> None:
+  """Raises ValueError naming the first field (as `--flag`) with a value its declaration does
+  not allow."""
+  for problem in problems(instance, prefix):
+    raise ValueError(problem)
+
+
+def fallbacks(cls) -> Dict[str, Any]:
+  """{field: fallback} of the fields that declare one."""
+  return {field.name: spec.fallback for field, spec in declared(cls) if spec.fallback is not None}
+
+
+def from_flags(cls, values: Mapping[str, Any], **overrides):
+  """An instance of `cls` from {flag name: value} (missing names keep their defaults)."""
+  kwargs = {field.name: values[flag_name(field)] for field, _ in declared(cls)
+            if flag_name(field) in values}
+  kwargs.update(overrides)
+  return cls(**kwargs)
+
+
+def to_flags(instance) -> Dict[str, Any]:
+  """{flag name: value} of every field."""
+  return {flag_name(field): getattr(instance, field.name) for field, _ in declared(instance)}
