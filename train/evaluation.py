@@ -9,6 +9,7 @@ import sacrebleu
 import tensorflow as tf
 
 from tfattn import decoding, losses
+from tfattn.decode_options import GREEDY, SAMPLE, DecodeOptions
 
 
 def bleu_scores(hypotheses, references):
@@ -23,10 +24,16 @@ def bleu_scores(hypotheses, references):
   return scores
 
 
-def make_decoder(model, beam_size=1, alpha=0.6, extra_decode_length=20):
-  """int32 source ids `[batch, length]` -> best int32 output ids `[batch, out_length]`."""
+def make_decoder(model, options: DecodeOptions):
+  """int32 source ids `[batch, length]` -> best int32 output ids `[batch, out_length]`, decoded
+  as `options` say (what the export serves)."""
+  if options.strategy == SAMPLE:
+    raise ValueError("evaluating with --decode_strategy=sample is not supported yet")
+  beam_size = 1 if options.strategy == GREEDY else options.beam_size
+
   def decode(source):
-    return decoding.best_output(model, source, beam_size, alpha, extra_decode_length)[0]
+    return decoding.best_output(model, source, beam_size, options.alpha,
+                                options.extra_decode_length, options.max_decode_length)[0]
   return tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 
@@ -36,10 +43,10 @@ def _first_rows(batch, count):
   return {key: value[:count] for key, value in batch.items()}
 
 
-def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, beam_size=1, alpha=0.6):
-  """Decodes held-out sources (greedy or beam search) and compares the detokenized outputs with
-  the reference texts ("target_text" in the batches, see `train.data.seq2seq_dataset`)."""
-  decode = make_decoder(model, beam_size, alpha)
+def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, options: DecodeOptions):
+  """Decodes held-out sources as `options` say and compares the detokenized outputs with the
+  reference texts ("target_text" in the batches, see `train.data.seq2seq_dataset`)."""
+  decode = make_decoder(model, options)
   teacher_forced = tf.function(lambda s, t: model(s, t),
                                input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
   correct_tokens = total_tokens = 0.0
@@ -60,7 +67,7 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, beam_size=1
   exact = sum(h == r for h, r in zip(hypotheses, references))
   metrics = {"exact_match": exact / max(len(hypotheses), 1),
              "token_accuracy": correct_tokens / max(total_tokens, 1.0),
-             "examples": len(hypotheses), "beam_size": beam_size}
+             "examples": len(hypotheses), "decode": options.to_dict()}
   metrics.update(bleu_scores(hypotheses, references))
   return metrics
 

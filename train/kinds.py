@@ -35,8 +35,7 @@ class Seq2Seq(kinds.Seq2SeqModel):
 
   def evaluate(self, model, dataset, tokenizers: Dict, config) -> Dict:
     return evaluation.evaluate_seq2seq(model, dataset, tokenizers["target"],
-                                       config.eval_examples, beam_size=config.eval_beam_size,
-                                       alpha=config.eval_alpha)
+                                       config.eval_examples, config.decode_options())
 
   def evaluation_note(self, config) -> str:
     return f" (beam {config.eval_beam_size})"

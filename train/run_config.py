@@ -4,6 +4,7 @@ import dataclasses
 import json
 from typing import Optional
 
+from tfattn.decode_options import BEAM, GREEDY, DecodeOptions
 from tfattn.kinds import SEQ2SEQ
 from train.files import write_json_atomically
 
@@ -79,6 +80,12 @@ class RunConfig:
     for values in defaults + (FALLBACKS,):
       config = config.with_defaults(values)
     return config
+
+  def decode_options(self) -> DecodeOptions:
+    """How this run's seq2seq outputs are decoded, in evaluation and in its export."""
+    strategy = GREEDY if (self.eval_beam_size or 1) == 1 else BEAM
+    return DecodeOptions(strategy=strategy, beam_size=self.eval_beam_size or 1,
+                         alpha=self.eval_alpha)
 
   def save(self, path):
     write_json_atomically(path, dataclasses.asdict(self))

@@ -30,3 +30,13 @@ def test_dict_round_trip_and_unknown_fields():
   assert DecodeOptions.from_dict(options.to_dict()) == options
   with pytest.raises(ValueError, match="unknown DecodeOptions fields"):
     DecodeOptions.from_dict({"beam": 4})
+
+
+def test_options_of_a_run_new_and_old():
+  options = DecodeOptions(strategy="sample", top_p=0.9)
+  assert DecodeOptions.of_run({"decode": options.to_dict()}) == options
+  # Run directories written before DecodeOptions existed.
+  assert DecodeOptions.of_run({"eval_beam_size": 4, "eval_alpha": 0.8}) == DecodeOptions(
+      strategy="beam", beam_size=4, alpha=0.8)
+  assert DecodeOptions.of_run({"eval_beam_size": None, "eval_alpha": 0.6}).strategy == "greedy"
+  assert DecodeOptions.of_run({"eval_beam_size": 1}).strategy == "greedy"

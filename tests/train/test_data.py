@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import text
+from tfattn.decode_options import DecodeOptions
 from train import data, evaluation, tasks, tokenizer
 from train.number_words import number_to_words
 
@@ -101,10 +102,9 @@ def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_
   raw = tasks.builtin_task("numbers", num_train=10, num_eval=12).eval()
   dataset = data.seq2seq_dataset(raw, source, target, batch_size=4, max_length=24,
                                  keep_text=True)
-  for beam_size in (1, 2):
-    metrics = evaluation.evaluate_seq2seq(model, dataset, target, max_examples=8,
-                                          beam_size=beam_size)
-    assert metrics["examples"] == 8 and metrics["beam_size"] == beam_size
+  for options in (DecodeOptions(strategy="greedy"), DecodeOptions(beam_size=2)):
+    metrics = evaluation.evaluate_seq2seq(model, dataset, target, 8, options)
+    assert metrics["examples"] == 8 and metrics["decode"] == options.to_dict()
     for name in ("exact_match", "token_accuracy", "bleu", "bleu_lowercase"):
       assert isinstance(metrics[name], float), name
     assert 0.0 <= metrics["exact_match"] <= 1.0 and 0.0 <= metrics["bleu"] <= 100.0
