@@ -98,9 +98,10 @@ def define_flags(declared_class, *, unset: str = "", optional: bool = False,
   Args:
     declared_class: the dataclass (e.g. `RunConfig`, `DecodeOptions`).
     unset: what a flag left unset means, for fields whose default is None (e.g. "the
-      recipe's, then the task's value"); shown in the help.
-    optional: every flag defaults to None ("unset": e.g. "the run's value"), whatever the
-      field's own default.
+      recipe's, then the task's value"), unless the field's declaration says (`unset=`);
+      shown in the help with the declared fallback.
+    optional: every flag defaults to None ("unset": e.g. "the run's value", then the field's
+      own default).
     skip: field names that get no flag.
     flag_values: where to define them (default: absl's global `flags.FLAGS`).
   """
@@ -122,9 +123,10 @@ def define_flags(declared_class, *, unset: str = "", optional: bool = False,
     if default is dataclasses.MISSING:
       raise ValueError(f"{declared_class.__name__}.{field.name} needs a default to be a flag")
     notes = [spec.range_text()] if spec.range_text() else []
-    if default is None and (unset or spec.fallback is not None):
-      fallback = "" if spec.fallback is None else f", else {spec.fallback}"
-      notes.append(f"default: {unset or 'unset'}{fallback}")
+    meaning = unset if spec.unset is None else spec.unset
+    fallback = spec.fallback if spec.fallback is not None or not optional else field.default
+    if default is None and meaning:
+      notes.append(f"default: {meaning}" + ("" if fallback is None else f", else {fallback}"))
     help_text = spec.help + (f" ({'; '.join(notes)})" if notes else "")
     allowed = spec.allowed()
     if allowed is not None:
@@ -139,6 +141,8 @@ def define_flags(declared_class, *, unset: str = "", optional: bool = False,
       flags.DEFINE_string(name, default, help_text, **define)
     else:
       raise TypeError(f"{declared_class.__name__}.{field.name}: no flag type for {kind}")
+    # --help lists the main module's key flags: these belong there, not to this module.
+    define["flag_values"].register_key_flag_for_module(sys.argv[0], define["flag_values"][name])
 
 
 def flag_values(declared_class, *, only_present: bool = False, skip=(), parsed=None) -> dict:

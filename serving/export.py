@@ -46,9 +46,25 @@ class _ClassifierExportKind(kinds.ClassifierModel):
 EXPORT_KINDS = {kind.name: kind for kind in (_Seq2SeqExportKind(), _ClassifierExportKind())}
 
 
-def load_trained(run_dir: str, checkpoint: Optional[str] = None, average_last: int = 1):
-  """Rebuilds the model of a run directory and restores its latest (or the given) checkpoint,
-  or the average of the last `average_last` checkpoints.
+def final_weights(run_dir: str) -> Optional[list]:
+  """The checkpoint prefixes of the weights the run's final evaluation judged (eval.json's
+  "weights": the last, the averaged or the best-on-validation checkpoints), or None for a run
+  that has not finished (or finished before eval.json named them)."""
+  layout = RunDir(run_dir)
+  if not os.path.exists(layout.eval_metrics):
+    return None
+  with open(layout.eval_metrics) as f:
+    weights = json.load(f).get("weights")
+  if not weights:
+    return None
+  return [os.path.join(layout.checkpoints, name) for name in weights["checkpoints"]]
+
+
+def load_trained(run_dir: str, checkpoint: Optional[str] = None,
+                 average_last: Optional[int] = None):
+  """Rebuilds the model of a run directory and restores the weights its final evaluation
+  judged (or the latest checkpoint of an unfinished run), or the given checkpoint, or the
+  average of the last `average_last` checkpoints.
 
   Returns (task info dict, model, {side: tokenizer}, the checkpoints restored)."""
   layout = RunDir(run_dir)
@@ -56,7 +72,9 @@ def load_trained(run_dir: str, checkpoint: Optional[str] = None, average_last: i
   task = layout.read_task()
   kind = kinds.lookup(task["kind"], EXPORT_KINDS)
   model = kind.build_model(layout.read_model_config())
-  averaged = checkpoints_to_average(layout.checkpoints, checkpoint, average_last)
+  averaged = None if checkpoint or average_last else final_weights(run_dir)
+  if averaged is None:
+    averaged = checkpoints_to_average(layout.checkpoints, checkpoint, average_last or 1)
   restore_average(model, averaged)
   tokenizers = {side: layout.load_tokenizer(side) for side in kind.vocabulary_sides}
   return task, model, tokenizers, averaged
@@ -101,7 +119,7 @@ def resolve_decode(decode):
 def export(run_dir: str, base_path: str, *, version: Optional[int] = None,
            checkpoint: Optional[str] = None, model_name: str = "tfattn", beam_size: int = 4,
            alpha: float = 0.6, warmup_texts: Optional[Sequence[str]] = None,
-           average_last: int = 1, decode: str = "auto",
+           average_last: Optional[int] = None, decode: str = "auto",
            warmup_batch_sizes: Sequence[int] = (1,)) -> str:
   """Exports the run's model as `<base_path>/<version>`; returns that directory.
 
@@ -114,7 +132,8 @@ def export(run_dir: str, base_path: str, *, version: Optional[int] = None,
     beam_size: serving_default's beam (1 = greedy).
     alpha: the beam search length penalty.
     warmup_texts: texts of the first warm-up request (default: a few vocabulary pieces and "").
-    average_last: export the mean of the last N kept checkpoints.
+    average_last: export the mean of the last N kept checkpoints (default: the weights the
+      run's final evaluation judged).
     decode: "graph", "xla" or "auto" (see `resolve_decode`); with "xla" the warm-up records hold
       one request per source length bucket and batch size in `warmup_batch_sizes`.
     warmup_batch_sizes: batch sizes the XLA warm-up compiles.
@@ -177,7 +196,9 @@ def _define_flags():
   flags.DEFINE_integer("beam_size", 4, "Beam size of serving_default (1 = greedy).", lower_bound=1)
   flags.DEFINE_float("alpha", 0.6, "Beam search length penalty.", lower_bound=0.0)
   flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
-  flags.DEFINE_integer("average_last", 1, "Average the weights of the last N kept checkpoints.",
+  flags.DEFINE_integer("average_last", None, "Average the weights of the last N kept "
+                       "checkpoints (default: the weights the run's final evaluation judged: "
+                       "its last, averaged or best-on-validation checkpoints).",
                        lower_bound=1)
   flags.DEFINE_enum("decode", "auto", ["auto"] + list(DECODE_MODES),
                     "Decoding in serving_default/translate_ids: xla = padded search compiled "
@@ -205,7 +226,7 @@ def main(argv):
   except ValueError:
     raise cli.UsageError("--warmup_batch_sizes must be a comma-separated list of integers, got "
                          f"{','.join(f.warmup_batch_sizes)}") from None
-  logging.info("exporting %s to %s: version=%s checkpoint=%s average_last=%d beam_size=%d "
+  logging.info("exporting %s to %s: version=%s checkpoint=%s average_last=%s beam_size=%d "
                "alpha=%s decode=%s warmup_batch_sizes=%s", run_dir, f.base_path,
                f.version or "next", f.checkpoint or "latest", f.average_last, f.beam_size,
                f.alpha, resolve_decode(f.decode), batch_sizes)

@@ -1,10 +1,12 @@
-"""Kinds of model, by the name a run directory records (`task.json`'s "kind"): which model a kind
-builds and which vocabularies it has. The training program adds batches, loss and evaluation
-(`train/kinds.py`), the export adds its serving module (`serving/export.py`); neither tests a
+"""Kinds of model, by the name a run directory records (`task.json`'s "kind"). `ModelKind` is what
+every layer's kind object provides: the model it builds and its vocabularies. The training
+program extends it with batches, loss and evaluation (`train/kinds.py`: `TrainingKind`), the
+export with its serving module (`serving/export.py`: `ExportKind`); each layer keeps a registry
+by name, and a test checks that the three registries hold the same kinds. Nothing tests a
 kind's name.
 """
 
-from typing import Tuple
+from typing import Dict, Protocol, Tuple, runtime_checkable
 
 import tensorflow as tf
 
@@ -14,15 +16,36 @@ from tfattn.transformer import EncoderClassifier, Transformer
 SEQ2SEQ, CLASSIFICATION = "seq2seq", "classification"
 
 
+@runtime_checkable
+class ModelKind(Protocol):
+  """What a task kind's model is.
+
+  Attributes:
+    name: the kind's name, recorded in a run's `task.json`.
+    vocabulary_sides: one vocabulary per side ("source", "target"), learned from the first,
+      second, ... element of a training example.
+  """
+  name: str
+  vocabulary_sides: Tuple[str, ...]
+
+  def build_model(self, config: TransformerConfig) -> tf.Module:
+    """A new model of this kind with every variable created."""
+
+  def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
+    """{side: vocabulary size} -> the TransformerConfig vocabulary fields."""
+
+
 class Seq2SeqModel:
   """Source text -> target text with an encoder-decoder `Transformer`."""
 
   name = SEQ2SEQ
-  # One vocabulary per side, learned from the first and second element of an example.
   vocabulary_sides: Tuple[str, ...] = ("source", "target")
 
   def build_model(self, config: TransformerConfig) -> tf.Module:
     return Transformer(config)
+
+  def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
+    return dict(source_vocab_size=sizes["source"], target_vocab_size=sizes["target"])
 
 
 class ClassifierModel:
@@ -33,6 +56,13 @@ class ClassifierModel:
 
   def build_model(self, config: TransformerConfig) -> tf.Module:
     return EncoderClassifier(config)
+
+  def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
+    # No decoder: the target size only has to be a valid config value.
+    return dict(source_vocab_size=sizes["source"], target_vocab_size=sizes["source"])
+
+
+MODEL_KINDS = {kind.name: kind for kind in (Seq2SeqModel(), ClassifierModel())}
 
 
 def lookup(name: str, registry: dict):

@@ -6,10 +6,12 @@ the export and the benchmarks read it, the tests build it; all name its files th
   task.json          {"name", "kind", "num_classes", "truncate"}
   vocab/             source.model, target.model (SentencePiece) or source.txt, target.txt
   checkpoints/       tf.train.CheckpointManager: model, optimizer, step, data iterator, RNG
+  checkpoints/best/  --keep_best_by: the weights with the best validation metric, best.json
   tmp_workers/       multi-worker training: the other workers' private checkpoints
   logs/              TensorBoard scalars
   train_log.jsonl    one line a logged step
-  eval.json          the latest held-out metrics
+  eval.json          the latest evaluation: validation (and at the end test) metrics, and
+                     which checkpoints the final weights are
 """
 
 import json
@@ -56,6 +58,10 @@ class RunDir:
   @property
   def checkpoints(self) -> str:
     return self._join("checkpoints")
+
+  @property
+  def best_checkpoints(self) -> str:
+    return self._join("checkpoints", "best")
 
   def worker_checkpoints(self, task_id: int) -> str:
     """Where a non-chief worker writes (collectives need every worker to save)."""

@@ -28,6 +28,8 @@ class Spec:
     minimum, maximum: inclusive bounds.
     above, below: exclusive bounds.
     fallback: what an unset (None) field means when nothing else sets it.
+    unset: what leaving the field unset (None) means, in words, when the field's owner says
+      it differently (e.g. "no export"); "" says nothing.
     flag: the field's name on the command line (default: the field's own name).
     extra: anything else the owner of the declaration records (e.g. a resume policy).
   """
@@ -38,6 +40,7 @@ class Spec:
   above: Optional[float] = None
   below: Optional[float] = None
   fallback: Any = None
+  unset: Optional[str] = None
   flag: Optional[str] = None
   extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -85,10 +88,11 @@ def _number(value) -> str:
 
 
 def setting(default, help: str, *, choices: Choices = None, minimum=None, maximum=None,
-            above=None, below=None, fallback=None, flag: Optional[str] = None, **extra):
+            above=None, below=None, fallback=None, unset: Optional[str] = None,
+            flag: Optional[str] = None, **extra):
   """A dataclass field declared with its help, allowed values and bounds (see `Spec`)."""
   spec = Spec(help=help, choices=choices, minimum=minimum, maximum=maximum, above=above,
-              below=below, fallback=fallback, flag=flag, extra=extra)
+              below=below, fallback=fallback, unset=unset, flag=flag, extra=extra)
   return dataclasses.field(default=default, metadata={_METADATA_KEY: spec})
 
 
@@ -110,10 +114,16 @@ def flag_name(field: dataclasses.Field) -> str:
   return spec_of(field).flag or field.name
 
 
-def problems(instance, prefix: str = "--") -> Iterator[str]:
-  """One message per field whose value the declaration does not allow."""
-  for field, spec in declared(instance):
-    problem = spec.problem(getattr(instance, field.name))
+def problems(cls, values: Mapping[str, Any], prefix: str = "--") -> Iterator[str]:
+  """One message per value in {field name: value} that its declaration in `cls` does not
+  allow (an unknown field name is a problem too)."""
+  fields = {field.name: (field, spec) for field, spec in declared(cls)}
+  for name, value in values.items():
+    if name not in fields:
+      yield f"unknown setting {name!r}; known: {sorted(fields)}"
+      continue
+    field, spec = fields[name]
+    problem = spec.problem(value)
     if problem:
       yield f"{prefix}{flag_name(field)} {problem}"
 
@@ -121,7 +131,13 @@ def problems(instance, prefix: str = "--") -> Iterator[str]:
 def check(instance, prefix: str = "--") -> None:
   """Raises ValueError naming the first field (as `--flag`) with a value its declaration does
   not allow."""
-  for problem in problems(instance, prefix):
+  check_values(type(instance), {field.name: getattr(instance, field.name)
+                                for field in dataclasses.fields(instance)}, prefix)
+
+
+def check_values(cls, values: Mapping[str, Any], prefix: str = "--") -> None:
+  """`check` for loose {field name: value} values meant for `cls`."""
+  for problem in problems(cls, values, prefix):
     raise ValueError(problem)
 
 

@@ -1,4 +1,4 @@
-"""Choosing a tf.distribute strategy."""
+"""Devices: the tf.distribute strategy, and the XLA and precision defaults of this machine."""
 
 import json
 import os
@@ -42,6 +42,25 @@ def make_strategy(name="auto", cpu_replicas=0):
   logging.info("strategy %s with %d replica(s)", type(strategy).__name__,
                strategy.num_replicas_in_sync)
   return strategy
+
+
+def _gpus_support_bfloat16(gpus):
+  for gpu in gpus:
+    capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+    if not capability or tuple(capability) < (8, 0):  # bf16 tensor cores: Ampere and later
+      return False
+  return True
+
+
+def resolve_device_defaults(jit_compile, mixed_precision):
+  """(jit_compile, mixed_precision) for this machine: an unset `jit_compile` and
+  `mixed_precision="auto"` mean XLA and bfloat16 on GPUs that run them well, plain float32
+  graphs on CPUs."""
+  gpus = tf.config.list_physical_devices("GPU")
+  jit_compile = bool(gpus) if jit_compile is None else jit_compile
+  if mixed_precision == "auto":
+    mixed_precision = "mixed_bfloat16" if gpus and _gpus_support_bfloat16(gpus) else "float32"
+  return jit_compile, mixed_precision
 
 
 def is_chief(strategy):

@@ -4,6 +4,7 @@
 import time
 
 import tensorflow as tf
+from absl import logging
 
 
 def measure_matmul_peak(device, dtype, size=None, seconds=0.5):
@@ -52,3 +53,14 @@ class Meter:
     """(tokens per second, MFU) since the last reset."""
     elapsed = max(time.time() - self.start, 1e-9)
     return self.tokens / elapsed, self.flops / elapsed / self.peak_flops
+
+
+def meter_for(strategy: tf.distribute.Strategy, compute_dtype: str) -> Meter:
+  """A Meter whose peak is the matmul peak measured on the first training device (times the
+  local GPUs; split CPU "replicas" share one CPU)."""
+  device = strategy.extended.worker_devices[0]
+  peak = measure_matmul_peak(device, compute_dtype)
+  devices = len(strategy.extended.worker_devices) if "GPU" in device.upper() else 1
+  logging.info("%s matmul peak on %s: %.1f TFLOP/s (x%d devices: the MFU denominator)",
+               compute_dtype, device, peak / 1e12, devices)
+  return Meter(peak * devices)

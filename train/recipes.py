@@ -1,55 +1,101 @@
 """Named recipes: RunConfig values proven on real data, selected with `--recipe=NAME`.
 
-A recipe fills every flag the user did not give (explicit flags win; the task's own defaults
-fill what the recipe leaves unset). Each one is judged by `benchmarks/quality.py` against a
-published number; WORKSPACE_NOTES records the measured results with their commands. Both
-Transformer recipes were measured with dropout on the feed-forward hidden layer too
-(`feed_forward_dropout`, not the paper's placement), so they keep it.
+A recipe is one record: its values, the data it expects (shown by `--help`), and the published
+numbers it is judged against by `benchmarks/quality.py`. It fills every flag the user did not
+give (explicit flags win; the task's own defaults fill what the recipe leaves unset).
+WORKSPACE_NOTES records the measured results with their commands. Both Transformer recipes were
+measured with dropout on the feed-forward hidden layer too (`feed_forward_dropout`, not the
+paper's placement), so they keep it.
 """
 
-from train.tasks import CLASSIFICATION, SEQ2SEQ
+import dataclasses
+from typing import Mapping, Tuple
 
-RECIPES = {
+from train.task import CLASSIFICATION, SEQ2SEQ
+
+
+@dataclasses.dataclass(frozen=True)
+class Anchor:
+  """A published (or target) number a recipe is compared with."""
+  metric: str     # a key of eval.json's test metrics, e.g. "accuracy", "bleu"
+  value: float
+  source: str     # who published it, or "this project's target"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  """A named configuration measured on real data.
+
+  Attributes:
+    name: `--recipe=NAME`.
+    kind: the task kind it fits.
+    data: the data it expects, in words (for `--help`).
+    dataset: which public data set `benchmarks/quality.py` judges it on ("imdb", "multi30k").
+    values: the RunConfig values it sets (`decode` as a dict of DecodeOptions fields).
+    anchors: the numbers it is judged against.
+  """
+  name: str
+  kind: str
+  data: str
+  dataset: str
+  values: Mapping
+  anchors: Tuple[Anchor, ...]
+
+
+RECIPES = {recipe.name: recipe for recipe in (
     # Su Jianlin's single-attention-layer IMDB model ("Attention is All You Need" 浅读, 2018):
     # Embedding(20000, 128), 8 heads x 16, global average pooling, dropout 0.5, batch 32, Adam
     # 1e-3. Published: val_acc 0.843 without positions, 0.8447 with sinusoidal positions (the
     # last 80 words, 5 epochs). Its own schedule on SentencePiece pieces measured 0.7911 here:
-    # the model peaks after one epoch and 80 pieces hold fewer words than 80 words. The last 160
-    # pieces, one epoch, cosine decay from 1e-3: 0.8608 (WORKSPACE_NOTES).
-    "imdb_attention": dict(
-        kind=CLASSIFICATION, classifier_body="attention", d_model=128, num_heads=8,
-        num_layers=1, dff=512, dropout=0.5, tokenizer="sentencepiece", lower_case=True,
-        vocab_size=20000, vocab_examples=25_000, max_length=160, truncate="left",
-        batch_size=32, train_steps=782, schedule="cosine", learning_rate=1e-3, warmup_steps=50,
-        label_smoothing=0.0),
-    # A small Transformer encoder classifier for IMDB: beats the published Keras example's
-    # single Transformer block (0.8745, maxlen 200, 2 epochs). The last 512 tokens, 2 epochs:
-    # 0.8837 (the last 384 tokens for 3 epochs gave 0.8798; WORKSPACE_NOTES).
-    "imdb_transformer": dict(
-        kind=CLASSIFICATION, num_layers=2, d_model=128, num_heads=4, dff=512, dropout=0.1,
-        feed_forward_dropout=0.1, tokenizer="sentencepiece", lower_case=True, vocab_size=16000,
-        vocab_examples=25_000, max_length=512, truncate="left", batch_size=32, train_steps=1563,
-        schedule="cosine", learning_rate=5e-4, warmup_steps=200, label_smoothing=0.0),
+    # the model peaks after one epoch and 80 pieces hold fewer words than 80 words.
+    Recipe("imdb_attention", CLASSIFICATION,
+           "--task=imdb_reviews or a classification TSV (IMDB reviews)", "imdb",
+           dict(classifier_body="attention", d_model=128, num_heads=8, num_layers=1, dff=512,
+                dropout=0.5, tokenizer="sentencepiece", lower_case=True, vocab_size=20000,
+                vocab_examples=25_000, max_length=160, truncate="left", batch_size=32,
+                train_steps=782, schedule="cosine", learning_rate=1e-3, warmup_steps=50,
+                label_smoothing=0.0),
+           (Anchor("accuracy", 0.843, "Su Jianlin, one Keras attention layer, no positions"),
+            Anchor("accuracy", 0.8447, "same, sinusoidal positions"))),
+    # A small Transformer encoder classifier for IMDB, against the published Keras example's
+    # single Transformer block (0.8745, maxlen 200, 2 epochs).
+    Recipe("imdb_transformer", CLASSIFICATION,
+           "--task=imdb_reviews or a classification TSV (IMDB reviews)", "imdb",
+           dict(num_layers=2, d_model=128, num_heads=4, dff=512, dropout=0.1,
+                feed_forward_dropout=0.1, tokenizer="sentencepiece", lower_case=True,
+                vocab_size=16000, vocab_examples=25_000, max_length=512, truncate="left",
+                batch_size=32, train_steps=1563, schedule="cosine", learning_rate=5e-4,
+                warmup_steps=200, label_smoothing=0.0),
+           (Anchor("accuracy", 0.8745, "Keras example: one Transformer block, maxlen 200"),
+            Anchor("accuracy", 0.88, "this project's target"))),
     # Multi30k German->English (task 1, raw cased text) through --task=tsv: 3+3 layers,
     # d_model 256, dff 512, ~18 epochs; the paper's schedule shape with its peak (2e-3, what
     # Noam gives at d_model 256 and 1000 warm-up steps) set directly; the export averages the
-    # last 5 checkpoints (800 steps); beam 4 in evaluation, BLEU on detokenized cased text.
-    "multi30k_de_en": dict(
-        kind=SEQ2SEQ, model="small", num_layers=3, d_model=256, num_heads=8, dff=512,
-        dropout=0.1, feed_forward_dropout=0.1, tokenizer="sentencepiece", lower_case=False,
-        vocab_size=8000,
-        vocab_examples=29_000, max_length=64, batch_size=128, train_steps=4000,
-        schedule="rsqrt", learning_rate=2e-3, warmup_steps=1000, label_smoothing=0.1,
-        checkpoint_every=200, keep_checkpoints=5, average_checkpoints=5, eval_beam_size=4),
-}
+    # last 5 checkpoints (800 steps); beam 4, BLEU on detokenized cased text.
+    Recipe("multi30k_de_en", SEQ2SEQ, "a German<TAB>English TSV (Multi30k task 1)", "multi30k",
+           dict(model="small", num_layers=3, d_model=256, num_heads=8, dff=512, dropout=0.1,
+                feed_forward_dropout=0.1, tokenizer="sentencepiece", lower_case=False,
+                vocab_size=8000, vocab_examples=29_000, max_length=64, batch_size=128,
+                train_steps=4000, schedule="rsqrt", learning_rate=2e-3, warmup_steps=1000,
+                label_smoothing=0.1, checkpoint_every=200, keep_checkpoints=5,
+                average_checkpoints=5, decode=dict(strategy="beam", beam_size=4, alpha=0.6)),
+           (Anchor("bleu", 38.0, "this project's target (cased)"),
+            Anchor("bleu_lowercase", 41.0, "this project's target (lowercased)"),
+            Anchor("bleu_lowercase", 36.5, "same-size public PyTorch Transformer, greedy"))),
+)}
 
 
-def recipe_values(name, kind):
+def recipe_values(name: str, kind: str) -> dict:
   """The RunConfig values of recipe `name`; checks that it fits a task of `kind`."""
   if name not in RECIPES:
     raise ValueError(f"unknown recipe {name!r}; choose one of {sorted(RECIPES)}")
-  values = dict(RECIPES[name])
-  recipe_kind = values.pop("kind")
-  if recipe_kind != kind:
-    raise ValueError(f"recipe {name!r} is for {recipe_kind} tasks, not {kind}")
-  return values
+  recipe = RECIPES[name]
+  if recipe.kind != kind:
+    raise ValueError(f"recipe {name!r} is for {recipe.kind} tasks, not {kind}")
+  return dict(recipe.values)
+
+
+def help_text() -> str:
+  """`--recipe`'s help: each recipe with the data it expects."""
+  return ("A named recipe measured on real data (train/recipes.py): fills every flag not given "
+          "explicitly. " + "; ".join(f"{r.name}: {r.data}" for r in RECIPES.values()) + ".")

@@ -1,8 +1,9 @@
 """Resuming a run directory safely: a run resumes with the configuration it was started with.
 
-Fields that decide what is learned (task, data, model, vocabulary, optimisation) must match the
-saved `run_config.json`; fields about how and where it runs (devices, precision, logging,
-evaluation, how long) may change. Everything here runs before a file is written.
+Every RunConfig field declares its resume policy (`train/run_config.py`): fields that decide
+what is learned must match the saved `run_config.json`; fields about how long, how often and how
+it is judged may change; devices and precision follow the machine the run resumes on. Everything
+here runs before a file is written.
 """
 
 import dataclasses
@@ -10,14 +11,11 @@ import os
 from typing import Iterable, Optional
 
 from tfattn.run_dir import RunDir
-from train.run_config import RunConfig
+from train.run_config import FOLLOWS_MACHINE, MUST_MATCH, RunConfig, resume_policy
 
-# May differ between the first run and a resumed one.
-RESUMABLE_CHANGES = frozenset({
-    "run_dir", "recipe", "data_dir", "train_steps", "mixed_precision", "jit_compile",
-    "deterministic", "strategy", "cpu_replicas", "checkpoint_every", "keep_checkpoints",
-    "average_checkpoints", "log_every", "eval_every", "eval_examples", "eval_beam_size",
-    "eval_alpha", "export_base_path"})
+
+def fields_with(policy: str) -> frozenset:
+  return frozenset(f.name for f in dataclasses.fields(RunConfig) if resume_policy(f) == policy)
 
 
 def saved_config(run_dir: str) -> Optional[RunConfig]:
@@ -38,26 +36,23 @@ def saved_config(run_dir: str) -> Optional[RunConfig]:
     raise ValueError(f"{path} cannot be read ({error}); pass a new --run_dir") from None
 
 
-# Follow the machine a run resumes on, not the one it started on, unless given as flags.
-MACHINE_FIELDS = frozenset({"run_dir", "strategy", "cpu_replicas", "mixed_precision",
-                            "jit_compile", "deterministic"})
-
-
 def merge_for_resume(saved: RunConfig, requested: RunConfig,
                      explicit: Iterable[str]) -> RunConfig:
   """The configuration of a resumed run: the saved values, except the flags given on this
-  command line (`explicit`) and the machine-dependent fields (devices, precision, XLA)."""
-  explicit = set(explicit) | MACHINE_FIELDS
-  return RunConfig(**{field.name: getattr(requested if field.name in explicit else saved,
-                                          field.name)
-                      for field in dataclasses.fields(RunConfig)})
+  command line (`explicit` field names) and the fields that follow the machine. Decoding
+  options given on the command line replace the saved ones one by one."""
+  explicit = set(explicit) | fields_with(FOLLOWS_MACHINE)
+  merged = {f.name: getattr(requested if f.name in explicit else saved, f.name)
+            for f in dataclasses.fields(RunConfig)}
+  merged["decode"] = {**(saved.decode or {}), **(requested.decode or {})}
+  return RunConfig(**merged)
 
 
 def differences(saved: RunConfig, resolved: RunConfig) -> list:
-  """`name: saved -> now` for every field that decides what is learned and differs."""
+  """`--name: saved -> now` for every field that decides what is learned and differs."""
   return [f"--{f.name}: {getattr(saved, f.name)!r} -> {getattr(resolved, f.name)!r}"
           for f in dataclasses.fields(RunConfig)
-          if f.name not in RESUMABLE_CHANGES
+          if resume_policy(f) == MUST_MATCH
           and getattr(saved, f.name) != getattr(resolved, f.name)]
 
 

@@ -1,123 +1,30 @@
-"""The training run: tokenizers, model, optimizer, distributed custom loop, checkpoints, metrics.
+"""The training run: model, optimizer, distributed custom loop, checkpoints, evaluation.
 
-What it writes, where: `tfattn/run_dir.py` (RunDir).
+What it writes, where: `tfattn/run_dir.py` (RunDir). The vocabularies are learned by
+`train/vocabularies.py`, the run files written by `train/run_files.py`, the MFU peak measured by
+`train/performance.py`; the task kind (`train/kinds.py`) supplies model, batches, loss and
+evaluation.
 """
 
 import dataclasses
-import json
 import os
 import shutil
 import signal
 import time
-from typing import Tuple
+from typing import Dict, List, Optional, Tuple
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-import tfattn
-from tfattn import checkpoints, text
+from tfattn import checkpoints
 from tfattn.run_dir import RunDir
-from tfattn.schedules import WARMUP_DECAYS, NoamSchedule, WarmupSchedule
-from train import distribute, kinds, performance, recipes, resume, tokenizer
-from train.files import write_json_atomically, write_text_atomically
+from tfattn.schedules import NoamSchedule, WarmupSchedule
+from train import distribute, kinds, performance, resume, run_files, vocabularies
+from train.best_checkpoint import BestCheckpoint
 from train.run_config import RunConfig
-from train.tasks import Task, get_task
-
-_SCHEDULES = ("noam",) + WARMUP_DECAYS
-_TRUNCATE_SIDES = ("right", "left")
-
-_COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16",
-                   "mixed_bfloat16": "bfloat16"}
-
-
-def model_config_for(config: RunConfig, source_vocab, target_vocab, num_classes):
-  if config.mixed_precision not in _COMPUTE_DTYPES:
-    raise ValueError(f"--mixed_precision must be one of {list(_COMPUTE_DTYPES)}")
-  overrides = dict(source_vocab_size=source_vocab, target_vocab_size=target_vocab,
-                   max_length=config.max_length, norm_position=config.norm_position,
-                   compute_dtype=_COMPUTE_DTYPES[config.mixed_precision],
-                   num_classes=num_classes, seed=config.seed, dropout_rate=config.dropout,
-                   feed_forward_dropout_rate=config.feed_forward_dropout)
-  if config.classifier_body is not None:
-    overrides["classifier_body"] = config.classifier_body
-  for field, value in (("d_model", config.d_model), ("num_heads", config.num_heads),
-                       ("dff", config.dff), ("num_encoder_layers", config.num_layers),
-                       ("num_decoder_layers", config.num_layers)):
-    if value is not None:
-      overrides[field] = value
-  return tfattn.TransformerConfig.preset(config.model, **overrides)
-
-
-_MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
-_POSITIVE_FIELDS = ("batch_size", "vocab_size", "max_length", "log_every", "checkpoint_every",
-                    "keep_checkpoints", "average_checkpoints", "eval_examples", "eval_beam_size",
-                    "grad_accum_steps", "d_model", "num_heads", "dff", "num_layers",
-                    "vocab_examples", "batch_tokens", "learning_rate")
-_CHOICES = {"tokenizer": tokenizer.TOKENIZERS, "truncate": _TRUNCATE_SIDES,
-            "schedule": _SCHEDULES}
-
-
-def check_values(config: RunConfig) -> None:
-  """Raises ValueError for the first set field with an impossible value. Unset (None) fields
-  are skipped, so this runs on the flags before any data is touched, and again once the
-  recipe and the task's defaults have filled the rest."""
-  for name in _POSITIVE_FIELDS:
-    value = getattr(config, name)
-    if value is not None and value <= 0:
-      raise ValueError(f"--{name} must be positive, got {value}")
-  for name in ("train_steps", "warmup_steps", "eval_every", "cpu_replicas", "clip_norm"):
-    value = getattr(config, name)
-    if value is not None and value < 0:
-      raise ValueError(f"--{name} must be >= 0, got {value}")
-  for name in ("dropout", "feed_forward_dropout", "label_smoothing"):
-    value = getattr(config, name)
-    if value is not None and not 0 <= value < 1:
-      raise ValueError(f"--{name} must be in [0, 1), got {value}")
-  for name, choices in _CHOICES.items():
-    value = getattr(config, name)
-    if value is not None and value not in choices:
-      raise ValueError(f"--{name} must be one of {list(choices)}, got {value!r}")
-  if (config.average_checkpoints and config.keep_checkpoints
-      and config.average_checkpoints > config.keep_checkpoints):
-    raise ValueError(f"--average_checkpoints ({config.average_checkpoints}) needs "
-                     f"--keep_checkpoints >= it (got {config.keep_checkpoints})")
-  if config.batch_tokens and config.max_length and config.batch_tokens < config.max_length:
-    raise ValueError(f"--batch_tokens ({config.batch_tokens}) must hold at least one "
-                     f"--max_length ({config.max_length}) example")
-
-
-def resolve_config(config: RunConfig, task) -> RunConfig:
-  """Explicit flags, then the recipe, then the task's defaults, then the global fallbacks;
-  checks the values that would otherwise fail late (after vocabulary learning). An explicit
-  --model preset is not resized by the recipe's or the task's d_model, dff, heads, layers."""
-  layers = (recipes.recipe_values(config.recipe, task.kind),) if config.recipe else ()
-  layers += (task.defaults,)
-  if config.model is not None:
-    layers = tuple({k: v for k, v in layer.items() if k not in _MODEL_SIZE_FIELDS}
-                   for layer in layers)
-  config = config.resolved(*layers)
-  check_values(config)
-  return _resolve_device_defaults(config)
-
-
-def _gpus_support_bfloat16(gpus):
-  for gpu in gpus:
-    capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
-    if not capability or tuple(capability) < (8, 0):  # bf16 tensor cores: Ampere and later
-      return False
-  return True
-
-
-def _resolve_device_defaults(config: RunConfig) -> RunConfig:
-  """`--jit_compile` unset and `--mixed_precision=auto` follow the hardware: XLA and bfloat16
-  on GPUs that run them well, plain float32 graphs on CPUs."""
-  gpus = tf.config.list_physical_devices("GPU")
-  jit_compile = bool(gpus) if config.jit_compile is None else config.jit_compile
-  precision = config.mixed_precision
-  if precision == "auto":
-    precision = "mixed_bfloat16" if gpus and _gpus_support_bfloat16(gpus) else "float32"
-  return dataclasses.replace(config, jit_compile=jit_compile, mixed_precision=precision)
+from train.task import Task
+from train.tasks import get_task
 
 
 def make_schedule(config: RunConfig, d_model):
@@ -125,21 +32,6 @@ def make_schedule(config: RunConfig, d_model):
     return NoamSchedule(d_model, config.warmup_steps, config.learning_rate)
   return WarmupSchedule(config.learning_rate, config.warmup_steps, config.train_steps,
                         config.schedule)
-
-
-def _tokenizers(task, sides, config, run_dir: RunDir):
-  """{side: tokenizer}, the vocabulary of side i learned from the i-th element of the task's
-  examples; learned once: a resumed run reuses the saved files."""
-  loaded = {}
-  for index, side in enumerate(sides):
-    try:
-      loaded[side] = run_dir.load_tokenizer(side)
-    except ValueError:  # a new run: learn it
-      path = tokenizer.learn_and_write(
-          config.tokenizer, task.train().map(lambda *pair, i=index: pair[i]), config.vocab_size,
-          os.path.join(run_dir.vocab, side), config.lower_case, config.vocab_examples)
-      loaded[side] = text.load_tokenizer(path)
-  return loaded
 
 
 class _StopRequest:
@@ -172,15 +64,18 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
   the task (logged), sets op determinism and the global seed, builds the strategy.
 
   Returns (resolved config, task, strategy), the arguments of `Trainer`."""
-  check_values(config)
-  task = get_task(config.task, config.seed, config.data_dir, config.train_file,
-                  config.eval_file, config.tsv_kind)
-  config = resolve_config(config, task)
+  config.check()
+  task = get_task(config)
+  config = config.resolved_for(task)
+  jit_compile, precision = distribute.resolve_device_defaults(config.jit_compile,
+                                                              config.mixed_precision)
+  config = dataclasses.replace(config, jit_compile=jit_compile, mixed_precision=precision)
   logging.info("effective configuration: %s", "  ".join(
       f"{k}={v}" for k, v in sorted(dataclasses.asdict(config).items()) if v is not None))
-  if config.clip_norm and config.mixed_precision == "mixed_float16":
-    raise ValueError("--clip_norm with --mixed_precision=mixed_float16 is not supported "
-                     "(clipping would see loss-scaled gradients); use mixed_bfloat16")
+  if task.validation_note:
+    logging.warning("%s", task.validation_note)
+  if task.test is None:
+    logging.info("this task has no test data: the run reports validation numbers only")
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
@@ -200,67 +95,77 @@ class Trainer:
   def __init__(self, config: RunConfig, task: Task, strategy: tf.distribute.Strategy):
     self.config, self.task, self.strategy = config, task, strategy
     self.kind = kinds.of(task)
-    self.is_chief = distribute.is_chief(self.strategy)
-    if config.batch_size % self.strategy.num_replicas_in_sync:
-      raise ValueError(f"--batch_size ({config.batch_size}) must be divisible by the number of "
-                       f"replicas ({self.strategy.num_replicas_in_sync})")
-    # Everything that can be checked is checked before the first file is written: the model
-    # settings (with the requested vocabulary size) and the saved run's configuration.
-    model_config_for(config, config.vocab_size, config.vocab_size, self.task.num_classes)
-    resume.check_resumable(config.run_dir, config)
+    self.is_chief = distribute.is_chief(strategy)
+    self.local_replicas = len(strategy.extended.worker_devices)
     self.run_dir = RunDir(config.run_dir)
+    self._check_before_writing()
     os.makedirs(self.run_dir.path, exist_ok=True)
-    self.tokenizers = _tokenizers(self.task, self.kind.vocabulary_sides, config, self.run_dir)
-    source_vocab = self.tokenizers["source"].vocab_size
-    target_vocab = self.tokenizers.get("target", self.tokenizers["source"]).vocab_size
-    self.model_config = model_config_for(config, source_vocab,
-                                         target_vocab, self.task.num_classes)
+    self.tokenizers = vocabularies.learn_or_load(task, self.kind.vocabulary_sides, config,
+                                                 self.run_dir)
+    self.model_config = config.model_config(
+        num_classes=task.num_classes, **self._vocab_sizes(self.tokenizers))
     if self.is_chief:
-      config.save(self.run_dir.run_config)
-      write_text_atomically(self.run_dir.model_config, self.model_config.to_json())
-      write_json_atomically(self.run_dir.task,
-                  {"name": self.task.name, "kind": self.task.kind,
-                   "num_classes": self.task.num_classes, "truncate": config.truncate})
+      run_files.write_start(self.run_dir, config, self.model_config, task)
+    self._build_model_and_optimizer()
+    self._build_datasets()
+    self._build_checkpoints()
+    self._train_step = self._make_train_step()
+    self.meter = performance.meter_for(strategy, self.model_config.compute_dtype)
+    self._batch_shapes = set()
 
+  def _vocab_sizes(self, tokenizers) -> Dict[str, int]:
+    return self.kind.vocab_sizes({side: t.vocab_size for side, t in tokenizers.items()})
+
+  def _check_before_writing(self):
+    """What can be checked is checked before the first file is written: the replica split, the
+    model settings (with the requested vocabulary size) and the saved run's configuration."""
+    c = self.config
+    if c.batch_size % self.strategy.num_replicas_in_sync:
+      raise ValueError(f"--batch_size ({c.batch_size}) must be divisible by the number of "
+                       f"replicas ({self.strategy.num_replicas_in_sync})")
+    c.model_config(num_classes=self.task.num_classes,
+                   **self.kind.vocab_sizes({side: c.vocab_size
+                                            for side in self.kind.vocabulary_sides}))
+    resume.check_resumable(c.run_dir, c)
+
+  def _build_model_and_optimizer(self):
     with self.strategy.scope():
       self.model = self.kind.build_model(self.model_config)
-      schedule = make_schedule(config, self.model_config.d_model)
+      schedule = make_schedule(self.config, self.model_config.d_model)
       self.optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-      if config.mixed_precision == "mixed_float16":
+      if self.config.mixed_precision == "mixed_float16":
         self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
       # Slots are created up front: lazily creating them inside strategy.run fails.
       self.optimizer.build(self.model.trainable_variables)
 
-    # Data: each worker reads its own shard in batches of batch_size / num_workers, and each
-    # local replica slices its rows out of that batch inside the step. A plain tf.data
-    # iterator (unlike tf.distribute's) is checkpointable, which gives exact resume.
-    self.local_replicas = len(self.strategy.extended.worker_devices)
+  def _build_datasets(self):
+    """Each worker reads its own shard of the training examples in batches of batch_size /
+    num_workers, and each local replica slices its rows out of that batch inside the step. A
+    plain tf.data iterator (unlike tf.distribute's) is checkpointable: exact resume."""
+    c = self.config
     num_workers = self.strategy.num_replicas_in_sync // self.local_replicas
-    worker_index = (self.strategy.cluster_resolver.task_id if num_workers > 1 else 0)
     train_raw = self.task.train()
     if num_workers > 1:
-      train_raw = train_raw.shard(num_workers, worker_index)
+      train_raw = train_raw.shard(num_workers, self.strategy.cluster_resolver.task_id)
     self.train_dataset = self._dataset(
-        train_raw, training=True, batch_size=config.batch_size // num_workers,
-        batch_tokens=(config.batch_tokens // num_workers if config.batch_tokens else None))
-    self.eval_dataset = self._dataset(self.task.eval(), training=False)
+        train_raw, training=True, batch_size=c.batch_size // num_workers,
+        batch_tokens=(c.batch_tokens // num_workers if c.batch_tokens else None))
     self.iterator = iter(self.train_dataset)
+    self.validation_dataset = self._dataset(self.task.validation(), training=False)
+    self.test_dataset = (self._dataset(self.task.test(), training=False)
+                         if self.task.test is not None else None)
+
+  def _build_checkpoints(self):
     self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                           data=self.iterator)
-    checkpoint_dir = self.run_dir.checkpoints
+    directory = self.run_dir.checkpoints
     if not self.is_chief:  # other workers must write too (collectives), but somewhere private
-      checkpoint_dir = self.run_dir.worker_checkpoints(self.strategy.cluster_resolver.task_id)
-    self.manager = tf.train.CheckpointManager(self.checkpoint, checkpoint_dir,
-                                              max_to_keep=config.keep_checkpoints)
-    self._train_step = self._make_train_step()
-    device = self.strategy.extended.worker_devices[0]
-    peak = performance.measure_matmul_peak(device, self.model_config.compute_dtype)
-    # Split CPU "replicas" share one CPU; GPUs add up.
-    devices = self.local_replicas if "GPU" in device.upper() else 1
-    logging.info("%s matmul peak on %s: %.1f TFLOP/s (x%d devices: the MFU denominator)",
-                 self.model_config.compute_dtype, device, peak / 1e12, devices)
-    self.meter = performance.Meter(peak * devices)
-    self._batch_shapes = set()
+      directory = self.run_dir.worker_checkpoints(self.strategy.cluster_resolver.task_id)
+    self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
+                                              max_to_keep=self.config.keep_checkpoints)
+    self.best = (BestCheckpoint(self.model, self.run_dir.best_checkpoints,
+                                self.config.keep_best_by)
+                 if self.config.keep_best_by and self.is_chief else None)
 
   @property
   def step(self):
@@ -275,7 +180,8 @@ class Trainer:
       # Bucket-length padding under XLA: a handful of batch shapes, one program each.
       kwargs.update(batch_tokens=batch_tokens, multiple_of=self.local_replicas,
                     pad_to_bucket=c.jit_compile)
-    return self.kind.dataset(raw, self.tokenizers, training, c.truncate, **kwargs)
+    return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate,
+                             **kwargs)
 
   def _make_train_step(self):
     """One optimizer step over `grad_accum_steps` micro-batches.
@@ -293,13 +199,14 @@ class Trainer:
     local_replicas = self.local_replicas
     micro_batches = self.config.grad_accum_steps
     smoothing = self.config.label_smoothing
+    kind, model = self.kind, self.model
 
     def gradients(batch):
       with tf.GradientTape() as tape:
-        loss_sum, correct, count, tokens = self.kind.loss_sums(self.model, batch, smoothing)
-        mean = loss_sum / tf.maximum(count, 1.0)
+        sums = kind.loss_sums(model, batch, smoothing)
+        mean = sums.loss / tf.maximum(sums.count, 1.0)
         to_differentiate = optimizer.scale_loss(mean) if scaled else mean
-      return tape.gradient(to_differentiate, variables), loss_sum, correct, count, tokens
+      return tape.gradient(to_differentiate, variables), sums
 
     if self.config.jit_compile:
       gradients = tf.function(gradients, jit_compile=True)
@@ -307,18 +214,18 @@ class Trainer:
     def replica_step(worker_batches):
       replica = tf.distribute.get_replica_context()
       local_id = replica.replica_id_in_sync_group % local_replicas
-      summed, sums = None, [tf.constant(0.0)] * 4
+      summed, totals = None, kinds.LossSums(*[tf.constant(0.0)] * 4)
       for worker_batch in worker_batches:
         rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
         batch = {name: value[local_id * rows:(local_id + 1) * rows]
                  for name, value in worker_batch.items()}
-        grads, *batch_sums = gradients(batch)
-        count = batch_sums[2]  # gradient of the mean x token count = gradient of the sum
-        weighted = [g * count for g in grads]
+        grads, sums = gradients(batch)
+        # The gradient of the mean times the token count is the gradient of the sum.
+        weighted = [g * sums.count for g in grads]
         summed = weighted if summed is None else [a + b for a, b in zip(summed, weighted)]
-        sums = [a + b for a, b in zip(sums, batch_sums)]
-      loss_sum, correct, count, tokens = sums
-      global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, count), 1.0)
+        totals = kinds.LossSums(*[a + b for a, b in zip(totals, sums)])
+      global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, totals.count),
+                                1.0)
       grads = [g / global_count for g in summed]
       if clip_norm:
         # Keras clips each replica's *local* gradients; the global norm needs the sum first.
@@ -327,27 +234,29 @@ class Trainer:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         grads = [g / replica.num_replicas_in_sync for g in grads]
       optimizer.apply_gradients(zip(grads, variables))
-      return loss_sum / global_count, correct, count, tokens
+      return totals._replace(loss=totals.loss / global_count)
 
     @tf.function
     def train_step(iterator):
       batches = [iterator.get_next() for _ in range(micro_batches)]
       per_replica = self.strategy.run(replica_step, args=(batches,))
-      totals = [self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-                for value in per_replica]
+      totals = kinds.LossSums(*[
+          self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+          for value in per_replica])
       # Padded (rows, source length, target length) of each micro-batch: FLOPs and the XLA
       # program count are derived from them.
-      shapes = [tf.stack([tf.shape(b["source"])[0], tf.shape(b["source"])[1],
-                          tf.shape(b["target_in"])[1] if "target_in" in b else 0])
-                for b in batches]
-      return totals, tf.stack(shapes)
+      return totals, tf.stack([kind.batch_shape(b) for b in batches])
 
     return train_step
 
-  def evaluate(self):
-    metrics = self.kind.evaluate(self.model, self.eval_dataset, self.tokenizers, self.config)
-    metrics["step"] = self.step
-    return metrics
+  def evaluate(self, dataset=None, max_examples: Optional[int] = -1) -> Dict:
+    """Metrics of the model as it is on `dataset` (default: validation) over `max_examples`
+    examples (-1: --eval_examples; None: all)."""
+    if dataset is None:
+      dataset = self.validation_dataset
+    if max_examples == -1:
+      max_examples = self.config.eval_examples
+    return self.kind.evaluate(self.model, dataset, self.tokenizers, self.config, max_examples)
 
   def _save(self):
     path = self.manager.save(checkpoint_number=self.step)
@@ -356,13 +265,15 @@ class Trainer:
     return path
 
   def run(self):
+    """Trains to `train_steps` (resuming), then judges the final weights: the last ones, the
+    mean of the last `average_checkpoints`, or the best on validation (`keep_best_by`), on
+    validation and (once) on test. Returns eval.json's contents; None when stopped early."""
     c = self.config
     restored = self.manager.restore_or_initialize()
     if restored:
       logging.info("resumed from %s at step %d", restored, self.step)
     writer = (tf.summary.create_file_writer(self.run_dir.logs)
               if self.is_chief else tf.summary.create_noop_writer())
-    log_path = self.run_dir.train_log
     stop = _StopRequest()
     if self.step < c.train_steps:
       logging.info("training from step %d to %d (the first step builds the graph)", self.step,
@@ -371,48 +282,50 @@ class Trainer:
       interval_start, interval_step = time.time(), self.step
       self.meter.reset()
       while self.step < c.train_steps and not stop.requested:
-        (loss, correct, count, tokens), shapes = self._train_step(self.iterator)
+        sums, shapes = self._train_step(self.iterator)
         step = self.step
         shapes = [tuple(int(x) for x in row) for row in shapes.numpy()]
         self._note_batch_shapes(shapes)
-        self.meter.add(float(tokens), kinds.step_training_flops(self.kind, self.model_config,
-                                                                shapes))
+        self.meter.add(float(sums.tokens),
+                       kinds.step_training_flops(self.kind, self.model_config, shapes))
         if step % c.log_every == 0 or step == c.train_steps:
-          elapsed = time.time() - interval_start
-          steps_per_second = (step - interval_step) / max(elapsed, 1e-9)
-          tokens_per_second, mfu = self.meter.read()
-          eta = (c.train_steps - step) / max(steps_per_second, 1e-9)
-          record = {"step": step, "loss": float(loss),
-                    "accuracy": float(correct) / max(float(count), 1.0),
-                    "learning_rate": float(self.optimizer.learning_rate),
-                    "steps_per_second": steps_per_second,
-                    "tokens_per_second": tokens_per_second, "mfu": mfu}
-          logging.info("step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  "
-                       "MFU %.3f  ETA %dm%02ds", step, c.train_steps, record["loss"],
-                       record["accuracy"], record["learning_rate"], steps_per_second,
-                       tokens_per_second, mfu, eta // 60, eta % 60)
-          if self.is_chief:
-            with writer.as_default(step=step):
-              for name in ("loss", "accuracy", "learning_rate", "steps_per_second",
-                           "tokens_per_second", "mfu"):
-                tf.summary.scalar(f"train/{name}", record[name])
-            with open(log_path, "a") as f:
-              f.write(json.dumps(record) + "\n")
+          self._log_progress(writer, step, sums, (step - interval_step) /
+                             max(time.time() - interval_start, 1e-9))
           interval_start, interval_step = time.time(), step
           self.meter.reset()
         if step % c.checkpoint_every == 0:
           self._save()
         if c.eval_every and step % c.eval_every == 0 and step < c.train_steps:
-          self._log_eval(writer)
+          self._validate(writer)
       self._save()
       if stop.requested:
         logging.warning("stopped at step %d; run again with the same --run_dir to resume",
                         self.step)
         return None
-      return self._log_eval(writer, self._average_for_final_evaluation())
+      return self._final_evaluation(writer)
     finally:
       stop.restore()
       writer.flush()
+
+  def _log_progress(self, writer, step, sums, steps_per_second):
+    c = self.config
+    tokens_per_second, mfu = self.meter.read()
+    eta = (c.train_steps - step) / max(steps_per_second, 1e-9)
+    record = {"step": step, "loss": float(sums.loss),
+              "accuracy": float(sums.correct) / max(float(sums.count), 1.0),
+              "learning_rate": float(self.optimizer.learning_rate),
+              "steps_per_second": steps_per_second,
+              "tokens_per_second": tokens_per_second, "mfu": mfu}
+    logging.info("step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  "
+                 "MFU %.3f  ETA %dm%02ds", step, c.train_steps, record["loss"],
+                 record["accuracy"], record["learning_rate"], steps_per_second,
+                 tokens_per_second, mfu, eta // 60, eta % 60)
+    if self.is_chief:
+      with writer.as_default(step=step):
+        for name, value in record.items():
+          if name != "step":
+            tf.summary.scalar(f"train/{name}", value)
+      run_files.append_train_log(self.run_dir, record)
 
   def _note_batch_shapes(self, shapes):
     """Under XLA each new padded batch shape compiles one more program: say so."""
@@ -424,12 +337,33 @@ class Trainer:
                                                        else "") for r, s_len, t_len in new),
                    len(self._batch_shapes), "" if len(self._batch_shapes) == 1 else "s")
 
-  def _average_for_final_evaluation(self):
-    """Loads the mean of the last `average_checkpoints` kept checkpoints into the model, so the
-    final evaluation judges the weights the export will serve; returns their prefixes."""
+  def _validate(self, writer) -> Dict:
+    """An in-run evaluation on validation: logged, written, and offered to --keep_best_by."""
+    logging.info("evaluating on up to %d validation examples%s", self.config.eval_examples,
+                 self.kind.evaluation_note(self.config))
+    metrics = self.evaluate()
+    self._report(writer, "validation", metrics)
+    if self.is_chief:
+      run_files.write_evaluation(self.run_dir, {"step": self.step, "validation": metrics})
+      if self.best is not None:
+        self.best.offer(metrics, self.step)
+    return metrics
+
+  def _choose_final_weights(self, writer) -> Dict:
+    """Loads the weights the run ends with into the model: the mean of the last
+    `average_checkpoints` kept checkpoints, or the best on validation, or the last ones.
+    Returns {"checkpoints": names under checkpoints/, "chosen_by": how}."""
+    last = os.path.basename(self.manager.latest_checkpoint)
+    if self.best is not None:
+      self._validate(writer)  # the last weights compete too
+      prefix = self.best.restore()
+      logging.info("final weights: the best %s on validation, step %d", self.best.metric,
+                   self.best.record["step"])
+      return {"checkpoints": [os.path.relpath(prefix, self.run_dir.checkpoints)],
+              "chosen_by": f"best {self.best.metric} on validation"}
     wanted = self.config.average_checkpoints
     if wanted <= 1 or not self.is_chief:
-      return []
+      return {"checkpoints": [last], "chosen_by": "last"}
     kept = len(self.manager.checkpoints)
     if kept < wanted:  # a run shorter than the averaging window
       logging.warning("--average_checkpoints=%d but only %d checkpoints are kept: averaging %d",
@@ -439,21 +373,43 @@ class Trainer:
     if len(chosen) > 1:
       logging.info("averaging the weights of %s", ", ".join(os.path.basename(p) for p in chosen))
       checkpoints.restore_average(self.model, chosen)
-    return chosen
+    return {"checkpoints": [os.path.basename(p) for p in chosen],
+            "chosen_by": f"average of the last {len(chosen)}" if len(chosen) > 1 else "last"}
 
-  def _log_eval(self, writer, averaged=()):
-    logging.info("evaluating on up to %d held-out examples%s", self.config.eval_examples,
-                 self.kind.evaluation_note(self.config))
-    metrics = self.evaluate()
-    if len(averaged) > 1:
-      metrics["averaged_checkpoints"] = [os.path.basename(p) for p in averaged]
-    logging.info("eval at step %d: %s", metrics["step"],
-                 "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                           for k, v in sorted(metrics.items())))
+  def _final_evaluation(self, writer) -> Dict:
+    """Validation, then test (judged once, whole) on the final weights; eval.json."""
+    weights = self._choose_final_weights(writer)
+    note = self.kind.evaluation_note(self.config)
+    logging.info("final evaluation on up to %d validation examples%s",
+                 self.config.eval_examples, note)
+    result = {"step": self.step, "weights": weights, "validation": self.evaluate()}
+    self._report(writer, "validation", result["validation"])
+    if self.test_dataset is not None:
+      logging.info("judging the test set, once%s", note)
+      result["test"] = self.evaluate(self.test_dataset, max_examples=self.config.test_examples)
+      self._report(writer, "test", result["test"])
     if self.is_chief:
-      with writer.as_default(step=metrics["step"]):
+      run_files.write_evaluation(self.run_dir, result)
+    return result
+
+  def _report(self, writer, role: str, metrics: Dict):
+    logging.info("%s at step %d: %s", role, self.step,
+                 "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                           for k, v in sorted(metrics.items()) if not isinstance(v, dict)))
+    if self.is_chief:
+      with writer.as_default(step=self.step):
         for name, value in metrics.items():
           if isinstance(value, float):
-            tf.summary.scalar(f"eval/{name}", value)
-      write_json_atomically(self.run_dir.eval_metrics, metrics)
-    return metrics
+            tf.summary.scalar(f"{role}/{name}", value)
+
+
+def final_metrics(result: Dict) -> List[str]:
+  """One line per role of a final evaluation, for the console."""
+  lines = []
+  for role in ("validation", "test"):
+    if role in result:
+      shown = {k: round(v, 4) if isinstance(v, float) else v
+               for k, v in result[role].items() if not isinstance(v, dict)
+               and not k.endswith("_signature")}
+      lines.append(f"{role}: {shown}")
+  return lines

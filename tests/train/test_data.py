@@ -8,7 +8,8 @@ import tensorflow as tf
 import tfattn
 from tfattn import text
 from tfattn.decode_options import DecodeOptions
-from train import data, evaluation, tasks, tokenizer
+from train import data, evaluation, tokenizer
+from train.builtin_tasks import builtin_task
 from train.number_words import number_to_words
 
 
@@ -99,7 +100,7 @@ def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_
       tf.train.latest_checkpoint(str(trained_run / "checkpoints"))).expect_partial()
   source, target = (text.load_tokenizer(text.tokenizer_path(str(trained_run / "vocab"), side))
                     for side in ("source", "target"))
-  raw = tasks.builtin_task("numbers", num_train=10, num_eval=12).eval()
+  raw = builtin_task("numbers", num_train=10, num_eval=12, num_test=1).validation()
   dataset = data.seq2seq_dataset(raw, source, target, batch_size=4, max_length=24,
                                  keep_text=True)
   for options in (DecodeOptions(strategy="greedy"), DecodeOptions(beam_size=2)):

@@ -1,6 +1,7 @@
-"""train.tasks: TFDS tasks through their real builders on locally prepared data, offline
-failures, TSV files."""
+"""train.tasks: TFDS tasks through their real builders on locally prepared data, their split
+slices and offline failures; built-in tasks; TSV files; the three data roles."""
 
+import dataclasses
 import os
 import socket
 import time
@@ -10,7 +11,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tfattn import text
-from train import data, tasks, tokenizer
+from train import data, tasks, tfds_tasks, tokenizer
+from train.builtin_tasks import builtin_task
+from train.run_config import RunConfig
 
 from tfds_helpers import FAKE_ROWS, prepare_fake_tfds
 from train_helpers import free_ports
@@ -23,34 +26,58 @@ def test_tfds_builders_import_and_describe_their_data(name, tmp_path):
   assert not builder.is_prepared()
 
 
+def _rows(dataset):
+  return sorted((s.decode(), t.decode() if isinstance(t, bytes) else int(t))
+                for s, t in dataset.as_numpy_iterator())
+
+
 @pytest.mark.parametrize("name", tasks.TFDS_TASKS)
-def test_tfds_tasks_read_locally_prepared_data(name, tmp_path):
+def test_tfds_tasks_read_locally_prepared_data_in_three_roles(name, tmp_path):
   prepare_fake_tfds(name, tmp_path / "tfds")
-  task = tasks.get_task(name, data_dir=str(tmp_path / "tfds"))
+  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds")))
   rows = FAKE_ROWS[name]
-  train = list(task.train().as_numpy_iterator())
-  assert sorted(train) == sorted((s.encode(), t.encode() if isinstance(t, str) else t)
-                                 for s, t in rows["train"])
+  spec = tfds_tasks.DATASETS[name]
+  assert task.kind == spec.kind and task.num_classes == spec.num_classes
+  train, validation, test = (_rows(role()) for role in (task.train, task.validation, task.test))
+  assert test == sorted(rows["test"])
+  if name == "imdb_reviews":  # validation is held out from train: together they are train
+    assert len(validation) == len(rows["train"]) // 10 + 1 or len(validation) == len(
+        rows["train"]) // 10
+    assert sorted(train + validation) == sorted(rows["train"])
+  else:
+    assert train == sorted(rows["train"]) and validation == sorted(rows["validation"])
   vocab = tokenizer.learn_and_write(tokenizer.SENTENCEPIECE, task.train().map(lambda s, t: s),
                                     300, str(tmp_path / "vocab"))
   tok = text.load_tokenizer(vocab)
   if task.kind == tasks.CLASSIFICATION:
-    assert len(list(task.eval())) == len(rows["test"])
-    batch = next(iter(data.classification_dataset(task.eval(), tok, 4, 32, truncate="left")))
+    batch = next(iter(data.classification_dataset(task.test(), tok, 4, 32, truncate="left")))
     assert batch["label"].dtype == tf.int64 and batch["source"].dtype == tf.int32
   else:
-    assert len(list(task.eval())) == len(rows["validation"])
-    batch = next(iter(data.seq2seq_dataset(task.eval(), tok, tok, 4, 64, keep_text=True)))
+    batch = next(iter(data.seq2seq_dataset(task.validation(), tok, tok, 4, 64, keep_text=True)))
     assert batch["source"].shape[0] == 4
     assert batch["target_text"].numpy()[0].decode() == rows["validation"][0][1]
 
 
+def test_tfds_split_flags_override_the_table_and_are_checked(tmp_path):
+  name = "ted_hrlr_translate/pt_to_en"
+  prepare_fake_tfds(name, tmp_path / "tfds")
+  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds"),
+                                  train_split="train[:50%]", validation_split="test",
+                                  test_split=""))
+  assert len(_rows(task.train())) == len(FAKE_ROWS[name]["train"]) // 2
+  assert _rows(task.validation()) == sorted(FAKE_ROWS[name]["test"])
+  assert task.test is None
+  with pytest.raises(ValueError, match="has no split 'dev'"):
+    tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds"), test_split="dev"))
+
+
 def test_unprepared_tfds_data_fails_fast_offline_naming_data_dir(tmp_path, monkeypatch):
   closed = ("127.0.0.1", free_ports(1)[0])
-  monkeypatch.setitem(tasks.TFDS_DOWNLOAD_HOSTS, "imdb_reviews", closed)
+  monkeypatch.setitem(tfds_tasks.DATASETS, "imdb_reviews", dataclasses.replace(
+      tfds_tasks.DATASETS["imdb_reviews"], download_host=closed))
   started = time.time()
-  with pytest.raises(tasks.DataUnavailableError) as raised:
-    tasks.get_task("imdb_reviews", data_dir=str(tmp_path))
+  with pytest.raises(tfds_tasks.DataUnavailableError) as raised:
+    tasks.get_task(RunConfig(task="imdb_reviews", data_dir=str(tmp_path)))
   message = str(raised.value)
   assert time.time() - started < 30
   assert "\n" not in message and str(tmp_path) in message
@@ -61,27 +88,55 @@ def test_reachable_is_bounded_in_time():
   with socket.socket() as listening:
     listening.bind(("127.0.0.1", 0))
     listening.listen()
-    assert tasks.reachable("127.0.0.1", listening.getsockname()[1])
-  assert not tasks.reachable("127.0.0.1", free_ports(1)[0])
+    assert tfds_tasks.reachable("127.0.0.1", listening.getsockname()[1])
+  assert not tfds_tasks.reachable("127.0.0.1", free_ports(1)[0])
 
 
-def test_builtin_tasks_are_deterministic_and_hold_out_eval():
-  first = tasks.builtin_task("reverse", seed=3, num_train=500, num_eval=50)
-  second = tasks.builtin_task("reverse", seed=3, num_train=500, num_eval=50)
+def test_builtin_tasks_are_deterministic_and_hold_out_validation_and_test():
+  first = builtin_task("reverse", seed=3, num_train=500, num_eval=50, num_test=40)
+  second = builtin_task("reverse", seed=3, num_train=500, num_eval=50, num_test=40)
   def as_list(ds):
     return [(s.numpy(), t.numpy()) for s, t in ds]
-  assert as_list(first.train()) == as_list(second.train())
+  for role in ("train", "validation", "test"):
+    assert as_list(getattr(first, role)()) == as_list(getattr(second, role)())
   train_sources = {s for s, _ in as_list(first.train())}
-  eval_pairs = as_list(first.eval())
-  assert len(eval_pairs) == 50 and not train_sources & {s for s, _ in eval_pairs}
-  source, target = eval_pairs[0]
+  validation, test = as_list(first.validation()), as_list(first.test())
+  assert len(validation) == 50 and len(test) == 40
+  validation_sources, test_sources = {s for s, _ in validation}, {s for s, _ in test}
+  assert not train_sources & validation_sources and not train_sources & test_sources
+  assert not validation_sources & test_sources
+  source, target = validation[0]
   assert source.decode().split()[::-1] == target.decode().split()
+
+
+def test_adding_the_test_role_left_train_and_validation_unchanged():
+  """Runs saved before the test role existed resume on the same examples: the test examples
+  come from their own random stream."""
+  from train.builtin_tasks import MAKERS, _can_hold_out, held_out_split
+  task = builtin_task("numbers", seed=0, num_train=300, num_eval=30, num_test=30)
+  train, validation = held_out_split(MAKERS["numbers"], 0, 300, 30, _can_hold_out("numbers"))
+  assert _rows(task.train()) == sorted(train)
+  assert _rows(task.validation()) == sorted(validation)
+
+
+def test_tsv_task_roles(tmp_path):
+  (tmp_path / "train.tsv").write_text("a\tA\nb\tB\n")
+  (tmp_path / "val.tsv").write_text("c\tC\n")
+  (tmp_path / "test.tsv").write_text("d\tD\ne\tE\n")
+  task = tasks.get_task(RunConfig(task="tsv", train_file=str(tmp_path / "train.tsv"),
+                                  validation_file=str(tmp_path / "val.tsv"),
+                                  test_file=str(tmp_path / "test.tsv")))
+  assert _rows(task.validation()) == [("c", "C")] and len(_rows(task.test())) == 2
+  assert not task.validation_note
+  unheld = tasks.get_task(RunConfig(task="tsv", train_file=str(tmp_path / "train.tsv")))
+  assert unheld.test is None and _rows(unheld.validation()) == [("a", "A"), ("b", "B")]
+  assert "not held out" in unheld.validation_note
 
 
 def test_tsv_classification_task_counts_classes(tmp_path):
   path = tmp_path / "train.tsv"
   path.write_text("good film\t2\nbad film\t0\nok film\t1\n")
-  task = tasks.get_task("tsv", train_file=str(path), tsv_kind="classification")
+  task = tasks.get_task(RunConfig(task="tsv", train_file=str(path), tsv_kind="classification"))
   assert task.num_classes == 3 and task.defaults["truncate"] == "left"
 
 
@@ -94,7 +149,7 @@ def test_tsv_errors_name_file_and_line(tmp_path, content, kind, message):
   path = tmp_path / "data.tsv"
   path.write_text(content)
   with pytest.raises(ValueError, match=message):
-    tasks.get_task("tsv", train_file=str(path), tsv_kind=kind)
+    tasks.get_task(RunConfig(task="tsv", train_file=str(path), tsv_kind=kind))
 
 
 @pytest.mark.slow
@@ -103,7 +158,7 @@ def test_train_cli_without_tfds_data_offline_is_one_line_and_exit_2(tmp_path):
   import sys
 
   from train_helpers import REPO, environment
-  if tasks.reachable(*tasks.TFDS_DOWNLOAD_HOSTS["imdb_reviews"]):
+  if tfds_tasks.reachable(*tfds_tasks.DATASETS["imdb_reviews"].download_host):
     pytest.skip("this machine can download the data; the offline path is tested in-process")
   started = time.time()
   result = subprocess.run(

@@ -7,7 +7,6 @@ The REST server's own mistakes are in tests/serving/test_server_cli.py.
 
 import concurrent.futures
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -80,12 +79,12 @@ def _write_saved_run(tmp, run):
   """A run directory as a first `python -m train` leaves it, without training it: the saved
   configuration is the built-in task's, resolved as the trainer resolves it."""
   from tfattn.run_dir import RunDir
-  from train import tasks, trainer
   from train.run_config import RunConfig
+  from train.task import BUILTIN_DEFAULTS
   config = RunConfig(run_dir=str(run), task="numbers")
-  resolved = dataclasses.replace(config.resolved(tasks.BUILTIN_DEFAULTS),
+  resolved = dataclasses.replace(config.resolved(BUILTIN_DEFAULTS),
                                  mixed_precision="float32", jit_compile=False)
-  trainer.check_values(resolved)
+  resolved.check()
   layout = RunDir(run)
   os.makedirs(layout.vocab)
   resolved.save(layout.run_config)
@@ -163,10 +162,15 @@ def helps():
 @pytest.mark.parametrize("program", ["train", "serving.export", "serving.check",
                                      "serving.client"])
 def test_help_lists_every_flag_and_exits_0(helps, program):
-  from train.run_config import RunConfig
+  from tfattn import settings
+  from tfattn.decode_options import DecodeOptions
+  from train.run_config import FLAGLESS, RunConfig
   result = helps[program]
   assert result.returncode == 0, result.stderr[-2000:]
-  expected = {"train": [f.name for f in dataclasses.fields(RunConfig)] + ["export_decode"],
+  every_setting = [settings.flag_name(f) for f in dataclasses.fields(RunConfig)
+                   if f.name not in FLAGLESS]
+  decode_flags = [settings.flag_name(f) for f in dataclasses.fields(DecodeOptions)]
+  expected = {"train": every_setting + decode_flags + ["eval_file", "eval_beam_size"],
               "serving.export": ["run_dir", "base_path", "decode", "beam_size"],
               "serving.check": ["verbose_errors"],  # the shared one: check takes a DIR
               "serving.client": ["host", "port", "text", "metadata"]}[program]
@@ -174,52 +178,3 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
     assert f"  --{flag}:" in result.stdout or f"  --[no]{flag}:" in result.stdout, (
         flag, result.stdout[:3000])
   assert "(default:" in result.stdout
-
-
-def test_resume_takes_the_saved_configuration(tmp_path):
-  """`python -m train --run_dir=R` on an existing run resumes it as it was started; flags
-  about the machine and the bookkeeping may change."""
-  from train import resume
-  from train.run_config import RunConfig
-  saved = RunConfig(run_dir="r", task="numbers", d_model=64, train_steps=10, seed=3,
-                    strategy="one_device", mixed_precision="float32")
-  requested = RunConfig(run_dir="r", train_steps=20, strategy="mirrored")
-  merged = resume.merge_for_resume(saved, requested, explicit=["run_dir", "train_steps"])
-  assert (merged.d_model, merged.seed, merged.train_steps) == (64, 3, 20)
-  assert merged.strategy == "mirrored" and merged.mixed_precision == "auto"
-  assert resume.differences(saved, merged) == []
-  assert resume.differences(saved, dataclasses.replace(merged, seed=4)) == ["--seed: 3 -> 4"]
-
-
-def test_explicit_model_preset_is_not_resized_by_the_task(tmp_path):
-  from train import tasks, trainer
-  from train.run_config import RunConfig
-  task = tasks.builtin_task("numbers", num_train=10, num_eval=2)
-  resolved = trainer.resolve_config(RunConfig(model="base"), task)
-  assert (resolved.d_model, resolved.num_layers, resolved.dff) == (None, None, None)
-  config = trainer.model_config_for(resolved, 100, 100, 2)
-  assert (config.d_model, config.num_encoder_layers, config.dff) == (512, 6, 2048)
-  default = trainer.resolve_config(RunConfig(), task)
-  assert (default.model, default.d_model) == ("tiny", 128)
-
-
-def test_a_directory_with_checkpoints_but_no_config_is_refused(tmp_path):
-  from train import resume
-  os.makedirs(tmp_path / "checkpoints")
-  with pytest.raises(ValueError, match="not written by `python -m train`"):
-    resume.saved_config(str(tmp_path))
-  assert resume.saved_config(str(tmp_path / "new")) is None
-  (tmp_path / "run_config.json").write_text(json.dumps({"no_such_field": 1}))
-  with pytest.raises(ValueError, match="cannot be read"):
-    resume.saved_config(str(tmp_path))
-
-
-def test_runs_saved_before_feed_forward_dropout_resume_with_what_they_trained(tmp_path):
-  """Older run_config.json files lack the field; those runs dropped the feed-forward hidden
-  layer at `dropout`, so resuming keeps that rather than silently changing the model."""
-  from train.run_config import RunConfig
-  path = tmp_path / "run_config.json"
-  path.write_text(json.dumps({"task": "numbers", "dropout": 0.3}))
-  assert RunConfig.load(str(path)).feed_forward_dropout == 0.3
-  path.write_text(json.dumps({"task": "numbers", "dropout": 0.3, "feed_forward_dropout": 0.0}))
-  assert RunConfig.load(str(path)).feed_forward_dropout == 0.0

@@ -1,0 +1,67 @@
+"""train.resume: the rules derived from each RunConfig field's declared resume policy."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from train import resume
+from train.run_config import (
+  FOLLOWS_MACHINE,
+  MAY_CHANGE,
+  MUST_MATCH,
+  RESUME_POLICIES,
+  RunConfig,
+  resume_policy,
+  run_setting,
+)
+
+
+def test_every_setting_declares_a_resume_policy():
+  for field in dataclasses.fields(RunConfig):
+    assert resume_policy(field) in RESUME_POLICIES, field.name
+
+
+def test_a_setting_without_a_resume_policy_cannot_be_declared():
+  with pytest.raises(TypeError):
+    run_setting(1, "no policy")  # pylint: disable=missing-kwoa
+  with pytest.raises(ValueError, match="resume policy must be one of"):
+    run_setting(1, "a policy nobody knows", resume="sometimes")
+
+
+def test_the_policies_split_the_settings_as_the_readme_says():
+  """What is learned must match; how long and how it is judged may change; devices follow the
+  machine."""
+  must, may, machine = (resume.fields_with(p) for p in (MUST_MATCH, MAY_CHANGE, FOLLOWS_MACHINE))
+  assert {"task", "d_model", "vocab_size", "batch_size", "seed", "schedule", "train_file",
+          "validation_file", "train_split"} <= must
+  assert {"train_steps", "eval_every", "eval_examples", "decode", "export_base_path",
+          "keep_best_by", "test_file", "test_split"} <= may
+  assert {"strategy", "cpu_replicas", "mixed_precision", "jit_compile", "run_dir"} <= machine
+
+
+def test_resume_takes_the_saved_configuration():
+  """`python -m train --run_dir=R` on an existing run resumes it as it was started; flags
+  about the machine and the bookkeeping may change."""
+  saved = RunConfig(run_dir="r", task="numbers", d_model=64, train_steps=10, seed=3,
+                    strategy="one_device", mixed_precision="float32",
+                    decode=dict(strategy="beam", beam_size=4, alpha=0.6))
+  requested = RunConfig(run_dir="r", train_steps=20, strategy="mirrored",
+                        decode=dict(beam_size=2))
+  merged = resume.merge_for_resume(saved, requested, explicit=["run_dir", "train_steps"])
+  assert (merged.d_model, merged.seed, merged.train_steps) == (64, 3, 20)
+  assert merged.strategy == "mirrored" and merged.mixed_precision == "auto"
+  assert merged.decode == dict(strategy="beam", beam_size=2, alpha=0.6)
+  assert resume.differences(saved, merged) == []
+  assert resume.differences(saved, dataclasses.replace(merged, seed=4)) == ["--seed: 3 -> 4"]
+
+
+def test_a_directory_with_checkpoints_but_no_config_is_refused(tmp_path):
+  os.makedirs(tmp_path / "checkpoints")
+  with pytest.raises(ValueError, match="not written by `python -m train`"):
+    resume.saved_config(str(tmp_path))
+  assert resume.saved_config(str(tmp_path / "new")) is None
+  (tmp_path / "run_config.json").write_text(json.dumps({"no_such_field": 1}))
+  with pytest.raises(ValueError, match="cannot be read"):
+    resume.saved_config(str(tmp_path))

@@ -1,0 +1,109 @@
+"""train.run_config: one declaration per setting; resolution, checks, saved configurations."""
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from tfattn import settings
+from tfattn.decode_options import DecodeOptions
+from train import recipes, tasks
+from train.builtin_tasks import builtin_task
+from train.run_config import FALLBACKS, RunConfig
+
+
+def test_every_setting_is_declared_with_help():
+  for field, spec in settings.declared(RunConfig):
+    assert spec.help.strip(), field.name
+
+
+def test_fallbacks_come_from_the_declarations():
+  assert FALLBACKS["label_smoothing"] == 0.1 and FALLBACKS["schedule"] == "noam"
+  assert FALLBACKS["lower_case"] is False
+  resolved = RunConfig().resolved()
+  assert resolved.label_smoothing == 0.1 and resolved.keep_checkpoints == 3
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(batch_size=0), "--batch_size must be positive, got 0"),
+    (dict(train_steps=-5), "--train_steps must be >= 0, got -5"),
+    (dict(dropout=1.5), "--dropout must be in [0, 1), got 1.5"),
+    (dict(task="nope"), "--task must be one of"),
+    (dict(average_checkpoints=5, keep_checkpoints=3), "needs --keep_checkpoints >= it"),
+    (dict(batch_tokens=8, max_length=16), "must hold at least one --max_length"),
+    (dict(clip_norm=1.0, mixed_precision="mixed_float16"), "--clip_norm with"),
+    (dict(keep_best_by="bleu", average_checkpoints=5), "give one of them"),
+    (dict(train_split="train"), "--train_split applies to TFDS tasks only"),
+    (dict(decode=dict(beam_size=0)), "--beam_size must be >= 1, got 0"),
+])
+def test_check_names_the_first_impossible_setting(changes, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    RunConfig(**changes).check()
+
+
+def test_keep_best_by_must_be_a_metric_of_the_kind():
+  RunConfig(keep_best_by="bleu").check(kind="seq2seq")
+  with pytest.raises(ValueError, match="not a classification metric"):
+    RunConfig(keep_best_by="bleu").check(kind="classification")
+
+
+def test_explicit_model_preset_is_not_resized_by_the_task():
+  task = builtin_task("numbers", num_train=10, num_eval=2, num_test=2)
+  resolved = RunConfig(model="base").resolved_for(task)
+  assert (resolved.d_model, resolved.num_layers, resolved.dff) == (None, None, None)
+  config = resolved.model_config(100, 100, 2)
+  assert (config.d_model, config.num_encoder_layers, config.dff) == (512, 6, 2048)
+  default = RunConfig().resolved_for(task)
+  assert (default.model, default.d_model) == ("tiny", 128)
+
+
+def test_decoding_options_layer_like_every_other_setting():
+  """Explicit flags > recipe > task > DecodeOptions' own defaults, option by option."""
+  config = RunConfig(decode=dict(alpha=1.0)).resolved(
+      dict(decode=dict(beam_size=2, alpha=0.2)), dict(decode=dict(strategy="greedy")))
+  assert config.decode_options() == DecodeOptions(strategy="greedy", beam_size=2, alpha=1.0)
+  assert RunConfig().resolved().decode_options() == DecodeOptions()
+
+
+def test_recipes_set_only_declared_settings_and_decoding_options():
+  fields = {field.name for field in dataclasses.fields(RunConfig)}
+  for recipe in recipes.RECIPES.values():
+    assert set(recipe.values) <= fields, recipe.name
+    DecodeOptions(**recipe.values.get("decode", {}))
+    assert recipe.anchors and recipe.data and recipe.dataset
+    RunConfig(**recipe.values).check(kind=recipe.kind)
+  assert "multi30k_de_en: a German<TAB>English TSV" in recipes.help_text()
+
+
+def test_task_defaults_are_declared_settings():
+  fields = {field.name for field in dataclasses.fields(RunConfig)}
+  for name in tasks.TASK_NAMES:
+    if name in tasks.BUILTIN_TASKS:
+      defaults = builtin_task(name, num_train=5, num_eval=1, num_test=1).defaults
+      assert set(defaults) <= fields
+
+
+def test_save_and_load_round_trip(tmp_path):
+  config = RunConfig(task="copy", d_model=32, decode=DecodeOptions(beam_size=2).to_dict())
+  config.save(str(tmp_path / "run_config.json"))
+  assert RunConfig.load(str(tmp_path / "run_config.json")) == config
+
+
+def test_configurations_saved_by_earlier_versions_load(tmp_path):
+  path = tmp_path / "run_config.json"
+  # Before feed_forward_dropout: the hidden layer dropped at `dropout`.
+  path.write_text(json.dumps({"task": "numbers", "dropout": 0.3}))
+  assert RunConfig.load(str(path)).feed_forward_dropout == 0.3
+  path.write_text(json.dumps({"task": "numbers", "dropout": 0.3, "feed_forward_dropout": 0.0}))
+  assert RunConfig.load(str(path)).feed_forward_dropout == 0.0
+  # Before DecodeOptions and the data roles.
+  path.write_text(json.dumps({"task": "tsv", "eval_file": "dev.tsv", "eval_beam_size": 4,
+                              "eval_alpha": 0.8}))
+  loaded = RunConfig.load(str(path))
+  assert loaded.validation_file == "dev.tsv"
+  assert loaded.decode_options() == DecodeOptions(strategy="beam", beam_size=4, alpha=0.8)
+  path.write_text(json.dumps({"task": "imdb_reviews", "eval_beam_size": None}))
+  loaded = RunConfig.load(str(path))
+  assert (loaded.train_split, loaded.validation_split, loaded.test_split) == ("train", "test",
+                                                                             "")

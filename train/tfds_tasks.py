@@ -1,0 +1,147 @@
+"""TensorFlow Datasets as tasks. Each dataset is one entry of `DATASETS`: its kind, the features
+that hold the source (or text) and the target (or label), the split slice of each data role, the
+number of classes, the training defaults and where it downloads from. A new dataset is one entry.
+
+A dataset that is not prepared in `--data_dir` is downloaded once, if its host can be reached;
+offline, the task fails at once with one line saying how to prepare it elsewhere.
+"""
+
+import dataclasses
+import socket
+import threading
+from typing import Mapping, Optional, Tuple
+
+from absl import logging
+
+from train.task import (
+  CLASSIFICATION,
+  CLASSIFICATION_DEFAULTS,
+  SEQ2SEQ,
+  TRANSLATION_DEFAULTS,
+  Task,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsDataset:
+  """How one TFDS dataset becomes a task.
+
+  Attributes:
+    name: the TFDS name (and `--task`), e.g. "wmt14_translate/de-en".
+    kind: SEQ2SEQ or CLASSIFICATION.
+    features: (source or text feature, target or label feature).
+    train_split, validation_split, test_split: the default split slice of each role (TFDS
+      slicing syntax, e.g. "train[:90%]"); `--train_split` etc. override them.
+    download_host: (host, port) probed before a download, so an offline machine fails fast.
+    num_classes: classification only.
+    defaults: RunConfig values this dataset recommends.
+    evaluated_before_roles: the split a run saved before the three data roles existed
+      evaluated on (it resumes with its own train split and that one as validation).
+  """
+  name: str
+  kind: str
+  features: Tuple[str, str]
+  train_split: str
+  validation_split: str
+  test_split: str
+  download_host: Tuple[str, int]
+  num_classes: int = 2
+  defaults: Mapping = dataclasses.field(default_factory=dict)
+  evaluated_before_roles: str = "validation"
+
+
+DATASETS = {dataset.name: dataset for dataset in (
+    # IMDB ships no validation split: the last 10% of train is held out for it.
+    TfdsDataset("imdb_reviews", CLASSIFICATION, ("text", "label"), "train[:90%]",
+                "train[90%:]", "test", ("ai.stanford.edu", 80), num_classes=2,
+                defaults=CLASSIFICATION_DEFAULTS, evaluated_before_roles="test"),
+    TfdsDataset("ted_hrlr_translate/pt_to_en", SEQ2SEQ, ("pt", "en"), "train", "validation",
+                "test", ("www.phontron.com", 80), defaults=TRANSLATION_DEFAULTS),
+    # validation: newstest2013; test: newstest2014, the paper's test set.
+    TfdsDataset("wmt14_translate/de-en", SEQ2SEQ, ("de", "en"), "train", "validation", "test",
+                ("www.statmt.org", 80), defaults=TRANSLATION_DEFAULTS),
+)}
+TFDS_TASKS = tuple(DATASETS)
+
+
+class DataUnavailableError(ValueError):
+  """A dataset is neither prepared locally nor downloadable from here."""
+
+
+def reachable(host, port, timeout=3.0):
+  """True if a TCP connection to host:port opens within `timeout` seconds (DNS included)."""
+  opened = []
+
+  def connect():
+    try:
+      socket.create_connection((host, port), timeout=timeout).close()
+      opened.append(True)
+    except OSError:
+      pass
+
+  # getaddrinfo ignores socket timeouts: a daemon thread bounds the whole attempt.
+  thread = threading.Thread(target=connect, daemon=True)
+  thread.start()
+  thread.join(timeout)
+  return bool(opened)
+
+
+def prepared_builder(dataset: TfdsDataset, data_dir=None):
+  """The TFDS builder of `dataset` with its data prepared in `data_dir` (downloading it if
+  needed and possible). Raises DataUnavailableError with one actionable line when offline."""
+  try:
+    import tensorflow_datasets as tfds  # imported lazily: only TFDS tasks need it
+  except ImportError as error:
+    raise DataUnavailableError(f"tensorflow-datasets cannot be imported ({error}); "
+                               "reinstall with `pip install -r requirements.txt`") from None
+  builder = tfds.builder(dataset.name, data_dir=data_dir)
+  if builder.is_prepared():
+    return builder
+  where = data_dir or f"{tfds.core.constants.DATA_DIR} (the default --data_dir)"
+  host, port = dataset.download_host
+  if not reachable(host, port):
+    raise DataUnavailableError(
+        f"{dataset.name} is not prepared in {where} and {host} cannot be reached to download it:"
+        f" on a connected machine run `tfds build {dataset.name} --data_dir=DIR`, copy DIR here "
+        f"and pass --data_dir=DIR")
+  logging.info("downloading and preparing %s into %s (once)", dataset.name, where)
+  builder.download_and_prepare()
+  return builder
+
+
+def _split(builder, dataset: TfdsDataset, split: str):
+  """The examples of one split slice as (source, target) or (text, label) pairs."""
+  source, target = dataset.features
+  try:
+    builder.info.splits[split]  # fails on an unknown split or a bad slice, before training
+  except (KeyError, ValueError) as error:
+    raise ValueError(f"{dataset.name} has no split {split!r} ({error}); its splits: "
+                     f"{sorted(builder.info.splits)}") from None
+  return lambda: builder.as_dataset(split=split, shuffle_files=False).map(
+      lambda example: (example[source], example[target]))
+
+
+def tfds_task(name: str, data_dir: Optional[str] = None, train_split: Optional[str] = None,
+              validation_split: Optional[str] = None, test_split: Optional[str] = None) -> Task:
+  """The TFDS dataset `name` as a task; a split left None takes the dataset's default, "" means
+  no test role."""
+  if name not in DATASETS:
+    raise ValueError(f"unknown TFDS task {name!r}; choose one of {list(TFDS_TASKS)}")
+  dataset = DATASETS[name]
+  builder = prepared_builder(dataset, data_dir)
+  splits = [dataset.train_split if train_split is None else train_split,
+            dataset.validation_split if validation_split is None else validation_split,
+            dataset.test_split if test_split is None else test_split]
+  train, validation, test = (_split(builder, dataset, split) if split else None
+                             for split in splits)
+  if train is None or validation is None:
+    raise ValueError(f"{name}: --train_split and --validation_split cannot be empty")
+  return Task(name, dataset.kind, train, validation, test, num_classes=dataset.num_classes,
+              defaults=dict(dataset.defaults))
+
+
+def splits_before_roles(name: str) -> dict:
+  """The split flags that reproduce what a run saved before the data roles trained and
+  evaluated on."""
+  return dict(train_split="train", test_split="",
+              validation_split=DATASETS[name].evaluated_before_roles)
