@@ -14,8 +14,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	# The project itself, editable: tfattn, train, serving and cli import from anywhere.
-	$(PY) -m pip install --quiet --no-deps -e .
+	# The project itself, editable: tfattn, train, serving and cli import from anywhere
+	# (without setuptools' ten-line "Editable installation" banner).
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
 venv: $(VENV)/.installed

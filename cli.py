@@ -196,3 +196,21 @@ def start_tensorflow_quietly() -> None:
           if has_gpu or not any(noise in line for noise in _NO_GPU_NOISE)]
   if kept:
     print("\n".join(kept), file=sys.stderr, flush=True)
+  _drop_bookkeeping_logs()
+
+
+# Lines TensorFlow's Python side logs at INFO for every checkpoint or SavedModel it writes:
+# bookkeeping of its own, not progress of ours.
+_BOOKKEEPING = ("Sharding callback duration", "Assets written to", "Writing fingerprint to",
+                "Fingerprint not found", "contains input name(s)")
+
+
+def _drop_bookkeeping_logs() -> None:
+  import logging
+
+  class _Bookkeeping(logging.Filter):
+    def filter(self, record):
+      return not any(line in str(record.msg) for line in _BOOKKEEPING)
+
+  for name in ("absl", "tensorflow"):  # TensorFlow's modules log through either
+    logging.getLogger(name).addFilter(_Bookkeeping())

@@ -9,9 +9,8 @@ ThreeFry (XLA only) and with Philox named explicitly. Prints seconds per call an
 ratio to the first.
 """
 
+import cli
 import common  # noqa: F401  (quiet TF)
-
-import argparse
 
 import tensorflow as tf
 
@@ -34,13 +33,19 @@ VARIANTS = {"float mask, auto alg": float_mask, "where, auto alg": where_mask("a
             "where, threefry": where_mask("threefry"), "where, philox": where_mask("philox")}
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--rows", type=int, default=4096)
-  parser.add_argument("--width", type=int, default=1024)
-  parser.add_argument("--rounds", type=int, default=5)
-  parser.add_argument("--repeats", type=int, default=5)
-  args = parser.parse_args()
+def _define_flags():
+  from absl import flags
+  flags.DEFINE_integer("rows", 4096, "Rows of the input.", lower_bound=1)
+  flags.DEFINE_integer("width", 1024, "Columns of the input.", lower_bound=1)
+  flags.DEFINE_integer("rounds", 5, "Interleaved rounds (the median is reported).",
+                       lower_bound=1)
+  flags.DEFINE_integer("repeats", 5, "Calls timed per round.", lower_bound=1)
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
+  args = flags.FLAGS
   x = tf.Variable(tf.random.normal([args.rows, args.width]))
   rng = tf.random.Generator.from_seed(0)
   functions = {}
@@ -69,4 +74,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  _define_flags()
+  cli.run(main)

@@ -1,102 +1,121 @@
-"""Quality on real data: each named recipe trained through the real CLI (`python -m train`),
-judged on a public test set, printed beside the published numbers it is meant to match.
+"""Quality on real data: each named recipe trained through the real CLI (`python -m train`) with
+one or more seeds, chosen on validation, judged once on a public test set, and printed beside
+the published numbers it is meant to match (the recipe's record in `train/recipes.py`).
 
-  python benchmarks/quality.py --imdb=DIR --multi30k=DIR [--recipes=a,b] [--work_dir=DIR]
+  python benchmarks/quality.py --imdb=DIR --multi30k=DIR [--recipes=a,b] [--seeds=3]
+  python benchmarks/quality.py --help
 
 Data (public; prepare it once, never commit it):
 * IMDB (aclImdb v1, 25k train / 25k test): DIR is an `aclImdb` folder (train/{pos,neg}/*.txt,
   test/...), a folder holding train.tsv and test.tsv (`text<TAB>label`), or a TFDS data_dir
-  holding a prepared `imdb_reviews`.
+  holding a prepared `imdb_reviews`. IMDB has no validation split: 10% of the training reviews
+  (a fixed, seeded choice, the same for every seed and recipe) are held out as validation.
 * Multi30k German->English, task 1, raw cased text (the `multi30k/dataset` repository's
-  data/task1/raw, gunzipped): DIR holds train.{de,en}, val.{de,en}, test_2016_flickr.{de,en}.
+  data/task1/raw, gunzipped): DIR holds train.{de,en}, val.{de,en}, test_2016_flickr.{de,en};
+  val is the validation set, test_2016_flickr the test set.
 
-IMDB recipes report test accuracy from the training run's evaluation of all 25,000 test
-reviews. The translation recipe trains on train, evaluates on val during the run, then the
-*exported* SavedModel (beam search as served) translates test_2016_flickr; sacreBLEU's corpus
-BLEU (standard 13a tokenization) is reported cased and lowercased, with its signature.
+Every run reports validation (the in-run evaluation, what recipes are chosen on) and test (the
+whole test set, judged once at the end on the weights that get exported) from its eval.json;
+with several seeds, mean and standard deviation. `--validation_only` leaves the test set out
+(for choosing settings); the same command without it then resumes each finished run and judges
+its test set once. `--through_export` also exports each translation run and translates the test
+set with the SavedModel, as served.
 """
 
+import cli
 import common
 
-import argparse
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
 import time
 
 from tfattn.run_dir import RunDir
+from train.recipes import RECIPES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Published numbers each recipe is compared with (see WORKSPACE_NOTES for the sources).
-ANCHORS = {
-    "imdb_attention": [("accuracy", 0.843, "Su Jianlin, one Keras attention layer, no positions"),
-                       ("accuracy", 0.8447, "same, sinusoidal positions")],
-    "imdb_transformer": [("accuracy", 0.8745, "Keras example: one Transformer block, maxlen 200"),
-                         ("accuracy", 0.88, "this project's target")],
-    "multi30k_de_en": [("bleu", 38.0, "this project's target (cased)"),
-                       ("bleu_lowercase", 41.0, "this project's target (lowercased)"),
-                       ("bleu_lowercase", 36.5, "same-size public PyTorch Transformer, greedy")],
-}
+IMDB_VALIDATION_SHARE = 0.1
+IMDB_VALIDATION_SEED = 0  # the held-out reviews do not move with the training seed
 
 
 def _one_line(text):
   return " ".join(text.replace("\t", " ").split("\n"))
 
 
+def _write_tsv(path, rows):
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(f"{a}\t{b}\n" for a, b in rows)
+  return path
+
+
+def _read_tsv(path):
+  with open(path, encoding="utf-8") as f:
+    return [tuple(line.rstrip("\n").split("\t")) for line in f if line.strip()]
+
+
+def aclimdb_rows(source, split):
+  """aclImdb/<split>/{neg,pos}/*.txt -> [(review, label)], one review a row."""
+  rows = []
+  for label, name in ((0, "neg"), (1, "pos")):
+    folder = os.path.join(source, split, name)
+    if not os.path.isdir(folder):
+      raise cli.UsageError(f"{source} is neither an aclImdb folder ({folder} missing), a "
+                           "folder with train.tsv/test.tsv, nor a TFDS data_dir")
+    for file_name in sorted(os.listdir(folder)):
+      with open(os.path.join(folder, file_name), encoding="utf-8") as f:
+        rows.append((_one_line(f.read().strip()), label))
+  return rows
+
+
 def imdb_data_flags(source, work_dir):
-  """`python -m train` flags reading IMDB from a folder of any accepted kind."""
-  if os.path.isdir(os.path.join(source, "imdb_reviews")):
+  """`python -m train` flags reading IMDB (train / held-out validation / test) from a folder
+  of any accepted kind."""
+  if os.path.isdir(os.path.join(source, "imdb_reviews")):  # TFDS: its default split slices
     return ["--task=imdb_reviews", f"--data_dir={source}"]
-  train_tsv, test_tsv = (os.path.join(source, f"{s}.tsv") for s in ("train", "test"))
-  if not (os.path.exists(train_tsv) and os.path.exists(test_tsv)):
-    train_tsv, test_tsv = aclimdb_to_tsvs(source, work_dir)
-  return ["--task=tsv", "--tsv_kind=classification", f"--train_file={train_tsv}",
-          f"--eval_file={test_tsv}"]
+  if all(os.path.exists(os.path.join(source, f"{s}.tsv")) for s in ("train", "test")):
+    train, test = (_read_tsv(os.path.join(source, f"{s}.tsv")) for s in ("train", "test"))
+  else:
+    train, test = aclimdb_rows(source, "train"), aclimdb_rows(source, "test")
+  order = list(range(len(train)))
+  random.Random(IMDB_VALIDATION_SEED).shuffle(order)
+  held_out = set(order[:round(len(train) * IMDB_VALIDATION_SHARE)])
+  paths = {role: os.path.join(work_dir, f"imdb_{role}.tsv")
+           for role in ("train", "validation", "test")}
+  _write_tsv(paths["train"], [row for i, row in enumerate(train) if i not in held_out])
+  _write_tsv(paths["validation"], [row for i, row in enumerate(train) if i in held_out])
+  _write_tsv(paths["test"], test)
+  return ["--task=tsv", "--tsv_kind=classification", f"--train_file={paths['train']}",
+          f"--validation_file={paths['validation']}", f"--test_file={paths['test']}",
+          f"--eval_examples={len(held_out)}"]
 
 
-def aclimdb_to_tsvs(source, work_dir):
-  """aclImdb/{train,test}/{neg,pos}/*.txt -> (train.tsv, test.tsv), one review a line."""
-  paths = []
-  for split in ("train", "test"):
-    rows = []
-    for label, name in ((0, "neg"), (1, "pos")):
-      folder = os.path.join(source, split, name)
-      if not os.path.isdir(folder):
-        raise SystemExit(f"error: {source} is neither an aclImdb folder ({folder} missing), a "
-                         "folder with train.tsv/test.tsv, nor a TFDS data_dir")
-      for file_name in sorted(os.listdir(folder)):
-        with open(os.path.join(folder, file_name), encoding="utf-8") as f:
-          rows.append(f"{_one_line(f.read().strip())}\t{label}\n")
-    path = os.path.join(work_dir, f"imdb_{split}.tsv")
-    with open(path, "w", encoding="utf-8") as f:
-      f.writelines(rows)
-    paths.append(path)
-  return tuple(paths)
-
-
-def multi30k_tsvs(source, work_dir):
-  """-> {split: tsv path} for train, val and test_2016_flickr (German<TAB>English)."""
+def multi30k_data_flags(source, work_dir):
+  """`python -m train` flags for Multi30k task 1: train, val (validation), test2016 (test)."""
   paths = {}
-  for split in ("train", "val", "test_2016_flickr"):
+  for role, split in (("train", "train"), ("validation", "val"), ("test", "test_2016_flickr")):
     sides = []
     for language in ("de", "en"):
       path = os.path.join(source, f"{split}.{language}")
       if not os.path.exists(path):
-        raise SystemExit(f"error: {path} not found (expected Multi30k task 1 raw files)")
+        raise cli.UsageError(f"{path} not found (expected Multi30k task 1 raw files)")
       with open(path, encoding="utf-8") as f:
         sides.append([_one_line(line.rstrip("\n")) for line in f])
     if len(sides[0]) != len(sides[1]):
-      raise SystemExit(f"error: {split}.de and {split}.en differ in line count")
-    paths[split] = os.path.join(work_dir, f"multi30k_{split}.tsv")
-    with open(paths[split], "w", encoding="utf-8") as f:
-      f.writelines(f"{de}\t{en}\n" for de, en in zip(*sides))
-  return paths
+      raise cli.UsageError(f"{split}.de and {split}.en differ in line count")
+    paths[role] = _write_tsv(os.path.join(work_dir, f"multi30k_{role}.tsv"), zip(*sides))
+  return ["--task=tsv", f"--train_file={paths['train']}",
+          f"--validation_file={paths['validation']}", f"--test_file={paths['test']}",
+          f"--eval_examples={len(_read_tsv(paths['validation']))}"]
+
+
+DATA_FLAGS = {"imdb": imdb_data_flags, "multi30k": multi30k_data_flags}
 
 
 def train(run_dir, flags, log_path):
-  """Runs `python -m train`; returns (eval.json metrics, wall seconds)."""
+  """Runs `python -m train`; returns (eval.json contents, wall seconds)."""
   command = [sys.executable, "-m", "train", f"--run_dir={run_dir}", *flags]
   print("$", " ".join(command), flush=True)
   started = time.time()
@@ -104,25 +123,22 @@ def train(run_dir, flags, log_path):
     result = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
   seconds = time.time() - started
   if result.returncode:
-    raise SystemExit(f"error: training failed, see {log_path}")
+    raise cli.RunError(f"training failed, see {log_path}")
   with open(RunDir(run_dir).eval_metrics) as f:
     return json.load(f), seconds
 
 
 def translate_with_export(run_dir, base_path, test_tsv, batch_size=64):
-  """Exports the run (beam 4, as served) and translates the test sources with the SavedModel;
-  returns sacreBLEU scores of the outputs against the references."""
+  """Exports the run (its own decoding options and final weights, as served) and translates
+  the test sources with the SavedModel; returns sacreBLEU scores against the references."""
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  registers the tokenizer ops
 
   from serving import export
   from train.evaluation import bleu_scores
-  with open(RunDir(run_dir).run_config) as f:
-    average_last = json.load(f)["average_checkpoints"]
-  path = export.export(run_dir, base_path, average_last=average_last)
+  path = export.export(run_dir, base_path)
   translate = tf.saved_model.load(path).signatures["serving_default"]
-  with open(test_tsv, encoding="utf-8") as f:
-    sources, references = zip(*(line.rstrip("\n").split("\t") for line in f))
+  sources, references = zip(*_read_tsv(test_tsv))
   hypotheses = []
   for start in range(0, len(sources), batch_size):
     out = translate(text=tf.constant(sources[start:start + batch_size]))
@@ -130,66 +146,102 @@ def translate_with_export(run_dir, base_path, test_tsv, batch_size=64):
   return path, bleu_scores(hypotheses, list(references)), hypotheses
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--imdb", help="aclImdb folder, folder with train/test.tsv, or TFDS dir")
-  parser.add_argument("--multi30k", help="folder with Multi30k task-1 raw files")
-  parser.add_argument("--recipes", default="imdb_attention,imdb_transformer,multi30k_de_en")
-  parser.add_argument("--work_dir", default=os.path.join(REPO, "runs", "quality"))
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--extra_flag", action="append", default=[],
-                      help="passed to every `python -m train` (e.g. --extra_flag=--train_steps=10)")
-  args = parser.parse_args()
+def summary(values):
+  """"mean ± sd (n seeds)" of a list of numbers ("value (1 seed)" for one)."""
+  if len(values) == 1:
+    return f"{values[0]:.4g} (1 seed)"
+  return (f"{statistics.mean(values):.4g} ± {statistics.stdev(values):.2g} "
+          f"({len(values)} seeds)")
+
+
+def run_recipe(recipe, data_flags, seed, args):
+  """One seed of one recipe; returns its measured record."""
+  run_dir = os.path.join(args.work_dir, f"{recipe.name}-seed{seed}")
+  metrics, seconds = train(run_dir, data_flags + [f"--recipe={recipe.name}", f"--seed={seed}",
+                                                  *args.extra_flag], run_dir + ".log")
+  measured = dict(recipe=recipe.name, seed=seed, train_seconds=round(seconds, 1),
+                  steps=metrics["step"], weights=metrics["weights"],
+                  validation=metrics["validation"], test=metrics.get("test"))
+  if args.through_export and recipe.dataset == "multi30k":
+    started = time.time()
+    test_tsv = next(f.split("=", 1)[1] for f in data_flags if f.startswith("--test_file="))
+    _, served, hypotheses = translate_with_export(
+        run_dir, os.path.join(args.work_dir, f"{recipe.name}-seed{seed}-models"), test_tsv)
+    measured["test_through_export"] = dict(served, seconds=round(time.time() - started, 1))
+    with open(run_dir + ".test.hypotheses", "w", encoding="utf-8") as f:
+      f.writelines(h + "\n" for h in hypotheses)
+  print(json.dumps(measured, indent=1), flush=True)
+  return measured
+
+
+def print_report(results):
+  """Per recipe: each anchor's metric on validation and test over the seeds, beside it."""
+  print("\n| recipe | metric | validation | test | published / target | what |")
+  print("|---|---|---|---|---|---|")
+  for name, runs in results.items():
+    for anchor in RECIPES[name].anchors:
+      validation = [run["validation"][anchor.metric] for run in runs]
+      test = [run["test"][anchor.metric] for run in runs if run.get("test")]
+      verdict = ""
+      if test:
+        verdict = " (above)" if statistics.mean(test) >= anchor.value else " (BELOW)"
+      print(f"| {name} | {anchor.metric} | {summary(validation)} | "
+            f"{summary(test) if test else 'no test data'} | {anchor.value}{verdict} | "
+            f"{anchor.source} |")
+  for name, runs in results.items():
+    seconds = [run["train_seconds"] for run in runs]
+    signature = runs[0]["validation"].get("bleu_signature")
+    print(f"{name}: seeds {[run['seed'] for run in runs]}, {statistics.mean(seconds):.0f} s of "
+          f"training each (mean), {runs[0]['steps']} steps, final weights: "
+          f"{runs[0]['weights']['chosen_by']}" + (f"; sacreBLEU {signature}" if signature else ""))
+
+
+def _define_flags():
+  from absl import flags
+  flags.DEFINE_string("imdb", None, "aclImdb folder, folder with train/test.tsv, or TFDS dir.")
+  flags.DEFINE_string("multi30k", None, "Folder with the Multi30k task-1 raw files.")
+  flags.DEFINE_list("recipes", list(RECIPES), "Recipes to train and judge.")
+  flags.DEFINE_string("work_dir", os.path.join(REPO, "runs", "quality"),
+                      "Where the runs, data files and results.jsonl go.")
+  flags.DEFINE_integer("seeds", 1, "Seeds to run: --seed, --seed + 1, ...", lower_bound=1)
+  flags.DEFINE_integer("seed", 0, "The first seed.")
+  flags.DEFINE_bool("validation_only", False,
+                    "Train and judge validation only, no test set: for choosing a setting. The "
+                    "same command without it then resumes each finished run and judges its test "
+                    "set once.")
+  flags.DEFINE_bool("through_export", False,
+                    "Translation recipes: also translate the test set with the export.")
+  flags.DEFINE_multi_string("extra_flag", [],
+                            "Passed to every `python -m train` (e.g. "
+                            "--extra_flag=--train_steps=10).")
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
+  args = flags.FLAGS
+  for name in args.recipes:
+    if name not in RECIPES:
+      raise cli.UsageError(f"unknown recipe {name!r}; choose from {sorted(RECIPES)}")
+    if not getattr(args, RECIPES[name].dataset):
+      raise cli.UsageError(f"{name} needs --{RECIPES[name].dataset}=DIR")
   os.makedirs(args.work_dir, exist_ok=True)
   print(f"device: {common.device_description()}")
-  results = []
-  for recipe in filter(None, args.recipes.split(",")):
-    if recipe not in ANCHORS:
-      raise SystemExit(f"error: unknown recipe {recipe!r}; choose from {sorted(ANCHORS)}")
-    run_dir = os.path.join(args.work_dir, f"{recipe}-seed{args.seed}")
-    log_path = run_dir + ".log"
-    common_flags = [f"--recipe={recipe}", f"--seed={args.seed}", *args.extra_flag]
-    if recipe.startswith("imdb"):
-      if not args.imdb:
-        raise SystemExit(f"error: {recipe} needs --imdb")
-      data_flags = imdb_data_flags(args.imdb, args.work_dir)
-      metrics, seconds = train(run_dir, data_flags + common_flags + ["--eval_examples=25000"],
-                               log_path)
-      measured = {"accuracy": metrics["accuracy"], "examples": metrics["examples"]}
-    else:
-      if not args.multi30k:
-        raise SystemExit(f"error: {recipe} needs --multi30k")
-      tsvs = multi30k_tsvs(args.multi30k, args.work_dir)
-      metrics, seconds = train(run_dir, ["--task=tsv", f"--train_file={tsvs['train']}",
-                                         f"--eval_file={tsvs['val']}", "--eval_examples=1014"]
-                               + common_flags, log_path)
-      started = time.time()
-      path, measured, hypotheses = translate_with_export(
-          run_dir, os.path.join(args.work_dir, f"{recipe}-models"), tsvs["test_2016_flickr"])
-      measured["translate_seconds"] = round(time.time() - started, 1)
-      measured["val_bleu_during_training"] = metrics.get("bleu")
-      with open(run_dir + ".test_2016_flickr.en", "w", encoding="utf-8") as f:
-        f.writelines(h + "\n" for h in hypotheses)
-    measured.update(recipe=recipe, seed=args.seed, train_seconds=round(seconds, 1),
-                    steps=metrics["step"])
-    results.append(measured)
-    print(json.dumps(measured, indent=1), flush=True)
-
-  print("\n| recipe | metric | measured | published / target | what |")
-  print("|---|---|---|---|---|")
-  for measured in results:
-    for metric, anchor, what in ANCHORS[measured["recipe"]]:
-      value = measured[metric]
-      print(f"| {measured['recipe']} | {metric} | {value:.4g} | {anchor} "
-            f"({'above' if value >= anchor else 'BELOW'}) | {what} |")
-  for measured in results:
-    print(f"{measured['recipe']}: {measured['train_seconds']:.0f} s of training, "
-          f"{measured['steps']} steps" + (f"; sacreBLEU {measured['bleu_signature']}"
-                                           if "bleu_signature" in measured else ""))
-  with open(os.path.join(args.work_dir, "results.jsonl"), "a") as f:
-    for measured in results:
-      f.write(json.dumps(measured) + "\n")
+  results, data_flags = {}, {}
+  for name in args.recipes:
+    recipe = RECIPES[name]
+    if recipe.dataset not in data_flags:
+      flags_ = DATA_FLAGS[recipe.dataset](getattr(args, recipe.dataset), args.work_dir)
+      if args.validation_only:
+        flags_ = [flag for flag in flags_ if not flag.startswith("--test_file=")]
+      data_flags[recipe.dataset] = flags_
+    results[name] = [run_recipe(recipe, data_flags[recipe.dataset], seed, args)
+                     for seed in range(args.seed, args.seed + args.seeds)]
+    with open(os.path.join(args.work_dir, "results.jsonl"), "a") as f:
+      f.writelines(json.dumps(run) + "\n" for run in results[name])
+  print_report(results)
 
 
 if __name__ == "__main__":
-  main()
+  _define_flags()
+  cli.run(main)

@@ -11,9 +11,9 @@ bfloat16 (`compute_dtype`) and the peer runs under Keras' `mixed_bfloat16` polic
 stay float32 in both.
 """
 
+import cli
 import common  # noqa: F401  (quiet TF)
 
-import argparse
 import dataclasses
 
 import keras
@@ -168,15 +168,21 @@ def make_step(model_fn, variables, optimizer, jit):
   return step
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--config", choices=sorted(CONFIGS), default="small")
-  parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-  parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
-  parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-  parser.add_argument("--batch", type=int, default=64)
-  parser.add_argument("--length", type=int, default=64)
-  args = parser.parse_args()
+def _define_flags():
+  from absl import flags
+  flags.DEFINE_enum("config", "small", sorted(CONFIGS), "Model size.")
+  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+  flags.DEFINE_integer("steps", 3, "Timed steps per round.", lower_bound=1)
+  flags.DEFINE_integer("rounds", 3, "Interleaved rounds (the median is reported).",
+                       lower_bound=1)
+  flags.DEFINE_integer("batch", 64, "Batch size.", lower_bound=1)
+  flags.DEFINE_integer("length", 64, "Source and target length.", lower_bound=1)
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
+  args = flags.FLAGS
   c = CONFIGS[args.config]
   rng = np.random.default_rng(0)
   batch = [tf.constant(rng.integers(3, c["vocab"], [args.batch, args.length]), tf.int32)
@@ -237,4 +243,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  _define_flags()
+  cli.run(main)

@@ -15,7 +15,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A model and task small enough that a run takes seconds.
 SMALL_RUN = ["--task=copy", "--model=tiny", "--d_model=32", "--dff=64", "--num_heads=4",
              "--num_layers=1", "--vocab_examples=300", "--batch_size=16", "--max_length=16",
-             "--log_every=1", "--eval_examples=16", "--test_examples=16", "--warmup_steps=10"]
+             "--log_every=1", "--eval_examples=16", "--test_examples=16", "--warmup_steps=10",
+             "--decode_strategy=greedy"]
 
 
 def train_command(run_dir, *flags):

@@ -383,7 +383,7 @@ class Trainer:
     logging.info("final evaluation on up to %d validation examples%s",
                  self.config.eval_examples, note)
     result = {"step": self.step, "weights": weights, "validation": self.evaluate()}
-    self._report(writer, "validation", result["validation"])
+    self._report(writer, "validation", result["validation"], label="final validation")
     if self.test_dataset is not None:
       logging.info("judging the test set, once%s", note)
       result["test"] = self.evaluate(self.test_dataset, max_examples=self.config.test_examples)
@@ -392,8 +392,8 @@ class Trainer:
       run_files.write_evaluation(self.run_dir, result)
     return result
 
-  def _report(self, writer, role: str, metrics: Dict):
-    logging.info("%s at step %d: %s", role, self.step,
+  def _report(self, writer, role: str, metrics: Dict, label: Optional[str] = None):
+    logging.info("%s at step %d: %s", label or role, self.step,
                  "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                            for k, v in sorted(metrics.items()) if not isinstance(v, dict)))
     if self.is_chief:

@@ -21,8 +21,8 @@ def test_tsv_classifier_trains_exports_and_answers(tmp_path):
                      vocab_size=100, vocab_examples=200, batch_size=8, max_length=16,
                      train_steps=40, warmup_steps=5, schedule="rsqrt", learning_rate=3e-3,
                      log_every=10, eval_examples=32, checkpoint_every=100)
-  metrics = Trainer(*prepare(config)).run()
-  assert metrics["examples"] == 32 and metrics["accuracy"] > 0.5
+  validation = Trainer(*prepare(config)).run()["validation"]
+  assert validation["examples"] == 32 and validation["accuracy"] > 0.5
 
   path = export.export(config.run_dir, str(tmp_path / "models"))
   assert check.problems(path) == []

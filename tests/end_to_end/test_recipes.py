@@ -48,11 +48,11 @@ def _write_tsv(path, rows):
 def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path):
   train_file = _write_tsv(tmp_path / "train.tsv", CASED_PAIRS * 4)
   config = RunConfig(run_dir=str(tmp_path / "run"), task="tsv", train_file=train_file,
-                     eval_file=train_file, model="tiny", d_model=64, dff=128, num_heads=4,
+                     validation_file=train_file, model="tiny", d_model=64, dff=128, num_heads=4,
                      num_layers=1, dropout=0.0, vocab_size=300, batch_size=16, max_length=32,
                      train_steps=500, schedule="rsqrt", learning_rate=3e-3, warmup_steps=30,
                      label_smoothing=0.0, log_every=100, checkpoint_every=1000)
-  metrics = Trainer(*prepare(config)).run()
+  metrics = Trainer(*prepare(config)).run()["validation"]
   assert metrics["exact_match"] == 1.0, metrics  # compared as text: case and spacing count
   assert metrics["bleu"] == pytest.approx(100.0)
 
@@ -68,7 +68,7 @@ def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))
 def test_every_recipe_trains_exports_and_answers(tmp_path, name):
-  kind = recipes.RECIPES[name]["kind"]
+  kind = recipes.RECIPES[name].kind
   rows = CASED_PAIRS if kind == "seq2seq" else REVIEWS
   train_file = _write_tsv(tmp_path / "train.tsv", rows * 4)
   # The recipe fills everything else; only the budget is cut for a test.
@@ -77,10 +77,12 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
                      log_every=1, eval_examples=8)
   trainer = Trainer(*prepare(config))
   for field, value in recipes.recipe_values(name, kind).items():
-    if field not in ("vocab_size", "train_steps", "batch_size"):
+    if field == "decode":  # the recipe's options, the rest DecodeOptions' defaults
+      assert trainer.config.decode.items() >= value.items()
+    elif field not in ("vocab_size", "train_steps", "batch_size"):
       assert getattr(trainer.config, field) == value, field
-  metrics = trainer.run()
-  assert metrics["step"] == 3 and metrics["examples"] >= 8
+  result = trainer.run()
+  assert result["step"] == 3 and result["validation"]["examples"] >= 8
   path = export.export(config.run_dir, str(tmp_path / "models"), beam_size=1)
   loaded = tf.saved_model.load(path)
   out = loaded.signatures["serving_default"](text=tf.constant([rows[0][0]]))
@@ -97,8 +99,9 @@ def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
   trainer = Trainer(*prepare(config))
   assert trainer.model_config.classifier_body == "attention"
   assert trainer.config.max_length == 160 and trainer.config.truncate == "left"
-  metrics = trainer.run()
-  assert metrics["examples"] == 8
+  result = trainer.run()
+  # The default split slices: validation held out of train, test whole.
+  assert result["test"]["examples"] == 8 and result["validation"]["examples"] in (1, 2)
   path = export.export(config.run_dir, str(tmp_path / "models"))
   assert check.problems(path) == []
   client, stop = _serve(tmp_path / "models", "imdb")

@@ -80,14 +80,18 @@ def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
 
 @pytest.fixture(scope="module")
 def averaging_runs(tmp_path_factory):
-  """Two runs averaging their last 3 checkpoints, trained side by side: one of 6 steps that
-  exports, one of 4 steps (only 2 checkpoints kept). Returns (folder, outputs)."""
+  """Runs trained side by side: two averaging their last 3 checkpoints (one of 6 steps that
+  exports, one of 4 steps keeping only 2 checkpoints), and one keeping its best checkpoint on
+  validation, which exports. Returns (folder, outputs)."""
   from train_helpers import run_trains
   tmp = tmp_path_factory.mktemp("averaging")
   averaging = ("--checkpoint_every=2", "--keep_checkpoints=3", "--average_checkpoints=3")
   outputs = run_trains((tmp / "run", "--train_steps=6", *averaging,
                         f"--export_base_path={tmp / 'models'}"),
-                       (tmp / "short", "--train_steps=4", *averaging))
+                       (tmp / "short", "--train_steps=4", *averaging),
+                       (tmp / "best", "--train_steps=6", "--eval_every=2",
+                        "--keep_best_by=token_accuracy",
+                        f"--export_base_path={tmp / 'best_models'}"))
   return tmp, outputs
 
 
@@ -98,7 +102,8 @@ def test_final_evaluation_and_export_use_the_averaged_checkpoints(averaging_runs
   from serving import export
   tmp, _ = averaging_runs
   with open(tmp / "run" / "eval.json") as f:
-    assert json.load(f)["averaged_checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
+    assert json.load(f)["weights"] == {"checkpoints": ["ckpt-2", "ckpt-4", "ckpt-6"],
+                                       "chosen_by": "average of the last 3"}
   with open(tmp / "models" / "1" / export.EXPORT_INFO_FILE) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
 
@@ -109,4 +114,27 @@ def test_a_run_shorter_than_the_averaging_window_averages_what_it_kept(averaging
   tmp, outputs = averaging_runs
   assert "only 2 checkpoints are kept: averaging 2" in outputs[1]
   with open(tmp / "short" / "eval.json") as f:
-    assert json.load(f)["averaged_checkpoints"] == ["ckpt-2", "ckpt-4"]
+    assert json.load(f)["weights"]["checkpoints"] == ["ckpt-2", "ckpt-4"]
+
+
+@pytest.mark.slow
+def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(averaging_runs):
+  """Validation at steps 2, 4 and 6: the kept weights are those of the highest value, the final
+  evaluation judges them (the same validation value again) and the export serves them."""
+  import json
+  import re
+
+  from serving import export
+  tmp, outputs = averaging_runs
+  values = {int(step): float(value) for step, value in re.findall(
+      r"\] validation at step (\d+): .*token_accuracy ([0-9.]+)", outputs[2])}
+  assert sorted(values) == [2, 4, 6], outputs[2][-3000:]
+  best_step = max(sorted(values), key=lambda step: values[step])  # the first of equal values
+  with open(tmp / "best" / "eval.json") as f:
+    result = json.load(f)
+  assert result["weights"] == {"checkpoints": [f"best/best-{best_step}"],
+                               "chosen_by": "best token_accuracy on validation"}
+  assert abs(result["validation"]["token_accuracy"] - values[best_step]) < 1e-4
+  assert "test" in result and "Sharding callback" not in outputs[2]
+  with open(tmp / "best_models" / "1" / export.EXPORT_INFO_FILE) as f:
+    assert json.load(f)["checkpoints"] == [f"best-{best_step}"]
