@@ -41,7 +41,8 @@ CLASSIFIER_INPUTS = [TEXT, LAYER]
 def lengths(ids):
   """int32 `[batch, length]` padded with PAD -> int32 `[batch]`: up to the last real token."""
   positions = tf.range(1, tf.shape(ids)[1] + 1)[tf.newaxis]  # [1, length]
-  return tf.reduce_max(tf.where(tf.not_equal(ids, tfattn_text.PAD_ID), positions, 0), axis=1)
+  last = tf.reduce_max(tf.where(tf.not_equal(ids, tfattn_text.PAD_ID), positions, 0), axis=1)
+  return tf.maximum(last, 0)  # a zero-width batch (all texts empty) has max -2^31
 
 
 def pieces(tokenizer, ids, row_lengths):
