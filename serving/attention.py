@@ -309,7 +309,9 @@ def main(argv):
     outputs, where = from_export(path, f.text, f.target, wanted), path
   else:
     client = _client(f.server, f.model_name, f.timeout)
-    outputs, where = from_server(client, f.text, f.target, wanted), client.base
+    # Named without the scheme: the page holds no URL a browser could follow.
+    where = f"{urllib.parse.urlsplit(f.server).netloc}, model {f.model_name}"
+    outputs = from_server(client, f.text, f.target, wanted)
   maps = maps_from_outputs(outputs, wanted)
   kind = f.kind or ("cross" if maps.seq2seq else "encoder")
   if kind not in maps.weights:
