@@ -16,9 +16,9 @@ classifier only: `label` int64 `[batch]`, `probabilities` float32 `[batch, class
 **Bound.** Texts are truncated to the model's max_length pieces, as by every signature (a
 target to max_length - 1, plus END). `layer` picks, per row, one layer (0 = the first) or every
 layer (-1). A request whose weights would exceed `MAX_WEIGHTS` floats fails with
-InvalidArgument (HTTP 400) naming the limit, before the model runs: TF Serving's JSON writes a
-float32 weight in at most 14 bytes with its comma (shortest round-trip form, e.g.
-"1.2345678e-05,"), so 2^22 weights stay under 56 MiB, inside a 64 MiB body limit.
+InvalidArgument (HTTP 400) naming the limit, before the model runs: the REST JSON writes a
+float32 weight in at most 15 bytes with its comma (shortest round-trip form, up to 9 digits:
+"1.07979295e-05,"), so 2^22 weights stay under 60 MiB, inside the 64 MiB body limit.
 """
 
 import tensorflow as tf
@@ -27,8 +27,8 @@ from tfattn import text as tfattn_text
 
 # At most this many weights in one response (all rows, kinds, layers and heads together).
 MAX_WEIGHTS = 1 << 22
-# JSON bytes of one float32 weight at most, separator included ("1.2345678e-05,").
-MAX_JSON_BYTES_PER_WEIGHT = 14
+# JSON bytes of one float32 weight at most, separator included ("1.07979295e-05,").
+MAX_JSON_BYTES_PER_WEIGHT = 15
 ALL_LAYERS = -1
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -119,7 +119,7 @@ def _check_budget(batch, layers, heads, query_key_products):
            tf.cast(query_key_products, tf.int64))
   message = tf.strings.format(
       "attention: this request asks for {} weights, more than the limit of " + str(MAX_WEIGHTS)
-      + " a response may hold (about 14 bytes each in JSON, under the 64 MiB body limit): send "
+      + " a response may hold (up to 15 bytes each in JSON, under the 64 MiB body limit): send "
       "fewer or shorter texts, or one layer (layer=N) instead of every layer (layer=-1)",
       [count])
   return tf.debugging.Assert(count <= MAX_WEIGHTS, [message])

@@ -8,7 +8,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from serving import attention_export, check
 from serving.client import ServingClient, ServingError
@@ -146,12 +145,13 @@ def test_a_thousand_piece_input_is_truncated_and_a_request_over_the_limit_refuse
 
 
 def test_json_bytes_per_weight_bound_holds_for_float32():
-  """The bound's arithmetic: the server writes a float32 weight in <= 13 characters (+ comma)."""
+  """The bound's arithmetic: the server writes a float32 in [0, 1] in at most 14 characters
+  (9 significant digits and an exponent), 15 bytes with its comma."""
   from serving.tensor_json import format_predict_response
-  worst = np.array([1.2345678e-05, 0.12345679, 9.9999994e-01, 1.0, 0.0, 3.4028235e-38],
-                   np.float32)
-  weights = tf.random.stateless_uniform([4096], [1, 2]).numpy() ** 9  # tiny and large values
-  for values in (worst, weights):
+  longest = np.array([1.07979295e-05, 0.000116141506], np.float32)
+  bits = np.random.default_rng(0).integers(0, 0x3F800000, 20000, dtype=np.uint32)
+  for values in (longest, bits.view(np.float32)):  # any float32 bit pattern in [0, 1)
     text = format_predict_response({"w": values}, row_format=False)
-    per_weight = (len(text) - len('{"outputs": []}')) / values.size
-    assert per_weight <= attention_export.MAX_JSON_BYTES_PER_WEIGHT
+    longest_text = max(len(item) for item in text[len('{"outputs": ['):-2].split(","))
+    assert longest_text + 1 <= attention_export.MAX_JSON_BYTES_PER_WEIGHT
+  assert longest_text == 14
