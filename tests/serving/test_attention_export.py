@@ -6,6 +6,7 @@ import json
 import threading
 import urllib.request
 
+import classifier_fixtures
 import numpy as np
 import pytest
 
@@ -13,6 +14,10 @@ from serving import attention_export, check
 from serving.client import ServingClient, ServingError
 from serving.model_manager import ModelManager
 from serving.server import make_server
+
+# The session's classifier run and export, shared by the attention tests.
+classifier_run = classifier_fixtures.classifier_run
+classifier_exported = classifier_fixtures.classifier_exported
 
 pytestmark = pytest.mark.slow  # exports models and runs a server
 

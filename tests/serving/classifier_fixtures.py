@@ -1,5 +1,6 @@
-"""Fixtures of the serving tests: a classifier run directory and its export (the seq2seq ones
-are in tests/conftest.py)."""
+"""A classifier run directory and its export, for the attention tests (the seq2seq ones are
+in tests/conftest.py). Test modules import the fixtures; one export serves them all. (Not a
+conftest.py: a second module named conftest would shadow `from conftest import ...`.)"""
 
 import json
 import os
@@ -13,10 +14,20 @@ CLASSIFIER_TEXTS = [f"{word} film number {i}" for i in range(40)
                     for word in ("good", "bad", "fine", "great", "awful")]
 
 
+# Built once a session, whichever test module asks first.
+_BUILT = {}
+
+
 @pytest.fixture(scope="session")
 def classifier_run(tmp_path_factory):
   """A run directory as `python -m train` leaves it for a tiny, untrained classifier with two
   encoder layers (a SentencePiece vocabulary, configs, a checkpoint)."""
+  if "run" not in _BUILT:
+    _BUILT["run"] = _make_classifier_run(tmp_path_factory)
+  return _BUILT["run"]
+
+
+def _make_classifier_run(tmp_path_factory):
   from tfattn import text
   from tfattn.run_dir import RunDir
   from train import tasks, tokenizer
@@ -41,7 +52,9 @@ def classifier_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def classifier_exported(classifier_run, tmp_path_factory):
-  """`<base>/1` exported from `classifier_run`."""
+  """(base path, `<base>/1`) exported from `classifier_run`."""
   from serving import export
-  base = tmp_path_factory.mktemp("classifier_models")
-  return base, export.export(str(classifier_run), str(base))
+  if "export" not in _BUILT:
+    base = tmp_path_factory.mktemp("classifier_models")
+    _BUILT["export"] = base, export.export(str(classifier_run), str(base))
+  return _BUILT["export"]

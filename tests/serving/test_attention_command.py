@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 
+import classifier_fixtures
 import pytest
 import tensorflow as tf
 
@@ -19,6 +20,10 @@ from serving.server import make_server
 from tfattn import attention_plot
 
 from train_helpers import REPO, free_ports
+
+# The session's classifier run and export, shared by the attention tests.
+classifier_run = classifier_fixtures.classifier_run
+classifier_exported = classifier_fixtures.classifier_exported
 
 pytestmark = pytest.mark.slow  # exports models, runs a server and programs
 
