@@ -219,8 +219,9 @@ def _client(server: str, model_name: str, timeout: float):
   return ServingClient(model_name, url.hostname, port, timeout=timeout)
 
 
-def from_server(client, text: str, target: str, layer: int) -> Dict:
-  """Asks a running server's `attention` signature over REST -> {output: JSON row}."""
+def from_server(client, text: str, target: str, layer: int, kind: Optional[str]) -> Dict:
+  """Asks a running server's `attention` signature over REST -> {output: JSON row}; the model's
+  metadata is read first, so a kind the model lacks is refused before it computes anything."""
   from serving.client import ServingError
   try:
     signatures = client.metadata()["metadata"]["signature_def"]["signature_def"]
@@ -238,6 +239,9 @@ def from_server(client, text: str, target: str, layer: int) -> Dict:
     row["target"] = target
   elif target:
     raise cli.UsageError("--target: this model is a classifier; it has no target")
+  elif kind in ("cross", "decoder"):
+    raise cli.UsageError(f"--kind={kind}: this model is a classifier; its only attention is "
+                         "--kind=encoder")
   try:
     return client.predict(instances=[row], signature_name=SIGNATURE)["predictions"][0]
   except ServingError as error:
@@ -311,7 +315,7 @@ def main(argv):
     client = _client(f.server, f.model_name, f.timeout)
     # Named without the scheme: the page holds no URL a browser could follow.
     where = f"{urllib.parse.urlsplit(f.server).netloc}, model {f.model_name}"
-    outputs = from_server(client, f.text, f.target, wanted)
+    outputs = from_server(client, f.text, f.target, wanted, f.kind)
   maps = maps_from_outputs(outputs, wanted)
   kind = f.kind or ("cross" if maps.seq2seq else "encoder")
   if kind not in maps.weights:
