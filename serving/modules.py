@@ -7,6 +7,7 @@ The root object also follows the Reusable SavedModel API (`__call__`, `variables
 
 import tensorflow as tf
 
+from serving import attention_export
 from tfattn import decoding, shapes
 from tfattn import text as tfattn_text
 
@@ -145,9 +146,20 @@ class Seq2SeqExport(_Exportable):
     """Reusable SavedModel entry: `[batch]` text -> `[batch]` translations."""
     return self.serve_text(text)["translation"]
 
+  @tf.function(input_signature=attention_export.SEQ2SEQ_INPUTS)
+  def attention(self, text, target, layer):
+    """Attention maps: text `[batch]`, target `[batch]` ("" = the model's own translation,
+    decoded as serving_default decodes), layer int32 `[batch]` (-1 = every layer) -> pieces and
+    weights (`serving/attention_export.py` lists the outputs and the size limit)."""
+    source_ids = self._source_ids(text)
+    given = attention_export.given_targets(self.target_tokenizer, target, self.max_length)
+    targets = attention_export.target_ids(source_ids, given, lambda ids: self._decode(ids)[0])
+    return attention_export.seq2seq_maps(self.model, self.source_tokenizer,
+                                         self.target_tokenizer, source_ids, targets, layer)
+
   def signatures(self):
     return {"serving_default": self.serve_text, "translate_ids": self.translate_ids,
-            "encode": self.encode, "score": self.score}
+            "encode": self.encode, "score": self.score, "attention": self.attention}
 
 
 class ClassifierExport(_Exportable):
@@ -176,6 +188,13 @@ class ClassifierExport(_Exportable):
     """Reusable SavedModel entry: `[batch]` text -> `[batch, classes]` probabilities."""
     return self.serve_text(text)["probabilities"]
 
+  @tf.function(input_signature=attention_export.CLASSIFIER_INPUTS)
+  def attention(self, text, layer):
+    """Attention maps: text `[batch]`, layer int32 `[batch]` (-1 = every layer) -> pieces,
+    self-attention weights, label and probabilities (`serving/attention_export.py`)."""
+    return attention_export.classifier_maps(self.model, self.source_tokenizer,
+                                            self._source_ids(text), layer)
+
   def signatures(self):
     return {"serving_default": self.serve_text, "classify_ids": self.classify_ids,
-            "encode": self.encode}
+            "encode": self.encode, "attention": self.attention}

@@ -1,5 +1,9 @@
 """The Transformer (Vaswani et al., 2017) and an encoder-only classifier, as `tf.Module`s.
 
+Attention maps come from the same forward pass as the logits:
+  logits, weights = model(source_ids, target_ids, return_attention=True)  # AttentionWeights
+  logits, weights = classifier(ids, return_attention=True)  # weights.encoder only
+
 Decoding API (what `tfattn.decoding` drives, one token at a time):
   memory = model.decoding_memory(*model.encode(source_ids))  # once per source
   cache = model.init_cache(batch_size, max_length=None)       # GrowingCache, or PaddedCache
@@ -25,6 +29,23 @@ from tfattn.position import LearnedPosition, SinusoidalPosition
 
 # The decoder's cache: one self-attention cache per decoder layer, all of one layout.
 DecoderCache = Tuple[SelfAttentionCache, ...]
+
+
+class AttentionWeights(NamedTuple):
+  """Every attention's weights from one forward pass: one float32 tensor a layer, first layer
+  first, each the softmax before attention dropout (rows sum to 1 over the keys a mask allows,
+  masked keys get 0).
+
+  Attributes:
+    encoder: encoder self-attention, each `[batch, heads, s_len, s_len]`.
+    decoder: decoder (causal) self-attention, each `[batch, heads, t_len, t_len]`; () for a
+      classifier.
+    cross: decoder-to-encoder attention, each `[batch, heads, t_len, s_len]` (row i: the query
+      that predicts target token i); () for a classifier.
+  """
+  encoder: Tuple[tf.Tensor, ...] = ()
+  decoder: Tuple[tf.Tensor, ...] = ()
+  cross: Tuple[tf.Tensor, ...] = ()
 
 
 class DecodingMemory(NamedTuple):
@@ -78,6 +99,13 @@ class _ResidualLayer(tf.Module):
   def _residual(self, x, norm, sublayer, training):
     return self._add_residual(x, sublayer(self._sublayer_input(x, norm)), norm, training)
 
+  def _attention_residual(self, x, norm, attention, training):
+    """`_residual` around an attention called with `return_scores=True`: -> (new x, its
+    float32 weights). The weights are the softmax the attention computes anyway, so returning
+    them adds no op."""
+    attended, weights = attention(self._sublayer_input(x, norm))
+    return self._add_residual(x, attended, norm, training), weights
+
   def _feed_forward_block(self, x, training):
     return self._residual(x, self.feed_forward_norm,
                           lambda h: self.feed_forward(h, training=training), training)
@@ -86,12 +114,16 @@ class _ResidualLayer(tf.Module):
 class EncoderLayer(_ResidualLayer):
   """Self-attention then feed-forward, each wrapped in a residual + layer norm."""
 
-  def __call__(self, x, bias=None, training=False):
+  def __call__(self, x, bias=None, training=False, return_attention=False):
     """x: `[batch, length, d_model]`, bias: `[batch, 1, 1, length]` -> `[batch, length,
-    d_model]`."""
-    x = self._residual(x, self.self_attention_norm,
-                       lambda h: self.self_attention(h, bias=bias, training=training), training)
-    return self._feed_forward_block(x, training)
+    d_model]` (and, with `return_attention`, the float32 self-attention weights `[batch, heads,
+    length, length]`)."""
+    x, weights = self._attention_residual(
+        x, self.self_attention_norm,
+        lambda h: self.self_attention(h, bias=bias, training=training, return_scores=True),
+        training)
+    x = self._feed_forward_block(x, training)
+    return (x, weights) if return_attention else x
 
 
 class DecoderLayer(_ResidualLayer):
@@ -113,15 +145,22 @@ class DecoderLayer(_ResidualLayer):
       self.cross_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
                                             name="cross_attention_norm")
 
-  def __call__(self, x, memory, self_bias=None, memory_bias=None, training=False):
-    """Teacher-forced: x `[batch, t_len, d_model]`, memory `[batch, s_len, d_model]` -> like x."""
-    x = self._residual(
+  def __call__(self, x, memory, self_bias=None, memory_bias=None, training=False,
+               return_attention=False):
+    """Teacher-forced: x `[batch, t_len, d_model]`, memory `[batch, s_len, d_model]` -> like x
+    (and, with `return_attention`, the float32 weights of the self-attention `[batch, heads,
+    t_len, t_len]` and of the cross-attention `[batch, heads, t_len, s_len]`)."""
+    x, self_weights = self._attention_residual(
         x, self.self_attention_norm,
-        lambda h: self.self_attention(h, bias=self_bias, training=training), training)
-    x = self._residual(
+        lambda h: self.self_attention(h, bias=self_bias, training=training, return_scores=True),
+        training)
+    x, cross_weights = self._attention_residual(
         x, self.cross_attention_norm,
-        lambda h: self.cross_attention(h, memory, bias=memory_bias, training=training), training)
-    return self._feed_forward_block(x, training)
+        lambda h: self.cross_attention(h, memory, bias=memory_bias, training=training,
+                                       return_scores=True),
+        training)
+    x = self._feed_forward_block(x, training)
+    return (x, self_weights, cross_weights) if return_attention else x
 
   def step(self, x: tf.Tensor, step, cache: SelfAttentionCache, memory_key_value: KeyValue,
            memory_bias) -> Tuple[tf.Tensor, SelfAttentionCache]:
@@ -200,14 +239,19 @@ class Encoder(_Stack):
     """
     super().__init__(config, embedding, rng, EncoderLayer, config.num_encoder_layers, name=name)
 
-  def __call__(self, ids, bias=None, training=False):
-    """ids: int `[batch, s_len]` -> `[batch, s_len, d_model]`; bias defaults to padding."""
+  def __call__(self, ids, bias=None, training=False, return_attention=False):
+    """ids: int `[batch, s_len]` -> `[batch, s_len, d_model]` (and, with `return_attention`, a
+    tuple of float32 `[batch, heads, s_len, s_len]` weights, one a layer); bias defaults to
+    padding."""
     if bias is None:
       bias = masking.padding_bias(ids, self.config.pad_id)
     x = self._embed(ids, training)
+    weights = []
     for layer in self.layers:
-      x = layer(x, bias, training)
-    return self._finish(x)
+      x, layer_weights = layer(x, bias, training, return_attention=True)
+      weights.append(layer_weights)
+    x = self._finish(x)
+    return (x, tuple(weights)) if return_attention else x
 
 
 class Decoder(_Stack):
@@ -224,14 +268,21 @@ class Decoder(_Stack):
     """
     super().__init__(config, embedding, rng, DecoderLayer, config.num_decoder_layers, name=name)
 
-  def __call__(self, ids, memory, memory_bias=None, training=False):
+  def __call__(self, ids, memory, memory_bias=None, training=False, return_attention=False):
     """Teacher-forced: ids int `[batch, t_len]`, memory `[batch, s_len, d_model]` ->
-    `[batch, t_len, d_model]`."""
+    `[batch, t_len, d_model]` (and, with `return_attention`, two tuples of float32 weights, one
+    entry a layer: self-attention `[batch, heads, t_len, t_len]`, cross-attention `[batch,
+    heads, t_len, s_len]`)."""
     self_bias = masking.causal_bias(tf.shape(ids)[1])  # [1, 1, t_len, t_len]
     x = self._embed(ids, training)
+    self_weights, cross_weights = [], []
     for layer in self.layers:
-      x = layer(x, memory, self_bias, memory_bias, training)
-    return self._finish(x)
+      x, layer_self, layer_cross = layer(x, memory, self_bias, memory_bias, training,
+                                         return_attention=True)
+      self_weights.append(layer_self)
+      cross_weights.append(layer_cross)
+    x = self._finish(x)
+    return (x, tuple(self_weights), tuple(cross_weights)) if return_attention else x
 
   def step(self, ids: tf.Tensor, step, cache: DecoderCache,
            memory: DecodingMemory) -> Tuple[tf.Tensor, DecoderCache]:
@@ -295,14 +346,28 @@ class Transformer(tf.Module):
     `[batch, t_len, target_vocab]`."""
     return self._logits(self.decoder(target_ids, memory, memory_bias, training))
 
-  def __call__(self, source_ids: tf.Tensor, target_ids: tf.Tensor,
-               training: bool = False) -> tf.Tensor:
+  def __call__(self, source_ids: tf.Tensor, target_ids: tf.Tensor, training: bool = False,
+               return_attention: bool = False):
     """Teacher-forced logits: float32 `[batch, t_len, target_vocab]`.
 
-    target_ids are the decoder inputs (targets shifted right, starting with `bos_id`).
+    Args:
+      source_ids: int `[batch, s_len]`, padded with `pad_id`.
+      target_ids: int `[batch, t_len]`, the decoder inputs (targets shifted right, starting
+        with `bos_id`).
+      training: apply dropout.
+      return_attention: a Python bool; also return the `AttentionWeights` of this pass.
+    Returns:
+      logits, or (logits, `AttentionWeights`) with `return_attention`.
     """
-    memory, memory_bias = self.encode(source_ids, training)
-    return self.decode(target_ids, memory, memory_bias, training)
+    memory_bias = masking.padding_bias(source_ids, self.config.pad_id)  # [batch, 1, 1, s_len]
+    memory, encoder_weights = self.encoder(source_ids, memory_bias, training,
+                                           return_attention=True)
+    states, decoder_weights, cross_weights = self.decoder(target_ids, memory, memory_bias,
+                                                          training, return_attention=True)
+    logits = self._logits(states)
+    if not return_attention:
+      return logits
+    return logits, AttentionWeights(encoder_weights, decoder_weights, cross_weights)
 
   def _logits(self, states):
     """`[batch, t_len, d_model]` -> float32 `[batch, t_len, target_vocab]`."""
@@ -374,12 +439,15 @@ class AttentionEncoder(tf.Module):
                                           config.attention_dropout_rate, seed=config.seed,
                                           name="self_attention")
 
-  def __call__(self, ids, bias=None, training=False):
-    """ids: int `[batch, length]` -> `[batch, length, d_model]`; bias defaults to padding."""
+  def __call__(self, ids, bias=None, training=False, return_attention=False):
+    """ids: int `[batch, length]` -> `[batch, length, d_model]` (and, with `return_attention`,
+    a one-tuple of the float32 `[batch, heads, length, length]` weights); bias defaults to
+    padding."""
     if bias is None:
       bias = masking.padding_bias(ids, self.config.pad_id)
     x = self.position(self.embedding(ids, self.compute_dtype))
-    return self.self_attention(x, bias=bias, training=training)
+    x, weights = self.self_attention(x, bias=bias, training=training, return_scores=True)
+    return (x, (weights,)) if return_attention else x
 
 
 class EncoderClassifier(tf.Module):
@@ -405,9 +473,11 @@ class EncoderClassifier(tf.Module):
       self.classifier = Linear(config.d_model, config.num_classes, seed=config.seed,
                                name="classifier")
 
-  def __call__(self, ids, training=False):
-    """ids: int `[batch, length]` -> float32 logits `[batch, num_classes]`."""
-    states = self.encoder(ids, training=training)
+  def __call__(self, ids, training=False, return_attention=False):
+    """ids: int `[batch, length]` -> float32 logits `[batch, num_classes]`, or (logits,
+    `AttentionWeights` with only `encoder`: one `[batch, heads, length, length]` a layer) when
+    `return_attention` (a Python bool)."""
+    states, weights = self.encoder(ids, training=training, return_attention=True)
     if self.config.pooling == "first":
       pooled = states[:, 0]
     else:
@@ -416,4 +486,5 @@ class EncoderClassifier(tf.Module):
       pooled = tf.reduce_sum(states * valid, axis=1) / tf.maximum(
           tf.reduce_sum(valid, axis=1), tf.cast(1.0, states.dtype))
     pooled = dropout(pooled, self.config.dropout_rate, self.dropout_rng, training)
-    return tf.cast(self.classifier(pooled), tf.float32)
+    logits = tf.cast(self.classifier(pooled), tf.float32)
+    return (logits, AttentionWeights(encoder=weights)) if return_attention else logits

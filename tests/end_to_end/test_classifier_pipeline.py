@@ -27,7 +27,7 @@ def test_tsv_classifier_trains_exports_and_answers(tmp_path):
   path = export.export(config.run_dir, str(tmp_path / "models"))
   assert check.problems(path) == []
   loaded = tf.saved_model.load(path)
-  assert set(loaded.signatures) == {"serving_default", "classify_ids", "encode"}
+  assert set(loaded.signatures) == {"serving_default", "classify_ids", "encode", "attention"}
   out = loaded.signatures["serving_default"](text=tf.constant(["good film", "bad film", ""]))
   assert out["label"].dtype == tf.int64 and out["label"].shape == (3,)
   assert out["probabilities"].shape == (3, 3)

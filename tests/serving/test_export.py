@@ -53,7 +53,8 @@ def test_warmup_records_round_trip():
 def test_signatures_have_batch_dimension_and_names(exported):
   _, path = exported
   loaded = tf.saved_model.load(path)
-  assert set(loaded.signatures) == {"serving_default", "translate_ids", "encode", "score"}
+  assert set(loaded.signatures) == {"serving_default", "translate_ids", "encode", "score",
+                                    "attention"}
   serving = loaded.signatures["serving_default"]
   assert serving.structured_input_signature[1]["text"].shape.as_list() == [None]
   assert set(serving.structured_outputs) == {"translation", "score"}
@@ -83,6 +84,7 @@ def test_check_command_runs_saved_model_cli(exported):
                           cwd=REPO)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "signature_def['serving_default']" in result.stdout
+  assert "signature_def['attention']" in result.stdout  # listed for REST clients to find
   assert "OK: every op" in result.stdout
 
 
