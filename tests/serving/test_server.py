@@ -16,16 +16,19 @@ import pytest
 from serving import export
 from serving.batching import Batcher, BatchingParameters
 from serving.client import ServingClient, ServingError
+from serving.launch import start_subprocess
 from serving.model_manager import ModelManager
-from serving.server import make_server, start_subprocess
+from serving.server import make_server
+from serving.server_core import ServerCore
 
 NAME = "numbers"
 
 
 def _start(base, batcher=None, max_body_bytes=1 << 20, poll_seconds=0.2):
   manager = ModelManager(NAME, str(base), poll_seconds=poll_seconds)
-  manager.start()
-  server = make_server(manager, "127.0.0.1", 0, batcher, max_body_bytes)
+  core = ServerCore([manager], batcher=batcher)
+  core.start()
+  server = make_server(core, "127.0.0.1", 0, max_body_bytes)
   thread = threading.Thread(target=server.serve_forever, daemon=True)
   thread.start()
   return manager, server
@@ -309,7 +312,8 @@ def test_batching_parameters_file_format():
 @pytest.mark.slow
 def test_server_command_line(exported):
   base, _ = exported
-  process, port = start_subprocess(NAME, str(base), extra_flags=["--enable_batching"])
+  process, ports = start_subprocess(NAME, str(base), extra_flags=["--enable_batching"])
+  port = ports.rest
   try:
     client = ServingClient(NAME, port=port)
     client.wait_until_available()
@@ -349,8 +353,9 @@ def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
   config = tmp_path / "batching.config"
   config.write_text("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 3000000 }\n"
                     "num_batch_threads { value: 1 }\n")
-  process, port = start_subprocess(NAME, str(base), extra_flags=[
+  process, ports = start_subprocess(NAME, str(base), extra_flags=[
       "--enable_batching", f"--batching_parameters_file={config}"])
+  port = ports.rest
   try:
     client = ServingClient(NAME, port=port)
     client.wait_until_available()

@@ -14,6 +14,7 @@ import tensorflow as tf
 from serving import model_manager
 from serving.model_manager import ModelManager
 from serving.server import make_server
+from serving.server_core import ServerCore
 
 NAME = "numbers"
 UINT64_MAX = 2**64 - 1
@@ -40,8 +41,9 @@ def _half_plus_two(base):
 
 def _serve(name, base, labels=None):
   manager = ModelManager(name, str(base), labels=labels, poll_seconds=0.2)
-  manager.start()
-  server = make_server(manager, "127.0.0.1", 0)
+  core = ServerCore([manager])
+  core.start()
+  server = make_server(core, "127.0.0.1", 0)
   threading.Thread(target=server.serve_forever, daemon=True).start()
   return manager, server
 

@@ -16,6 +16,7 @@ from test_server_conformance import _half_plus_two
 
 from serving.model_manager import ModelManager
 from serving.server import make_server
+from serving.server_core import ServerCore
 
 NAME = "numbers"
 READ_TIMEOUT = 1  # seconds; --rest_api_read_timeout_seconds in production
@@ -30,8 +31,9 @@ def server(exported, tmp_path_factory):
   for name, path in ((NAME, str(base)),
                      ("half_plus_two", str(_half_plus_two(tmp_path_factory.mktemp("hp2"))))):
     manager = ModelManager(name, path, poll_seconds=0.5)
-    manager.start()
-    rest = make_server(manager, "127.0.0.1", 0, max_body_bytes=MAX_BODY, threads=4,
+    core = ServerCore([manager])
+    core.start()
+    rest = make_server(core, "127.0.0.1", 0, max_body_bytes=MAX_BODY, threads=4,
                        read_timeout_seconds=READ_TIMEOUT)
     threading.Thread(target=rest.serve_forever, daemon=True).start()
     running.append((manager, rest))
