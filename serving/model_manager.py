@@ -249,7 +249,10 @@ class ModelManager:
     return True
 
   def _warm_up(self, servable):
-    """Replays the version's warm-up records, recording TF Serving's warm-up metrics."""
+    """Replays the version's warm-up records, recording TF Serving's warm-up metrics (for a
+    version that has a warm-up file, as saved_model_warmup_util.cc records them)."""
+    if not os.path.exists(os.path.join(servable.path, warmup.WARMUP_FILE)):
+      return 0
     started = time.perf_counter()
     try:
       records = servable.warm_up()

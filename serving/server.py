@@ -36,7 +36,6 @@ import waitress.utilities
 from absl import flags, logging
 
 from serving.tensor_json import (
-  HTTP_STATUS,
   RestError,
   error_body,
   format_predict_response,
@@ -196,7 +195,9 @@ class RestApp:
       data, content_type = body, request["content_type"]
     else:
       data = body.encode("utf-8")
-      if self.metrics is not None and code in HTTP_STATUS and code != "PAYLOAD_TOO_LARGE":
+      # Counted as http_server.cc counts: every request its handler answered (a body over
+      # the cap never reaches TF Serving's handler).
+      if self.metrics is not None and code != "PAYLOAD_TOO_LARGE":
         self.metrics.record_request(request["model_name"], request["api"], "REST", code,
                                     time.perf_counter() - started)
     headers = [("Content-Type", content_type), ("Content-Length", str(len(data)))]

@@ -31,6 +31,8 @@ class ServerCore:
     self.allow_unavailable_labels = allow_version_labels_for_unavailable_models
     self.batcher, self.metrics = batcher, metrics
     self._managers = {manager.name: manager for manager in managers}
+    for manager in managers:  # warm-ups are recorded with the requests
+      manager.metrics = manager.metrics or metrics
     self._retired = {}  # models removed by a reload: status still lists their versions (END)
     self._lock = threading.Lock()
     self._reload_lock = threading.Lock()
@@ -39,8 +41,7 @@ class ServerCore:
   @classmethod
   def from_configs(cls, configs, poll_seconds=1.0, **options):
     """A core serving the model_config.ModelConfig list `configs` (options: see __init__)."""
-    managers = [ModelManager.from_config(config, poll_seconds, options.get("metrics"))
-                for config in configs]
+    managers = [ModelManager.from_config(config, poll_seconds) for config in configs]
     return cls(managers, poll_seconds, **options)
 
   def check_labels_on_disk(self):
