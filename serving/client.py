@@ -116,13 +116,17 @@ class GrpcServingClient:
     return self.models.GetModelStatus(request, timeout=self.timeout)
 
   def metadata(self, version=None, label=None):
-    """{signature name: SignatureDef} of the version that answers."""
+    """The GetModelMetadataResponse (its signature_def field) of the version that answers."""
     from tensorflow_serving.apis import get_model_metadata_pb2
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     self._spec(request.model_spec, version=version, label=label)
-    response = self.prediction.GetModelMetadata(request, timeout=self.timeout)
+    return self.prediction.GetModelMetadata(request, timeout=self.timeout)
+
+  def signature_defs(self, version=None, label=None):
+    """{signature name: SignatureDef} of the version that answers."""
+    from tensorflow_serving.apis import get_model_metadata_pb2
     signatures = get_model_metadata_pb2.SignatureDefMap()
-    response.metadata["signature_def"].Unpack(signatures)
+    self.metadata(version, label).metadata["signature_def"].Unpack(signatures)
     return dict(signatures.signature_def)
 
   def reload_config(self, model_server_config):
@@ -154,7 +158,7 @@ def main(argv):
   if not f.metadata and not f.text:
     raise cli.UsageError("nothing to send: give --text=... (repeatable) or --metadata")
   if f.protocol == "grpc":
-    print(json.dumps(_grpc_answer(f), indent=2, ensure_ascii=False))
+    print(json.dumps(_grpc_answer(f), indent=2, ensure_ascii=False, sort_keys=True))
     return
   port = f.port or 8501
   client = ServingClient(f.model, f.host, port, timeout=f.timeout)
@@ -166,24 +170,24 @@ def main(argv):
     reason = getattr(error, "reason", error)
     raise cli.RunError(f"cannot reach {client.base} ({reason}); is the server running on "
                        f"{f.host}:{port}? start one with python -m serving.server") from None
-  print(json.dumps(answer, indent=2, ensure_ascii=False))
+  print(json.dumps(answer, indent=2, ensure_ascii=False, sort_keys=True))
 
 
 def _grpc_answer(f):
-  """The gRPC answer as JSON-ready values (protobuf's JSON mapping for the metadata)."""
+  """The gRPC answer in the REST API's JSON (the row format for a predict), so both protocols
+  print the same."""
   cli.start_tensorflow_quietly()  # the protos import TensorFlow
   import grpc
-  from google.protobuf import json_format
+
+  from serving.tensor_json import format_predict_response, metadata_json
   port = f.port or 8500
   client = GrpcServingClient(f.model, f.host, port, timeout=f.timeout)
   try:
     if f.metadata:
-      return {name: json_format.MessageToDict(signature)
-              for name, signature in client.metadata().items()}
-    outputs = client.predict({"text": f.text})
-    return {name: value.tolist() if value.dtype != object else
-            [v.decode("utf-8", "replace") for v in value.ravel()]
-            for name, value in outputs.items()}
+      spec = client.metadata().model_spec
+      return metadata_json(spec.name, spec.version.value, client.signature_defs())
+    return json.loads(format_predict_response(client.predict({"text": f.text}),
+                                              row_format=True))
   except grpc.RpcError as error:
     if error.code() == grpc.StatusCode.UNAVAILABLE:
       raise cli.RunError(f"cannot reach {f.host}:{port} over gRPC ({error.details()}); is the "

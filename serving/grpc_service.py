@@ -1,9 +1,9 @@
 """TF Serving's gRPC API on the server's shared ServerCore, on tensorflow-serving-api's own
 generated servicers and messages:
 
-  tensorflow.serving.PredictionService  Predict, GetModelMetadata (Classify, Regress and
-                                         MultiInference answer as TF Serving does for models
-                                         whose signatures are predict signatures)
+  tensorflow.serving.PredictionService  Predict, GetModelMetadata (Classify and Regress
+                                         answer as TF Serving does for predict signatures;
+                                         tf.Example inputs and MultiInference: UNIMPLEMENTED)
   tensorflow.serving.ModelService       GetModelStatus, HandleReloadConfigRequest
 
 Tensors travel as TensorProtos (tf.make_ndarray / tf.make_tensor_proto). A call's deadline
@@ -17,6 +17,7 @@ import time
 
 import grpc
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 from tensorflow_serving.apis import (
   get_model_metadata_pb2,
   get_model_status_pb2,
@@ -27,12 +28,12 @@ from tensorflow_serving.apis import (
 )
 
 from serving import model_config
+from serving.server_core import example_api_error
 from serving.tensor_json import RestError, dtype_name
 
 _MESSAGE_LIMIT = 1024  # grpc_status_util.cc
 _INT32_MAX = 2**31 - 1
 _SIGNATURE_DEF = "signature_def"  # GetModelMetadataImpl::kSignatureDef
-_METHODS = {"Classify": "tensorflow/serving/classify", "Regress": "tensorflow/serving/regress"}
 
 
 def _abort(context, error):
@@ -109,6 +110,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     return self._counted("Predict", request, context, self._predict)
 
   def _predict(self, request, context):
+    if not request.HasField("model_spec"):
+      raise RestError("INVALID_ARGUMENT", "Missing ModelSpec")
     name, version, label = _spec(request.model_spec)
     servable = self.core.servable(name, version, label)
     signature_name = request.model_spec.signature_name or "serving_default"
@@ -157,29 +160,16 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     return response
 
   def Classify(self, request, context):
-    return self._counted("Classify", request, context, self._example_api("Classify"))
+    return self._counted("Classify", request, context, self._example_api("classify"))
 
   def Regress(self, request, context):
-    return self._counted("Regress", request, context, self._example_api("Regress"))
+    return self._counted("Regress", request, context, self._example_api("regress"))
 
   def _example_api(self, api):
-    """Classify/Regress take tf.Examples into a classify/regress signature; this server's
-    models (and any it loads) are answered with TF Serving's check of the method name, and a
-    signature that has the method is refused as not implemented here."""
     def handler(request, context):
-      name, version, label = _spec(request.model_spec)
-      servable = self.core.servable(name, version, label)
-      signature_name = request.model_spec.signature_name or "serving_default"
-      signature = servable.signatures.get(signature_name)
-      if signature is None:
-        raise RestError("INVALID_ARGUMENT", f"No signature was found with the name: "
-                        f"{signature_name}")  # classifier.cc / regressor.cc
-      if signature.method_name != _METHODS[api]:
-        kind = "classification" if api == "Classify" else "regression"
-        raise RestError("INVALID_ARGUMENT", f"Expected {kind} signature method_name to be "
-                        f"{_METHODS[api]}. Was: {signature.method_name}")
-      raise RestError("UNIMPLEMENTED", f"{api} over tf.Example inputs is not implemented by "
-                      "this server: use Predict")
+      servable = self.core.servable(*_spec(request.model_spec))
+      raise example_api_error(servable, request.model_spec.signature_name or "serving_default",
+                              api)
     return handler
 
   def MultiInference(self, request, context):
@@ -230,6 +220,39 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     return response
 
 
+class _Malformed:
+  """What a request that is not its method's message deserializes to."""
+
+  def __init__(self, reason):
+    self.reason = reason
+
+
+class _MalformedRequests(grpc.ServerInterceptor):
+  """A request whose bytes are not the method's message is the client's mistake:
+  INVALID_ARGUMENT naming the message type (grpcio's own answer would be INTERNAL, "Exception
+  deserializing request!")."""
+
+  def intercept_service(self, continuation, handler_call_details):
+    handler = continuation(handler_call_details)
+    if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+      return handler
+    parse, behaviour = handler.request_deserializer, handler.unary_unary
+
+    def deserialize(data):
+      try:
+        return parse(data)
+      except DecodeError as error:
+        return _Malformed(f"{handler_call_details.method}: the request is not a "
+                          f"{parse.__self__.DESCRIPTOR.full_name} ({error})")
+
+    def call(request, context):
+      if isinstance(request, _Malformed):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+      return behaviour(request, context)
+
+    return handler._replace(request_deserializer=deserialize, unary_unary=call)
+
+
 def _error_code(name):
   """A canonical code name ("NOT_FOUND") -> tensorflow.error.Code's value."""
   from tensorflow.core.protobuf import error_codes_pb2
@@ -240,13 +263,15 @@ def make_server(core, addresses, max_threads, metrics=None, max_receive_bytes=_I
                 channel_arguments=()):
   """A started grpc.Server serving both services on `addresses` ("host:port" or
   "unix:path"); returns (server, {address: bound port}). A port that cannot be bound raises
-  RuntimeError. Messages up to max_receive_bytes are accepted, any size is sent."""
+  RuntimeError. Requests up to max_receive_bytes are accepted (larger: RESOURCE_EXHAUSTED),
+  answers of any size are sent."""
   options = [("grpc.max_receive_message_length", max_receive_bytes),
              ("grpc.max_send_message_length", _INT32_MAX),
              # Without this, gRPC's default SO_REUSEPORT lets a second server share a busy port.
              ("grpc.so_reuseport", 0), *channel_arguments]
   server = grpc.server(concurrent.futures.ThreadPoolExecutor(
-      max_workers=max_threads, thread_name_prefix="grpc"), options=options)
+      max_workers=max_threads, thread_name_prefix="grpc"), options=options,
+      interceptors=[_MalformedRequests()])
   prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
       PredictionService(core, metrics), server)
   model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)

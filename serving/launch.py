@@ -39,8 +39,9 @@ def server_command(model_name=None, model_base_path=None, rest_port=0, grpc_port
                    port_file=None, extra_flags=()):
   """The command line of a server on the given ports (0: free ones); with no model, the
   models come from a --model_config_file in extra_flags."""
-  command = [sys.executable, "-m", "serving.server", f"--rest_api_port={rest_port}",
-             f"--port={grpc_port}"]
+  command = [sys.executable, "-m", "serving.server", f"--rest_api_port={rest_port}"]
+  if grpc_port is not None:  # None: a server from before gRPC (benchmarks' old trees)
+    command.append(f"--port={grpc_port}")
   if model_name is not None:
     command.append(f"--model_name={model_name}")
   if model_base_path is not None:
@@ -76,6 +77,8 @@ def start_subprocess(model_name=None, model_base_path=None, rest_port=0, grpc_po
       time.sleep(0.1)
     with open(port_file) as f:
       ports = json.load(f)
+    if isinstance(ports, int):  # a server from before gRPC wrote its REST port alone
+      return process, Ports(ports, None)
     return process, Ports(ports["rest_api_port"], ports["port"])
   finally:
     shutil.rmtree(work_dir, ignore_errors=True)

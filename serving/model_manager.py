@@ -26,10 +26,9 @@ import time
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the TF-Text ops the SavedModels use
 from absl import logging
-from google.protobuf import json_format
 
 from serving import versions, warmup
-from serving.tensor_json import RestError, invalid
+from serving.tensor_json import RestError, invalid, metadata_json
 
 # Lines of a TensorFlow error that frame the reason rather than state it.
 _ERROR_FRAMING = ("Graph execution error", "Detected at node", "<stack traces unavailable>",
@@ -143,13 +142,7 @@ class Servable:
     return len(records)
 
   def metadata(self):
-    signature_def = {
-        name: json_format.MessageToDict(sig, preserving_proto_field_name=True,
-                                        always_print_fields_with_no_presence=True)
-        for name, sig in self.signature_defs.items()}
-    return {"model_spec": {"name": self.name, "signature_name": "",
-                           "version": str(self.version)},
-            "metadata": {"signature_def": {"signature_def": signature_def}}}
+    return metadata_json(self.name, self.version, self.signature_defs)
 
 
 @contextlib.contextmanager

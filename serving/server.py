@@ -16,6 +16,7 @@ Serving's answers, always JSON. Binds 127.0.0.1 unless --rest_api_host/--grpc_ho
 import cli
 
 import dataclasses
+import errno
 import gzip
 import http
 import io
@@ -72,6 +73,9 @@ def _define_flags():
   flags.DEFINE_integer("grpc_max_threads", 4 * (os.cpu_count() or 1),
                        "gRPC calls processed at once (TF Serving's default: 4 x CPUs).",
                        lower_bound=1)
+  flags.DEFINE_integer("grpc_max_message_bytes", 64 * 1024 * 1024,
+                       "Largest gRPC request message in bytes (larger: RESOURCE_EXHAUSTED).",
+                       lower_bound=1, upper_bound=2**31 - 1)
   flags.DEFINE_string("grpc_channel_arguments", "",
                       "gRPC server options, e.g. grpc.max_concurrent_streams=100 "
                       "(comma-separated key=value).")
@@ -112,8 +116,8 @@ def _define_flags():
                       "TF Serving batching parameters (text proto), used with "
                       "--enable_batching.")
   flags.DEFINE_integer("max_body_bytes", 64 * 1024 * 1024,
-                       "Largest accepted REST body (larger: 413) and gRPC request message "
-                       "(larger: RESOURCE_EXHAUSTED), in bytes.", lower_bound=1)
+                       "Largest accepted REST request body in bytes (larger: 413).",
+                       lower_bound=1)
   flags.DEFINE_string("port_file", None, "Once serving, write the bound ports here as JSON: "
                       '{"rest_api_port": N, "port": M}.')
   flags.DEFINE_float("shutdown_grace_seconds", 10.0,
@@ -257,10 +261,10 @@ class RestApp:
     signature_name = signature_name_of(body)
     servable = self.core.servable(route.name, route.version, route.label)
     if route.verb != "predict":
-      raise invalid(f"Expected {route.verb} signature method_name to be "
-                    f"tensorflow/serving/{route.verb}: this server runs predict signatures "
-                    "(tensorflow/serving/predict); use :predict")
-    arrays, row_format = parse_predict_request(body, servable.input_specs(signature_name))
+      from serving.server_core import example_api_error  # (TensorFlow is loaded by now)
+      raise example_api_error(servable, signature_name, route.verb)
+    arrays, row_format = parse_predict_request(body, servable.input_specs(signature_name),
+                                               signature_name)
     outputs = self.core.run(servable, signature_name, arrays, "Predict", self.timeout_seconds)
     return format_predict_response(outputs, row_format)
 
@@ -323,24 +327,34 @@ class RestServer:
   """waitress serving a RestApp on a bound socket, with http.server's serve_forever() and
   shutdown(), and a graceful shutdown: stop accepting, let requests in flight finish."""
 
+  # How often waitress looks for connections silent past the read timeout: a connection is
+  # closed at most this (plus one loop turn) after its timeout, not up to a timeout later.
+  MAINTENANCE_SECONDS = 0.5
+
   def __init__(self, app, sock, threads=8, read_timeout_seconds=30):
     self.server_address = sock.getsockname()[:2]
     self._stopped = threading.Event()
+    self._running = self._closing = False
     # waitress warns on every queued request under load ("Task queue depth"); keep errors.
     std_logging.getLogger("waitress").setLevel(std_logging.ERROR)
     self._server = waitress.create_server(
         app, sockets=[sock], threads=threads, ident=None, backlog=1024,
-        channel_timeout=read_timeout_seconds, cleanup_interval=min(read_timeout_seconds, 30),
+        channel_timeout=read_timeout_seconds,
+        cleanup_interval=min(read_timeout_seconds, self.MAINTENANCE_SECONDS),
         # Bodies up to 4x the cap are read and answered 413 by the app on a connection that
         # stays usable (a client still sending sees the answer, not a reset); past that,
         # waitress answers 413 and closes without reading gigabytes.
         max_request_body_size=app.max_body_bytes * _MAX_DECOMPRESSED, expose_tracebacks=False,
-        clear_untrusted_proxy_headers=False, asyncore_loop_timeout=1)
+        clear_untrusted_proxy_headers=False, asyncore_loop_timeout=self.MAINTENANCE_SECONDS)
     self._server.channel_class = _JsonChannel
 
   def serve_forever(self):
+    self._running = True
     try:
       self._server.run()
+    except OSError as error:  # a socket closed under the loop once shutdown() has begun
+      if not (self._closing and error.errno == errno.EBADF):
+        raise
     finally:
       self._stopped.set()
 
@@ -351,17 +365,32 @@ class RestServer:
     return (dispatcher.active_count or dispatcher.queue or
             any(c.requests or c.total_outbufs_len for c in channels))
 
+  def _close_all(self):
+    """Closes every socket, which ends waitress's loop. Run by the loop's own thread: closed
+    from another thread, a socket the loop is selecting on fails it with EBADF."""
+    for dispatcher in list(self._server._map.values()):
+      try:
+        dispatcher.handle_close()
+      except OSError:  # already closed
+        self._server._map.pop(dispatcher._fileno, None)
+
   def shutdown(self, grace_seconds=10.0):
     """Stops accepting, waits up to grace_seconds for requests in flight and their answers,
     then closes every connection and stops serve_forever()."""
+    self._closing = True
     self._server.accepting = False  # the loop stops polling the listening socket
     deadline = time.monotonic() + grace_seconds
     while self._busy() and time.monotonic() < deadline:
       time.sleep(0.05)
-    for dispatcher in list(self._server._map.values()):
-      dispatcher.handle_close()
+    if self._running and not self._stopped.is_set():
+      try:  # the loop thread runs _close_all between two of its polls
+        self._server.trigger.pull_trigger(self._close_all)
+      except OSError:  # its wake-up pipe is gone: close from here (serve_forever allows it)
+        self._close_all()
+      self._stopped.wait(5)
+    else:
+      self._close_all()
     self._server.task_dispatcher.shutdown(timeout=1)
-    self._stopped.wait(5)
 
   def server_close(self):
     self.shutdown(0)
@@ -514,7 +543,8 @@ def _start_grpc(core, metrics):
   addresses = [address] + ([f"unix:{FLAGS.grpc_socket_path}"] if FLAGS.grpc_socket_path else [])
   try:
     server, ports = grpc_service.make_server(
-        core, addresses, FLAGS.grpc_max_threads, metrics, max_receive_bytes=FLAGS.max_body_bytes,
+        core, addresses, FLAGS.grpc_max_threads, metrics,
+        max_receive_bytes=FLAGS.grpc_max_message_bytes,
         channel_arguments=_grpc_channel_arguments())
   except RuntimeError as error:
     raise cli.UsageError(f"{error}: pick another --port (0 picks a free one) or "
@@ -578,8 +608,9 @@ def main(argv):
 
 _OWN_FLAGS = ("model_name", "model_base_path", "model_config_file",
               "model_config_file_poll_wait_seconds", "port", "grpc_host", "grpc_socket_path",
-              "grpc_max_threads", "grpc_channel_arguments", "rest_api_port", "rest_api_host",
-              "rest_api_num_threads", "rest_api_read_timeout_seconds", "rest_api_timeout_in_ms",
+              "grpc_max_threads", "grpc_max_message_bytes", "grpc_channel_arguments",
+              "rest_api_port", "rest_api_host", "rest_api_num_threads",
+              "rest_api_read_timeout_seconds", "rest_api_timeout_in_ms",
               "rest_api_enable_cors_support", "monitoring_config_file",
               "file_system_poll_wait_seconds", "model_version_policy", "versions",
               "version_labels", "allow_version_labels_for_unavailable_models",

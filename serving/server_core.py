@@ -15,6 +15,26 @@ from serving import model_config, versions
 from serving.model_manager import ModelManager
 from serving.tensor_json import RestError
 
+_EXAMPLE_APIS = {"classify": ("classification", "tensorflow/serving/classify"),
+                 "regress": ("regression", "tensorflow/serving/regress")}
+
+
+def example_api_error(servable, signature_name, api):
+  """The answer to Classify/Regress (gRPC) or :classify/:regress (REST), which run tf.Example
+  inputs through a classify/regress signature: what classifier.cc/regressor.cc answer for a
+  missing signature or one of another method (all this project exports), else UNIMPLEMENTED:
+  this server does not parse tf.Examples."""
+  kind, method = _EXAMPLE_APIS[api]
+  signature = servable.signatures.get(signature_name)
+  if signature is None:
+    return RestError("INVALID_ARGUMENT", f"No signature was found with the name: "
+                     f"{signature_name}")
+  if signature.method_name != method:
+    return RestError("INVALID_ARGUMENT", f"Expected {kind} signature method_name to be "
+                     f"{method}. Was: {signature.method_name}")
+  return RestError("UNIMPLEMENTED", f"{api.capitalize()} over tf.Example inputs is not "
+                   "implemented by this server: use Predict")
+
 
 def _not_available(model, version):
   return RestError("FAILED_PRECONDITION",

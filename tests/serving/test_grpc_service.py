@@ -3,7 +3,9 @@ same models and answers as REST (one ServerCore behind both), TF Serving's statu
 messages (prediction_service_impl.cc, predict_util.cc, get_model_metadata_impl.cc,
 get_model_status_impl.cc, model_service_impl.cc, server_core.cc), deadlines, config reloads."""
 
+import base64
 import json
+import os
 import shutil
 import threading
 import time
@@ -25,6 +27,7 @@ from tensorflow_serving.config import model_server_config_pb2
 from test_server_conformance import _half_plus_two
 
 from serving import grpc_service
+from serving.batching import Batcher, BatchingParameters
 from serving.client import GrpcServingClient, ServingClient
 from serving.model_manager import ModelManager
 from serving.monitoring import Metrics
@@ -49,12 +52,35 @@ def _spin_model(base):
   return base
 
 
+def _classifier_export(trained_run, tmp_path):
+  """<tmp_path>/models/1: a classifier export (3 classes, untrained) on trained_run's
+  vocabulary, made as `python -m train` + `serving.export` make one."""
+  import tfattn
+  from serving import export
+  from tfattn.run_dir import RunDir
+  run = RunDir(tmp_path / "run")
+  shutil.copytree(trained_run / "vocab", run.vocab)
+  config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
+  config = config.replace(num_classes=3)
+  with open(run.model_config, "w") as f:
+    f.write(config.to_json())
+  with open(run.task, "w") as f:
+    json.dump({"name": "tsv", "kind": "classification", "num_classes": 3,
+               "truncate": "right"}, f)
+  tf.train.Checkpoint(model=tfattn.EncoderClassifier(config)).save(
+      str(tmp_path / "run" / "checkpoints" / "ckpt"))
+  export.export(str(tmp_path / "run"), str(tmp_path / "models"))
+  return tmp_path / "models"
+
+
 @pytest.fixture(scope="module")
-def served(exported, tmp_path_factory):
-  """(gRPC port, REST port, core, metrics): our export as "numbers", the spinning model as
-  "spin", both protocols on one ServerCore."""
+def served(exported, trained_run, tmp_path_factory):
+  """(gRPC port, REST port, core, metrics): our seq2seq export as "numbers", a classifier
+  export as "classifier", the spinning model as "spin", both protocols on one ServerCore."""
   base, _ = exported
   managers = [ModelManager(NAME, str(base)),
+              ModelManager("classifier", str(_classifier_export(
+                  trained_run, tmp_path_factory.mktemp("classifier")))),
               ModelManager("spin", str(_spin_model(tmp_path_factory.mktemp("spin"))))]
   metrics = Metrics()
   core = ServerCore(managers, metrics=metrics)
@@ -111,6 +137,69 @@ def test_predict_answers_as_rest_does_and_names_the_version(served, client):
           response.model_spec.signature_name) == (NAME, 1, "serving_default")
 
 
+def _example_inputs(specs):
+  """Inputs any signature accepts, from its input specs alone: 2 rows; strings are numbers,
+  integers small token ids, floats ones; unknown sizes 3."""
+  inputs = {}
+  for name, spec in specs.items():
+    shape = [2] + [d if d is not None else 3 for d in (spec.shape.as_list() or [None])[1:]]
+    if spec.dtype == tf.string:
+      value = np.array(["12", "345"], object).reshape([2] + [1] * (len(shape) - 1))
+      inputs[name] = np.broadcast_to(value, shape)
+    elif spec.dtype.is_integer:
+      inputs[name] = (np.arange(np.prod(shape)) % 5 + 4).reshape(shape).astype(
+          spec.dtype.as_numpy_dtype)
+    else:
+      inputs[name] = np.ones(shape, spec.dtype.as_numpy_dtype)
+  return inputs
+
+
+def _to_json(value):
+  """array.tolist() with bytes as text: a REST request's JSON value."""
+  if isinstance(value, list):
+    return [_to_json(v) for v in value]
+  return value.decode() if isinstance(value, bytes) else value
+
+
+def _from_json(value, output_name, dtype):
+  """A REST output (JSON) as the numpy array it encodes."""
+  if dtype == tf.string:
+    def decode(v):
+      if isinstance(v, list):
+        return [decode(x) for x in v]
+      return base64.b64decode(v["b64"]) if isinstance(v, dict) else v.encode()
+    return np.array(decode(value), dtype=object)
+  return np.array(value, dtype=dtype.as_numpy_dtype)
+
+
+@pytest.mark.parametrize("model", [NAME, "classifier"])
+def test_every_signature_answers_the_same_tensors_over_grpc_and_rest(served, model):
+  """The same request through a stock PredictionServiceStub and through REST's columnar form:
+  identical tensors (REST writes float32 in shortest round-trip form, so equal means equal),
+  for every signature the export has, found from its metadata, never by name."""
+  servable = served[2].servable(model)
+  rest = ServingClient(model, port=served[1])
+  grpc_client = GrpcServingClient(model, port=served[0])
+  try:
+    signatures = grpc_client.signature_defs()
+    assert set(signatures) == set(servable.signature_defs) and len(signatures) >= 2
+    for name, signature_def in sorted(signatures.items()):
+      inputs = _example_inputs(servable.signatures[name].input_specs)
+      over_grpc = grpc_client.predict(inputs, signature_name=name)
+      body = {k: _to_json(v.tolist()) for k, v in inputs.items()}
+      outputs = rest.predict(inputs=body, signature_name=name)["outputs"]
+      if len(signature_def.outputs) == 1:
+        outputs = {next(iter(signature_def.outputs)): outputs}
+      assert set(outputs) == set(over_grpc) == set(signature_def.outputs), name
+      for output, value in over_grpc.items():
+        dtype = tf.as_dtype(signature_def.outputs[output].dtype)
+        assert value.dtype == dtype.as_numpy_dtype or dtype == tf.string, (name, output)
+        np.testing.assert_array_equal(_from_json(outputs[output], output, dtype), value,
+                                      err_msg=f"{model} {name} {output}")
+  finally:
+    grpc_client.close()
+
+
 def test_any_signature_by_name_version_and_output_filter(client):
   ids = client.predict({"source_ids": np.array([[5, 6, 7]], np.int32)},
                        signature_name="translate_ids", version=1)
@@ -122,52 +211,73 @@ def test_any_signature_by_name_version_and_output_filter(client):
   assert set(only) == {"score"}
 
 
-@pytest.mark.parametrize("change,code,message", [
-    # PreProcessPrediction's output_filter checks.
-    (lambda r: r.output_filter.append("nope"), grpc.StatusCode.INVALID_ARGUMENT,
-     "output tensor alias not found in signature: nope Outputs expected to be in the set "
-     "{score,translation}."),
-    (lambda r: r.output_filter.extend(["score", "score"]), grpc.StatusCode.INVALID_ARGUMENT,
-     "duplicate output tensor alias: score"),
-    # RunPredict: an unknown signature.
-    (lambda r: setattr(r.model_spec, "signature_name", "nope"),
-     grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "nope" not found.'),
-    # ServerCore: unknown model, version, label.
-    (lambda r: setattr(r.model_spec, "name", "nope"), grpc.StatusCode.NOT_FOUND,
-     "Servable not found for request: Latest(nope)"),
-    (lambda r: r.model_spec.version.__setattr__("value", 9), grpc.StatusCode.NOT_FOUND,
+# (TF Serving test or source it follows, change to a valid request, code, message substring).
+PREDICT_ERRORS = [
+    ("predict_impl_test MissingOrEmptyModelSpec", lambda r: r.ClearField("model_spec"),
+     grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec"),
+    ("predict_impl_test MissingOrEmptyModelSpec", lambda r: setattr(r.model_spec, "name", ""),
+     grpc.StatusCode.INVALID_ARGUMENT, "ModelSpec has no name specified."),
+    ("predict_impl_test MissingOrEmptyModelSpec", lambda r: setattr(r.model_spec, "name", "no"),
+     grpc.StatusCode.NOT_FOUND, "Servable not found for request: Latest(no)"),
+    ("predict_impl_test ModelSpecOverride", lambda r: r.model_spec.version.__setattr__(
+        "value", 9), grpc.StatusCode.NOT_FOUND,
      f"Servable not found for request: Specific({NAME}, 9)"),
-    (lambda r: setattr(r.model_spec, "version_label", "canary"),
+    ("server_core.cc GetModelVersionForLabel",
+     lambda r: setattr(r.model_spec, "version_label", "canary"),
      grpc.StatusCode.INVALID_ARGUMENT, "Unrecognized servable version label: canary"),
-    (lambda r: setattr(r.model_spec, "name", ""), grpc.StatusCode.INVALID_ARGUMENT,
-     "ModelSpec has no name specified."),
-    # VerifyRequestInputsSize and the session's feed checks.
-    (lambda r: r.inputs["extra"].CopyFrom(tf.make_tensor_proto([1])),
+    ("predict_util.cc RunPredict", lambda r: setattr(r.model_spec, "signature_name", "nope"),
+     grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "nope" not found.'),
+    ("predict_impl_test EmptyInputList", lambda r: r.inputs.clear(),
+     grpc.StatusCode.INVALID_ARGUMENT, "input size does not match signature: 0!=1 len({}) != "
+     "len({text}). Sent extra: {}. Missing but required: {text}."),
+    ("predict_impl_test InputTensorsDontMatchModelSpecInputs",
+     lambda r: r.inputs["key"].CopyFrom(tf.make_tensor_proto(["any_key"])),
      grpc.StatusCode.INVALID_ARGUMENT, "input size does not match signature: 2!=1 "
-     "len({extra,text}) != len({text}). Sent extra: {extra}. Missing but required: {}."),
-    (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([1.5])),
+     "len({key,text}) != len({text}). Sent extra: {key}. Missing but required: {}."),
+    ("predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
+     lambda r: r.output_filter.append("output_filter"), grpc.StatusCode.INVALID_ARGUMENT,
+     "output tensor alias not found in signature: output_filter Outputs expected to be in the "
+     "set {score,translation}."),
+    ("predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
+     lambda r: r.output_filter.extend(["score", "score"]), grpc.StatusCode.INVALID_ARGUMENT,
+     "duplicate output tensor alias: score"),
+    ("predict_impl_test InputTensorsHaveWrongType",
+     lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([1.5])),
      grpc.StatusCode.INVALID_ARGUMENT, "Expects arg[0] to be string but float is provided"),
-    (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([["a"]])),
+    ("direct_session.cc feed shape check (bad shape)",
+     lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([["a"]])),
      grpc.StatusCode.INVALID_ARGUMENT, "Cannot feed value of shape (1, 1)"),
-    (lambda r: (r.inputs.clear(), setattr(r.model_spec, "name", "spin"),
+    ("cc/saved_model/util.cc GetInputValues: tensor parsing error",
+     lambda r: (r.inputs.clear(), setattr(r.model_spec, "name", "spin"),
                 r.inputs["n"].MergeFrom(_int64_proto_with_3_bytes())),
      grpc.StatusCode.INVALID_ARGUMENT, "tensor parsing error: n"),
-    # The export's own in-graph checks (a TensorFlow error, its canonical code kept).
-    (lambda r: (r.inputs.clear(), setattr(r.model_spec, "signature_name", "translate_ids"),
+    ("the export's in-graph id check (bad id)",
+     lambda r: (r.inputs.clear(), setattr(r.model_spec, "signature_name", "translate_ids"),
                 r.inputs["source_ids"].CopyFrom(tf.make_tensor_proto(np.array([[5, 5000]],
                                                                                np.int32)))),
      grpc.StatusCode.INVALID_ARGUMENT, "source_ids holds a token id >= the vocabulary size"),
-    (lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([b"\xff\xfe"])),
-     grpc.StatusCode.INVALID_ARGUMENT, ""),
-], ids=["unknown output", "duplicate output", "unknown signature", "unknown model",
-        "unknown version", "unknown label", "no name", "extra input", "wrong dtype",
-        "wrong rank", "bad tensor proto", "token id check", "invalid utf-8"])
-def test_predict_errors_carry_tf_servings_codes_and_messages(client, change, code, message):
+    ("the export's UTF-8 check (TensorFlow's own error)",
+     lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([b"\xff\xfe"])),
+     grpc.StatusCode.INVALID_ARGUMENT, "Invalid"),
+]
+
+
+@pytest.mark.parametrize("source,change,code,message", PREDICT_ERRORS,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(PREDICT_ERRORS)])
+def test_predict_errors_carry_tf_servings_codes_and_messages(client, source, change, code,
+                                                             message):
   request = _request(text=["12"])
   change(request)
   got_code, details = _error(client.prediction.Predict, request, timeout=60)
   assert got_code == code and message in details, details
   assert client.predict({"text": ["12"]})["translation"].shape == (1,)  # still serving
+
+
+def test_bytes_that_are_not_a_request_are_invalid_argument(client):
+  predict = client.channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
+  code, details = _error(predict, b"\xff\xff\xff\xff", timeout=60)
+  assert code == grpc.StatusCode.INVALID_ARGUMENT
+  assert "the request is not a tensorflow.serving.PredictRequest" in details
 
 
 def _wait_for_count(metrics, model, code, count):
@@ -207,7 +317,7 @@ def test_messages_over_the_cap_are_refused(client):
 
 
 def test_model_metadata_is_the_signature_def_map(served, client):
-  signatures = client.metadata()
+  signatures = client.signature_defs()
   servable = served[2].servable(NAME)
   assert signatures == dict(servable.signature_defs)
   assert {"serving_default", "translate_ids", "score", "encode"} <= set(signatures)
@@ -303,3 +413,67 @@ def test_reload_config_adds_relabels_and_removes_models(tmp_path):
     client.close()
     server.stop(0).wait()
     core.stop()
+
+
+def test_both_protocols_under_load_through_a_version_swap_share_batches(tmp_path):
+  """REST and gRPC clients at once while version 124 replaces 123, server batching on: no
+  request fails, each gets its own rows back, and requests of both protocols share batches."""
+  base = _half_plus_two(tmp_path)
+  batcher = Batcher(BatchingParameters(max_batch_size=16, batch_timeout_micros=5000,
+                                       num_batch_threads=1))
+  mixed = []
+  run_batch = batcher._run_batch
+  batcher._run_batch = lambda batch: mixed.append(
+      {float(t.arrays["x"][0]) for t in batch} == {1.0, 3.0}) or run_batch(batch)
+  manager = ModelManager("half_plus_two", str(base), poll_seconds=0.2)
+  core = ServerCore([manager], batcher=batcher)
+  core.start()
+  rest = make_server(core, "127.0.0.1", 0)
+  threading.Thread(target=rest.serve_forever, daemon=True).start()
+  grpc_server, ports = grpc_service.make_server(core, ["127.0.0.1:0"], 4)
+  stop, failures, answered = threading.Event(), [], {"rest": 0, "grpc": 0}
+
+  def rest_load():
+    client = ServingClient("half_plus_two", port=rest.server_address[1])
+    while not stop.is_set():
+      try:
+        assert client.predict(instances=[1.0]) == {"predictions": [2.5]}
+        answered["rest"] += 1
+      except Exception as error:  # noqa: BLE001 - any failure fails the test
+        failures.append(error)
+
+  def grpc_load():
+    client = GrpcServingClient("half_plus_two", port=ports["127.0.0.1:0"])
+    while not stop.is_set():
+      try:
+        assert client.predict({"x": [3.0]})["y"].tolist() == [3.5]
+        answered["grpc"] += 1
+      except Exception as error:  # noqa: BLE001 - as above
+        failures.append(error)
+    client.close()
+
+  threads = [threading.Thread(target=load) for load in [rest_load, grpc_load] * 3]
+  for thread in threads:
+    thread.start()
+  try:
+    time.sleep(1.0)
+    shutil.copytree(base / "123", base / ".new")
+    os.rename(base / ".new", base / "124")  # appears whole, as serving.export writes it
+    deadline = time.time() + 60
+    while core.status("half_plus_two")["model_version_status"][-1]["state"] != "END":
+      assert time.time() < deadline, core.status("half_plus_two")
+      time.sleep(0.1)
+    time.sleep(0.5)
+  finally:
+    stop.set()
+    for thread in threads:
+      thread.join()
+    rest.shutdown(0)
+    grpc_server.stop(0).wait()
+    core.stop()
+    batcher.close()
+  assert not failures, failures[:3]
+  assert answered["rest"] > 0 and answered["grpc"] > 0
+  assert [(s["version"], s["state"]) for s in core.status("half_plus_two")[
+      "model_version_status"]] == [("124", "AVAILABLE"), ("123", "END")]
+  assert any(mixed)  # a batch held requests of both protocols

@@ -90,8 +90,8 @@ def _json_bodies(rng):
                 b'[{"text": "1", "extra": 2}]', b'[["1"], "2"]'):
     yield b'{"instances": ' + value + b"}"
     yield b'{"inputs": ' + value + b', "instances": ["1"]}'
-  yield from (b"null", b"1", b'"x"', b"[]", b"{}", b'{"instances": ["1"]} trailing',
-              b"\xef\xbb\xbf{}", b'{"instances": ["1"]}' * 2)
+  yield from (b"null", b"1", b'"x"', b"[]", b"{}", b'{} trailing', b"\xef\xbb\xbf{}",
+              b'{"instances": 1} {"instances": ["1"]}')
   alphabet = '{}[]":,0123456789.eE-+ ntruefalsb\\u'
   for _ in range(300):
     yield "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))).encode()
