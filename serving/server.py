@@ -365,9 +365,35 @@ class RestServer:
     return (dispatcher.active_count or dispatcher.queue or
             any(c.requests or c.total_outbufs_len for c in channels))
 
+  def _in_loop(self, action):
+    """Runs action() in waitress's loop thread, between two of its polls, and waits for it
+    (sockets may only change there: one closed from another thread fails the loop's select
+    with EBADF). Runs it here when the loop is not running or cannot be woken."""
+    if not self._running or self._stopped.is_set():
+      return action()
+    done = threading.Event()
+
+    def run():
+      try:
+        action()
+      finally:
+        done.set()
+    try:
+      self._server.trigger.pull_trigger(run)
+    except OSError:  # its wake-up pipe is gone: do it here (serve_forever allows it)
+      return action()
+    done.wait(5)
+
+  def _stop_reading(self):
+    """No new connection, and no new request on an open one: each closes once the answer to
+    the request it is serving has been sent (an idle keep-alive connection at once)."""
+    self._server.accepting = False
+    for channel in list(self._server._map.values()):
+      if isinstance(channel, waitress.channel.HTTPChannel):
+        channel.will_close = True
+
   def _close_all(self):
-    """Closes every socket, which ends waitress's loop. Run by the loop's own thread: closed
-    from another thread, a socket the loop is selecting on fails it with EBADF."""
+    """Closes every socket (the wake-up pipe too), which ends waitress's loop."""
     for dispatcher in list(self._server._map.values()):
       try:
         dispatcher.handle_close()
@@ -375,21 +401,16 @@ class RestServer:
         self._server._map.pop(dispatcher._fileno, None)
 
   def shutdown(self, grace_seconds=10.0):
-    """Stops accepting, waits up to grace_seconds for requests in flight and their answers,
-    then closes every connection and stops serve_forever()."""
+    """Stops taking requests, waits up to grace_seconds for those in flight and their
+    answers, then closes every connection and stops serve_forever()."""
     self._closing = True
-    self._server.accepting = False  # the loop stops polling the listening socket
+    self._in_loop(self._stop_reading)
     deadline = time.monotonic() + grace_seconds
     while self._busy() and time.monotonic() < deadline:
       time.sleep(0.05)
-    if self._running and not self._stopped.is_set():
-      try:  # the loop thread runs _close_all between two of its polls
-        self._server.trigger.pull_trigger(self._close_all)
-      except OSError:  # its wake-up pipe is gone: close from here (serve_forever allows it)
-        self._close_all()
+    self._in_loop(self._close_all)
+    if self._running:
       self._stopped.wait(5)
-    else:
-      self._close_all()
     self._server.task_dispatcher.shutdown(timeout=1)
 
   def server_close(self):
