@@ -323,6 +323,10 @@ def bind_socket(host, port):
   return sock
 
 
+def _never():
+  return False
+
+
 class RestServer:
   """waitress serving a RestApp on a bound socket, with http.server's serve_forever() and
   shutdown(), and a graceful shutdown: stop accepting, let requests in flight finish."""
@@ -385,11 +389,15 @@ class RestServer:
     done.wait(5)
 
   def _stop_reading(self):
-    """No new connection, and no new request on an open one: each closes once the answer to
-    the request it is serving has been sent (an idle keep-alive connection at once)."""
+    """No new connection, and no new request on an open one: idle connections close now;
+    busy ones read nothing more, send their answer, and close with the rest."""
     self._server.accepting = False
     for channel in list(self._server._map.values()):
-      if isinstance(channel, waitress.channel.HTTPChannel):
+      if not isinstance(channel, waitress.channel.HTTPChannel):
+        continue
+      if channel.requests or channel.total_outbufs_len:
+        channel.readable = _never  # the loop asks each channel before each poll
+      else:
         channel.will_close = True
 
   def _close_all(self):
