@@ -425,11 +425,17 @@ class RestServer:
     self.shutdown(0)
 
 
-def make_server(core, host="127.0.0.1", port=8501, max_body_bytes=64 * 1024 * 1024, threads=8,
-                read_timeout_seconds=30, sock=None, timeout_seconds=None, metrics=None,
-                metrics_path=None, cors=False):
-  """A RestServer for the models of `core` (a ServerCore) on host:port (or a bound `sock`)."""
-  app = RestApp(core, max_body_bytes, timeout_seconds, metrics, metrics_path, cors)
+def make_server(models, host="127.0.0.1", port=8501, batcher=None,
+                max_body_bytes=64 * 1024 * 1024, threads=8, read_timeout_seconds=30, sock=None,
+                *, timeout_seconds=None, metrics=None, metrics_path=None, cors=False):
+  """A RestServer on host:port (or a bound `sock`) for `models`: a ServerCore (the one the
+  gRPC service shares), or one started ModelManager, served alone with `batcher`."""
+  from serving.server_core import ServerCore  # (TensorFlow is loaded by now)
+  if not isinstance(models, ServerCore):
+    models = ServerCore([models], batcher=batcher)
+  elif batcher is not None:
+    raise ValueError("a ServerCore batches with its own batcher: pass it to ServerCore")
+  app = RestApp(models, max_body_bytes, timeout_seconds, metrics, metrics_path, cors)
   return RestServer(app, sock or bind_socket(host, port), threads, read_timeout_seconds)
 
 
