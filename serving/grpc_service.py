@@ -18,6 +18,7 @@ import time
 import grpc
 import tensorflow as tf
 from google.protobuf.message import DecodeError
+from tensorflow.core.protobuf import error_codes_pb2
 from tensorflow_serving.apis import (
   get_model_metadata_pb2,
   get_model_status_pb2,
@@ -50,11 +51,6 @@ def _spec(model_spec):
   version = model_spec.version.value if choice == "version" else None
   label = model_spec.version_label if choice == "version_label" else None
   return model_spec.name, version, label
-
-
-def _timeout(context):
-  """Seconds left before the client's deadline, or None when it set none."""
-  return context.time_remaining()
 
 
 def _to_array(alias, proto, spec, index):
@@ -123,7 +119,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     arrays = {alias: _to_array(alias, proto, signature.input_specs.get(alias),
                                order.index(alias) if alias in order else len(order))
               for alias, proto in request.inputs.items()}
-    outputs = self.core.run(servable, signature_name, arrays, "Predict", _timeout(context),
+    # The client's deadline (None when it set none) bounds the run.
+    outputs = self.core.run(servable, signature_name, arrays, "Predict",
+                            context.time_remaining(),
                             _output_names(signature, request.output_filter))
     response = predict_pb2.PredictResponse()
     response.model_spec.name = servable.name
@@ -254,9 +252,10 @@ class _MalformedRequests(grpc.ServerInterceptor):
 
 
 def _error_code(name):
-  """A canonical code name ("NOT_FOUND") -> tensorflow.error.Code's value."""
-  from tensorflow.core.protobuf import error_codes_pb2
-  return error_codes_pb2.Code.Value(name) if name in error_codes_pb2.Code.keys() else 2
+  """A canonical code name ("NOT_FOUND") -> tensorflow.error.Code's value (UNKNOWN for a
+  code of our own)."""
+  return error_codes_pb2.Code.Value(name) if name in error_codes_pb2.Code.keys() else (
+      error_codes_pb2.UNKNOWN)
 
 
 def make_server(core, addresses, max_threads, metrics=None, max_receive_bytes=_INT32_MAX,
