@@ -28,7 +28,7 @@ def _start(base, batcher=None, max_body_bytes=1 << 20, poll_seconds=0.2):
   manager = ModelManager(NAME, str(base), poll_seconds=poll_seconds)
   core = ServerCore([manager], batcher=batcher)
   core.start()
-  server = make_server(core, "127.0.0.1", 0, max_body_bytes)
+  server = make_server(core, "127.0.0.1", 0, max_body_bytes=max_body_bytes)
   thread = threading.Thread(target=server.serve_forever, daemon=True)
   thread.start()
   return manager, server
