@@ -3,12 +3,13 @@ merged along the batch axis, run once, and split again (TF Serving's `--enable_b
 
 import collections
 import dataclasses
-import re
 import threading
 import time
 
 import numpy as np
+from absl import logging
 
+from serving import config_protos
 from serving.tensor_json import RestError
 
 
@@ -24,20 +25,23 @@ class BatchingParameters:
 
   @classmethod
   def from_text_proto(cls, text):
-    """Parses e.g. `max_batch_size { value: 32 }  allowed_batch_sizes: 8`."""
-    values, allowed = {}, []
-    for match in re.finditer(r"(\w+)\s*(?:\{\s*value\s*:\s*([\w.]+)\s*\}|:\s*([\w.]+))",
-                             text):
-      name, value = match.group(1), match.group(2) or match.group(3)
-      if name == "allowed_batch_sizes":
-        allowed.append(int(value))
-      elif name == "pad_variable_length_inputs":
-        values[name] = value.lower() == "true"
-      elif name in {f.name for f in dataclasses.fields(cls)}:
-        values[name] = int(value)
-      else:
-        raise ValueError(f"unknown batching parameter {name!r}")
-    params = cls(**values, allowed_batch_sizes=tuple(sorted(allowed)))
+    """A batching_parameters_file (text BatchingParameters, e.g. `max_batch_size { value: 32 }
+    allowed_batch_sizes: 8`), read with protobuf's text_format. thread_pool_name only names
+    TF Serving's pool; large-batch splitting is not done here (a request over max_batch_size
+    runs alone), so its two fields are read and logged as not applied."""
+    proto = config_protos.parse(text, config_protos.BatchingParameters)
+    values = {field.name: getattr(proto, field.name).value
+              for field in dataclasses.fields(cls)
+              if field.name not in ("allowed_batch_sizes", "pad_variable_length_inputs")
+              and proto.HasField(field.name)}
+    if proto.enable_large_batch_splitting.value:
+      logging.warning("batching: enable_large_batch_splitting is not applied: requests larger "
+                      "than max_batch_size run alone")
+    params = cls(**values, allowed_batch_sizes=tuple(sorted(proto.allowed_batch_sizes)),
+                 pad_variable_length_inputs=proto.pad_variable_length_inputs)
+    for name in ("max_batch_size", "num_batch_threads", "max_enqueued_batches"):
+      if getattr(params, name) < 1:
+        raise ValueError(f"{name} must be at least 1, got {getattr(params, name)}")
     if params.allowed_batch_sizes and params.allowed_batch_sizes[-1] != params.max_batch_size:
       raise ValueError("the largest allowed_batch_sizes entry must equal max_batch_size")
     return params

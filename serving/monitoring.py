@@ -13,42 +13,20 @@ text exposition of a registry of our own, served on the REST port at the config'
 `request_count` and `model_warmup_records_read` are TF Serving counters whose samples carry no
 `_total` suffix; prometheus_client would append one to a counter (breaking queries written for
 TF Serving), so they are exported as untyped metrics with TF Serving's exact sample names.
+The config file's MonitoringConfig message is declared in serving.config_protos.
 """
 
 import collections
 import threading
 
 import prometheus_client
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+
+from serving import config_protos
 
 DEFAULT_PATH = "/monitoring/prometheus/metrics"  # PrometheusExporter::kPrometheusPath
 # Buckets::Exponential(10, 1.8, 33), microseconds, printed with 6 significant digits as
 # TF Serving's exporter prints them.
 LATENCY_BUCKETS = tuple(float(f"{10 * 1.8 ** i:.6g}") for i in range(33))
-
-
-def _monitoring_config_class():
-  """tensorflow.serving.MonitoringConfig (config/monitoring_config.proto: the two messages
-  below, same names and field numbers). tensorflow-serving-api does not ship this proto, so
-  its descriptor is declared here, and protobuf's own text_format parses the file."""
-  file = descriptor_pb2.FileDescriptorProto(
-      name="tfattn/tensorflow_serving/config/monitoring_config.proto",
-      package="tensorflow.serving", syntax="proto3")
-  field = descriptor_pb2.FieldDescriptorProto
-  prometheus = file.message_type.add(name="PrometheusConfig")
-  prometheus.field.add(name="enable", number=1, type=field.TYPE_BOOL, label=field.LABEL_OPTIONAL)
-  prometheus.field.add(name="path", number=2, type=field.TYPE_STRING,
-                       label=field.LABEL_OPTIONAL)
-  monitoring = file.message_type.add(name="MonitoringConfig")
-  monitoring.field.add(name="prometheus_config", number=1, type=field.TYPE_MESSAGE,
-                       label=field.LABEL_OPTIONAL, type_name=".tensorflow.serving.PrometheusConfig")
-  pool = descriptor_pool.DescriptorPool()
-  pool.Add(file)
-  return message_factory.GetMessageClass(
-      pool.FindMessageTypeByName("tensorflow.serving.MonitoringConfig"))
-
-
-MonitoringConfig = _monitoring_config_class()
 
 
 def read_config(path):
@@ -60,12 +38,7 @@ def read_config(path):
   except (OSError, UnicodeDecodeError) as error:
     raise ValueError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}"
                      ) from None
-  try:
-    config = text_format.Parse(text, MonitoringConfig())
-  except text_format.ParseError as error:
-    raise ValueError(f"not a text MonitoringConfig (prometheus_config {{ enable: true "
-                     f"path: \"...\" }}): {error}") from None
-  prometheus = config.prometheus_config
+  prometheus = config_protos.parse(text, config_protos.MonitoringConfig).prometheus_config
   if not prometheus.enable:
     return None
   path = prometheus.path or DEFAULT_PATH

@@ -303,12 +303,19 @@ def test_batching_parameters_file_format():
       num_batch_threads { value: 2 }
       allowed_batch_sizes: 4
       allowed_batch_sizes: 16
-      pad_variable_length_inputs: true""")
+      pad_variable_length_inputs: true
+      thread_pool_name { value: "model_server_batch_threads" }
+      max_execution_batch_size { value: 16 }""")
   assert (params.max_batch_size, params.batch_timeout_micros, params.num_batch_threads,
           params.allowed_batch_sizes, params.pad_variable_length_inputs) == (16, 500, 2,
                                                                             (4, 16), True)
-  with pytest.raises(ValueError, match="unknown batching parameter"):
+  assert BatchingParameters.from_text_proto("") == BatchingParameters()  # unset: defaults
+  with pytest.raises(ValueError, match='has no field named "max_batch_sise"'):
     BatchingParameters.from_text_proto("max_batch_sise { value: 1 }")
+  with pytest.raises(ValueError, match="largest allowed_batch_sizes entry"):
+    BatchingParameters.from_text_proto("max_batch_size { value: 8 } allowed_batch_sizes: 4")
+  with pytest.raises(ValueError, match="num_batch_threads must be at least 1"):
+    BatchingParameters.from_text_proto("num_batch_threads { value: 0 }")
 
 
 @pytest.mark.slow
