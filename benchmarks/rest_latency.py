@@ -1,6 +1,7 @@
-"""REST latency and throughput of `serving.server`: p50/p99 at batch 1 and 32, with and
-without server-side batching, load from a second process on loopback, bounded in time. With
---run_dir, the run is exported twice (graph and XLA decoding) and both are measured in one run.
+"""REST and gRPC latency and throughput of `serving.server`: p50/p99 at batch 1 and 32, with
+and without server-side batching, over each protocol (--protocols), load from a second process
+on loopback, bounded in time. With --run_dir, the run is exported twice (graph and XLA
+decoding) and both are measured in one run.
 
   python benchmarks/rest_latency.py [--model_base_path models/tfattn] [--seconds 8]
   python benchmarks/rest_latency.py --run_dir runs/default [--texts_file FILE]
@@ -32,35 +33,35 @@ import tempfile
 import threading
 import time
 
+from serving import launch
+
 TEXTS = ["4213", "19", "700005", "31337", "8", "123456", "99", "5000"]
 # Server-side batching pads merged batches to these sizes, so an XLA export compiles (and warms
 # up) a bounded set of programs; the largest is max_batch_size.
 ALLOWED_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
-def load(port, model, batch, concurrency, seconds, texts):
+def load(protocol, port, model, batch, concurrency, seconds, texts):
   """Runs in the load-generating process: closed-loop clients, one connection each, each
-  request the next `batch` texts."""
-  bodies = [json.dumps({"instances": [texts[(start + i) % len(texts)] for i in range(batch)]})
-            for start in range(0, len(texts), batch)]
+  request the next `batch` texts, as REST JSON or as a gRPC PredictRequest."""
+  rows = [[texts[(start + i) % len(texts)] for i in range(batch)]
+          for start in range(0, len(texts), batch)]
   latencies, errors = [], []
   deadline = time.time() + seconds
+  send = _grpc_sender(port, model, rows) if protocol == "grpc" else _rest_sender(port, model,
+                                                                                    rows)
 
   def client(offset):
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    request, close = send()
     sent = offset
     while time.time() < deadline:
-      body = bodies[sent % len(bodies)]
-      sent += 1
       start = time.perf_counter()
-      connection.request("POST", f"/v1/models/{model}:predict", body,
-                         {"Content-Type": "application/json"})
-      response = connection.getresponse()
-      response.read()
-      if response.status != 200:
-        errors.append(response.status)
+      error = request(sent % len(rows))
+      sent += 1
+      if error is not None:
+        errors.append(error)
       latencies.append(time.perf_counter() - start)
-    connection.close()
+    close()
 
   threads = [threading.Thread(target=client, args=(n,)) for n in range(concurrency)]
   started = time.time()
@@ -79,6 +80,51 @@ def load(port, model, batch, concurrency, seconds, texts):
           "rows_per_s": len(latencies) * batch / elapsed}
 
 
+def _rest_sender(port, model, rows):
+  """A factory of (request(i) -> error or None, close) pairs, one HTTP connection each."""
+  bodies = [json.dumps({"instances": row}) for row in rows]
+
+  def connect():
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def request(i):
+      connection.request("POST", f"/v1/models/{model}:predict", bodies[i],
+                         {"Content-Type": "application/json"})
+      response = connection.getresponse()
+      response.read()
+      return None if response.status == 200 else response.status
+
+    return request, connection.close
+  return connect
+
+
+def _grpc_sender(port, model, rows):
+  """The same over gRPC: one channel per client, PredictRequests built once."""
+  import grpc
+  import tensorflow as tf
+  from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+  requests = []
+  for row in rows:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    request.inputs["text"].CopyFrom(tf.make_tensor_proto(row))
+    requests.append(request)
+
+  def connect():
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+    def request(i):
+      try:
+        stub.Predict(requests[i], timeout=120)
+      except grpc.RpcError as error:
+        return error.code().name
+      return None
+
+    return request, channel.close
+  return connect
+
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER_THREADS = 8  # serving.server's default on this 2-core machine (4 x CPUs)
 
@@ -91,32 +137,38 @@ def extract_tree(ref):
   return directory
 
 
-def server_command(kind, base, model, port_file, batching_file, args):
-  """(command, working directory, environment) that starts server `kind` on a free port and
-  writes the port to port_file."""
+def start_server(kind, base, model, batching_file, args):
+  """(process, launch.Ports) of a started server whose model is AVAILABLE: `new` and `old` are
+  `python -m serving.server` of this tree or of --old_ref's (started by serving.launch), the
+  others this tree's RestApp hosted by a candidate library."""
+  from serving.client import ServingClient
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  base = os.path.abspath(base)
   if kind in ("new", "old"):
-    command = [sys.executable, "-m", "serving.server", f"--model_name={model}",
-               f"--model_base_path={base}", "--rest_api_port=0", f"--port_file={port_file}"]
-    if batching_file:
-      command += ["--enable_batching", f"--batching_parameters_file={batching_file}"]
-    return command, (args.old_tree if kind == "old" else REPO), env
+    flags = ["--enable_batching", f"--batching_parameters_file={batching_file}"] * bool(
+        batching_file)
+    process, ports = launch.start_subprocess(
+        model, base, grpc_port=0 if kind == "new" else None, extra_flags=flags, timeout=300,
+        cwd=args.old_tree if kind == "old" else REPO, env=env)
+  else:
+    process, ports = _start_candidate(kind, base, model, batching_file, args, env)
+  try:
+    ServingClient(model, port=ports.rest).wait_until_available()
+  except BaseException:
+    process.kill()
+    raise
+  return process, ports
+
+
+def _start_candidate(kind, base, model, batching_file, args, env):
+  work_dir = tempfile.mkdtemp(prefix="rest-latency-")
+  port_file = os.path.join(work_dir, "port")
   env["PYTHONPATH"] = os.pathsep.join([args.candidates_path, REPO])
   command = [sys.executable, os.path.abspath(__file__), f"--host_app={kind}",
              f"--model_base_path={base}", f"--model={model}", f"--port_file={port_file}"]
   if batching_file:
     command.append(f"--batching_file={batching_file}")
-  return command, REPO, env
-
-
-def start_server(kind, base, model, batching_file, args):
-  """(process, port) of a started server whose model is AVAILABLE."""
-  from serving.client import ServingClient
-  work_dir = tempfile.mkdtemp(prefix="rest-latency-")
-  port_file = os.path.join(work_dir, "port")
-  command, cwd, env = server_command(kind, os.path.abspath(base), model, port_file,
-                                     batching_file, args)
-  process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+  process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
   try:
     deadline = time.time() + 300
@@ -125,17 +177,10 @@ def start_server(kind, base, model, batching_file, args):
         process.kill()
         raise RuntimeError(f"server {kind} did not start: {' '.join(command)}")
       time.sleep(0.2)
-    time.sleep(0.1)  # the port file is written atomically by the new server only
     with open(port_file) as f:
-      port = int(f.read())
+      return process, launch.Ports(int(f.read()), None)
   finally:
     shutil.rmtree(work_dir, ignore_errors=True)
-  try:
-    ServingClient(model, port=port).wait_until_available()
-  except BaseException:
-    process.kill()
-    raise
-  return process, port
 
 
 def host_app(stack, base, model, port_file, batching_file):
@@ -143,13 +188,14 @@ def host_app(stack, base, model, port_file, batching_file):
   from serving.batching import Batcher, BatchingParameters
   from serving.model_manager import ModelManager
   from serving.server import RestApp
-  manager = ModelManager(model, base)
-  manager.start()
+  from serving.server_core import ServerCore
   batcher = None
   if batching_file:
     with open(batching_file) as f:
       batcher = Batcher(BatchingParameters.from_text_proto(f.read()))
-  app = RestApp(manager, batcher)
+  core = ServerCore([ModelManager(model, base)], batcher=batcher)
+  core.start()
+  app = RestApp(core)
   if stack == "cheroot":
     from cheroot import wsgi
     server = wsgi.Server(("127.0.0.1", 0), app, numthreads=SERVER_THREADS)
@@ -175,15 +221,18 @@ def _write_port(path, port):
   os.replace(path + ".tmp", path)
 
 
-def measure(base, args, batching_file, label, kind="new"):
-  """{(batching, batch): load results} of the model at `base`, one table row each."""
+def measure(base, args, batching_file, label, kind="new", protocol="rest"):
+  """{(batching, batch): load results} of the model at `base` over `protocol`, one table row
+  each."""
   results = {}
   for batching in (False, True):
-    process, port = start_server(kind, base, args.model, batching_file if batching else None,
-                                 args)
+    process, ports = start_server(kind, base, args.model, batching_file if batching else None,
+                                  args)
+    port = ports.grpc if protocol == "grpc" else ports.rest
     try:
       for batch in (1, 32):
-        command = [sys.executable, os.path.abspath(__file__), f"--load={port},{batch}",
+        command = [sys.executable, os.path.abspath(__file__),
+                   f"--load={protocol},{port},{batch}",
                    f"--model={args.model}", f"--seconds={args.seconds}",
                    f"--concurrency={args.concurrency}"]
         if args.texts_file:
@@ -196,8 +245,7 @@ def measure(base, args, batching_file, label, kind="new"):
               f"{r['requests_per_s']:8.1f} {r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} "
               f"{r['p99_ms']:8.1f} {r['errors']:>6}")
     finally:
-      process.terminate()
-      process.wait(timeout=30)
+      launch.stop(process)
   return results
 
 
@@ -217,6 +265,8 @@ def main():
                       "--model_base_path): measures the HTTP stack")
   parser.add_argument("--servers", default="new",
                       help="comma-separated HTTP stacks to compare: new, old, cheroot, tornado")
+  parser.add_argument("--protocols", default="rest,grpc",
+                      help="with the new server alone: measure REST, gRPC or both (rest,grpc)")
   parser.add_argument("--rounds", type=int, default=1,
                       help="with --servers: measure every server this many times, report "
                       "medians")
@@ -235,8 +285,9 @@ def main():
              args.batching_file)
     return
   if args.load:
-    port, batch = map(int, args.load.split(","))
-    print(json.dumps(load(port, args.model, batch, args.concurrency, args.seconds,
+    protocol, port, batch = args.load.split(",")
+    print(json.dumps(load(protocol, int(port), args.model, int(batch), args.concurrency,
+                          args.seconds,
                           common.read_texts(args.texts_file) if args.texts_file else TEXTS)))
     return
   scratch = tempfile.mkdtemp(prefix="rest-latency-")  # exports, batching file: removed at the end
@@ -276,8 +327,12 @@ def measure_all(args, scratch):
     args.old_tree = extract_tree(args.old_ref)
   try:
     if kinds == ["new"]:
-      results = {label: measure(base, args, batching_file, label)
-                 for label, base in bases.items()}
+      results = {}
+      for label, base in bases.items():
+        for protocol in args.protocols.split(","):
+          name = label if protocol == "rest" else f"{label}/grpc"
+          results[name] = measure(base, args, batching_file, name, protocol=protocol)
+      compare_protocols(results)
     else:
       results = measure_rounds(bases, args, batching_file, kinds)
       compare_servers(results, kinds)
@@ -334,6 +389,18 @@ def measure_rounds(bases, args, batching_file, kinds):
       print(f"{name:<15} {'on' if batching else 'off':<9} {batch:>5} {r['requests_per_s']:8.1f} "
             f"{r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['errors']:>6}")
   return results
+
+
+def compare_protocols(results):
+  """gRPC against REST on the same server and model, row by row."""
+  for label in [n for n in results if n.endswith("/grpc")]:
+    rest = results[label[:-len("/grpc")]]
+    for key, row in sorted(results[label].items()):
+      base = rest[key]
+      print(f"{label[:-5]} batching {'on' if key[0] else 'off'} batch {key[1]}: gRPC vs REST "
+            f"p50 {row['p50_ms']:.1f} / {base['p50_ms']:.1f} ms = "
+            f"{row['p50_ms'] / base['p50_ms']:.2f}x, rows/s {row['rows_per_s']:.1f} / "
+            f"{base['rows_per_s']:.1f} = {row['rows_per_s'] / base['rows_per_s']:.2f}x")
 
 
 def compare_servers(results, kinds):

@@ -3,12 +3,13 @@ merged along the batch axis, run once, and split again (TF Serving's `--enable_b
 
 import collections
 import dataclasses
-import re
 import threading
 import time
 
 import numpy as np
+from absl import logging
 
+from serving import config_protos
 from serving.tensor_json import RestError
 
 
@@ -24,20 +25,23 @@ class BatchingParameters:
 
   @classmethod
   def from_text_proto(cls, text):
-    """Parses e.g. `max_batch_size { value: 32 }  allowed_batch_sizes: 8`."""
-    values, allowed = {}, []
-    for match in re.finditer(r"(\w+)\s*(?:\{\s*value\s*:\s*([\w.]+)\s*\}|:\s*([\w.]+))",
-                             text):
-      name, value = match.group(1), match.group(2) or match.group(3)
-      if name == "allowed_batch_sizes":
-        allowed.append(int(value))
-      elif name == "pad_variable_length_inputs":
-        values[name] = value.lower() == "true"
-      elif name in {f.name for f in dataclasses.fields(cls)}:
-        values[name] = int(value)
-      else:
-        raise ValueError(f"unknown batching parameter {name!r}")
-    params = cls(**values, allowed_batch_sizes=tuple(sorted(allowed)))
+    """A batching_parameters_file (text BatchingParameters, e.g. `max_batch_size { value: 32 }
+    allowed_batch_sizes: 8`), read with protobuf's text_format. thread_pool_name only names
+    TF Serving's pool; large-batch splitting is not done here (a request over max_batch_size
+    runs alone), so its two fields are read and logged as not applied."""
+    proto = config_protos.parse(text, config_protos.BatchingParameters)
+    values = {field.name: getattr(proto, field.name).value
+              for field in dataclasses.fields(cls)
+              if field.name not in ("allowed_batch_sizes", "pad_variable_length_inputs")
+              and proto.HasField(field.name)}
+    if proto.enable_large_batch_splitting.value:
+      logging.warning("batching: enable_large_batch_splitting is not applied: requests larger "
+                      "than max_batch_size run alone")
+    params = cls(**values, allowed_batch_sizes=tuple(sorted(proto.allowed_batch_sizes)),
+                 pad_variable_length_inputs=proto.pad_variable_length_inputs)
+    for name in ("max_batch_size", "num_batch_threads", "max_enqueued_batches"):
+      if getattr(params, name) < 1:
+        raise ValueError(f"{name} must be at least 1, got {getattr(params, name)}")
     if params.allowed_batch_sizes and params.allowed_batch_sizes[-1] != params.max_batch_size:
       raise ValueError("the largest allowed_batch_sizes entry must equal max_batch_size")
     return params
@@ -45,13 +49,22 @@ class BatchingParameters:
 
 class _Task:
 
-  def __init__(self, servable, signature_name, arrays):
+  def __init__(self, servable, signature_name, arrays, timeout_seconds, output_names):
     self.servable, self.signature_name, self.arrays = servable, signature_name, arrays
+    self.output_names = tuple(output_names or ())
+    self.deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     self.rows = next(iter(arrays.values())).shape[0] if arrays else 0
-    self.key = (id(servable), signature_name,
+    self.key = (id(servable), signature_name, self.output_names,
                 tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(arrays.items())))
     self.done = threading.Event()
     self.outputs = self.error = None
+
+  def remaining(self):
+    return None if self.deadline is None else self.deadline - time.monotonic()
+
+  def run_alone(self):
+    return self.servable.run(self.signature_name, self.arrays, self.remaining(),
+                             self.output_names)
 
 
 class Batcher:
@@ -68,11 +81,13 @@ class Batcher:
     for thread in self._threads:
       thread.start()
 
-  def run(self, servable, signature_name, arrays):
-    task = _Task(servable, signature_name, arrays)
+  def run(self, servable, signature_name, arrays, timeout_seconds=None, output_names=None):
+    """Servable.run's answer for this request, computed in a batch with compatible ones (same
+    version, signature, outputs, and input shapes past the batch axis)."""
+    task = _Task(servable, signature_name, arrays, timeout_seconds, output_names)
     if task.rows == 0 or task.rows > self.params.max_batch_size or any(
         a.ndim == 0 for a in arrays.values()):
-      return servable.run(signature_name, arrays)  # cannot be merged: run alone
+      return task.run_alone()  # cannot be merged
     with self._cond:
       limit = self.params.max_enqueued_batches * self.params.max_batch_size
       if self._queued_rows + task.rows > limit:
@@ -121,36 +136,49 @@ class Batcher:
       batch = self._take_batch()
       if batch is None:
         return
-      first = batch[0]
-      rows = sum(t.rows for t in batch)
-      try:
-        merged = {name: np.concatenate([t.arrays[name] for t in batch])
-                  for name in first.arrays}
-        padding = self._padded_size(rows) - rows
-        if padding:
-          merged = {n: np.concatenate([a, np.repeat(a[:1], padding, axis=0)])
-                    for n, a in merged.items()}
-        outputs = first.servable.run(first.signature_name, merged)
-        if any(o.ndim == 0 or o.shape[0] != rows + padding for o in outputs.values()):
-          raise RestError("INTERNAL", "batched outputs lost their batch dimension")
-        start = 0
-        for task in batch:
-          task.outputs = {n: o[start:start + task.rows] for n, o in outputs.items()}
-          start += task.rows
-      except RestError as error:
-        if len(batch) == 1:
-          first.error = error
-        else:  # one bad request must not fail its batch-mates: retry each alone
-          for task in batch:
-            try:
-              task.outputs = task.servable.run(task.signature_name, task.arrays)
-            except RestError as single_error:
-              task.error = single_error
-      except Exception as error:  # never leave a request waiting
-        for task in batch:
-          task.error = RestError("INTERNAL", str(error)[:500])
-      for task in batch:
+      for task in [t for t in batch if t.deadline is not None and t.remaining() <= 0]:
+        task.error = RestError("DEADLINE_EXCEEDED", "Deadline exceeded while the request waited "
+                               "for its batch")
         task.done.set()
+        batch.remove(task)
+      if batch:
+        self._run_batch(batch)
+
+  def _run_batch(self, batch):
+    """Runs the merged batch under the latest deadline of its requests (none if one has none),
+    then hands each request its rows."""
+    first = batch[0]
+    rows = sum(t.rows for t in batch)
+    try:
+      merged = {name: np.concatenate([t.arrays[name] for t in batch])
+                for name in first.arrays}
+      padding = self._padded_size(rows) - rows
+      if padding:
+        merged = {n: np.concatenate([a, np.repeat(a[:1], padding, axis=0)])
+                  for n, a in merged.items()}
+      remaining = [t.remaining() for t in batch]
+      timeout = None if None in remaining else max(remaining)
+      outputs = first.servable.run(first.signature_name, merged, timeout, first.output_names)
+      if any(o.ndim == 0 or o.shape[0] != rows + padding for o in outputs.values()):
+        raise RestError("INTERNAL", "batched outputs lost their batch dimension")
+      start = 0
+      for task in batch:
+        task.outputs = {n: o[start:start + task.rows] for n, o in outputs.items()}
+        start += task.rows
+    except RestError as error:
+      if len(batch) == 1:
+        first.error = error
+      else:  # one bad request must not fail its batch-mates: retry each alone
+        for task in batch:
+          try:
+            task.outputs = task.run_alone()
+          except RestError as single_error:
+            task.error = single_error
+    except Exception as error:  # never leave a request waiting
+      for task in batch:
+        task.error = RestError("INTERNAL", str(error)[:500])
+    for task in batch:
+      task.done.set()
 
   def close(self):
     with self._cond:

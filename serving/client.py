@@ -1,6 +1,8 @@
-"""A client for TF Serving's REST API (real `tensorflow_model_server` or `serving.server`).
+"""Clients for TF Serving's REST and gRPC APIs (real `tensorflow_model_server` or
+`serving.server`).
 
   python -m serving.client --port 8501 --model tfattn --text "4213" --text "17"
+  python -m serving.client --protocol grpc --model tfattn --text "4213"     # port 8500
 """
 
 import cli
@@ -74,10 +76,75 @@ class ServingClient:
       time.sleep(0.2)
 
 
+class GrpcServingClient:
+  """TF Serving's gRPC API through tensorflow-serving-api's own stubs. Tensors go as
+  TensorProtos: predict takes {input name: array-like} and returns {output name: numpy array}.
+  Errors are grpc.RpcError (its code() and details() are TF Serving's)."""
+
+  def __init__(self, model, host="127.0.0.1", port=8500, timeout=60.0):
+    import grpc
+    from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
+    self.model, self.timeout = model, timeout
+    self.channel = grpc.insecure_channel(f"{host}:{port}")
+    self.prediction = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+    self.models = model_service_pb2_grpc.ModelServiceStub(self.channel)
+
+  def _spec(self, spec, signature_name=None, version=None, label=None):
+    spec.name = self.model
+    if signature_name:
+      spec.signature_name = signature_name
+    if version is not None:
+      spec.version.value = int(version)
+    elif label is not None:
+      spec.version_label = label
+
+  def predict(self, inputs, signature_name=None, version=None, label=None, output_filter=(),
+              timeout=None):
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+    request = predict_pb2.PredictRequest(output_filter=list(output_filter))
+    self._spec(request.model_spec, signature_name, version, label)
+    for name, value in inputs.items():
+      request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    response = self.prediction.Predict(request, timeout=timeout or self.timeout)
+    return {name: tf.make_ndarray(proto) for name, proto in response.outputs.items()}
+
+  def status(self, version=None):
+    from tensorflow_serving.apis import get_model_status_pb2
+    request = get_model_status_pb2.GetModelStatusRequest()
+    self._spec(request.model_spec, version=version)
+    return self.models.GetModelStatus(request, timeout=self.timeout)
+
+  def metadata(self, version=None, label=None):
+    """The GetModelMetadataResponse (its signature_def field) of the version that answers."""
+    from tensorflow_serving.apis import get_model_metadata_pb2
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    self._spec(request.model_spec, version=version, label=label)
+    return self.prediction.GetModelMetadata(request, timeout=self.timeout)
+
+  def signature_defs(self, version=None, label=None):
+    """{signature name: SignatureDef} of the version that answers."""
+    from tensorflow_serving.apis import get_model_metadata_pb2
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    self.metadata(version, label).metadata["signature_def"].Unpack(signatures)
+    return dict(signatures.signature_def)
+
+  def reload_config(self, model_server_config):
+    """ModelService.HandleReloadConfigRequest with a ModelServerConfig message."""
+    from tensorflow_serving.apis import model_management_pb2
+    request = model_management_pb2.ReloadConfigRequest(config=model_server_config)
+    return self.models.HandleReloadConfigRequest(request, timeout=self.timeout)
+
+  def close(self):
+    self.channel.close()
+
+
 def _define_flags():
   from absl import flags
   flags.DEFINE_string("host", "127.0.0.1", "Server host.")
-  flags.DEFINE_integer("port", 8501, "REST port.", lower_bound=1, upper_bound=65535)
+  flags.DEFINE_enum("protocol", "rest", ["rest", "grpc"], "TF Serving API to use.")
+  flags.DEFINE_integer("port", None, "Server port (default: 8501 for REST, 8500 for gRPC).",
+                       lower_bound=1, upper_bound=65535)
   flags.DEFINE_string("model", "tfattn", "Model name.")
   flags.DEFINE_multi_string("text", [], "Texts to send to serving_default (repeat the flag).")
   flags.DEFINE_bool("metadata", False, "Print the model's metadata instead.")
@@ -90,7 +157,11 @@ def main(argv):
   f = flags.FLAGS
   if not f.metadata and not f.text:
     raise cli.UsageError("nothing to send: give --text=... (repeatable) or --metadata")
-  client = ServingClient(f.model, f.host, f.port, timeout=f.timeout)
+  if f.protocol == "grpc":
+    print(json.dumps(_grpc_answer(f), indent=2, ensure_ascii=False, sort_keys=True))
+    return
+  port = f.port or 8501
+  client = ServingClient(f.model, f.host, port, timeout=f.timeout)
   try:
     answer = client.metadata() if f.metadata else client.predict(instances=f.text)
   except ServingError as error:
@@ -98,8 +169,32 @@ def main(argv):
   except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
     reason = getattr(error, "reason", error)
     raise cli.RunError(f"cannot reach {client.base} ({reason}); is the server running on "
-                       f"{f.host}:{f.port}? start one with python -m serving.server") from None
-  print(json.dumps(answer, indent=2, ensure_ascii=False))
+                       f"{f.host}:{port}? start one with python -m serving.server") from None
+  print(json.dumps(answer, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+def _grpc_answer(f):
+  """The gRPC answer in the REST API's JSON (the row format for a predict), so both protocols
+  print the same."""
+  cli.start_tensorflow_quietly()  # the protos import TensorFlow
+  import grpc
+
+  from serving.tensor_json import format_predict_response, metadata_json
+  port = f.port or 8500
+  client = GrpcServingClient(f.model, f.host, port, timeout=f.timeout)
+  try:
+    if f.metadata:
+      spec = client.metadata().model_spec
+      return metadata_json(spec.name, spec.version.value, client.signature_defs())
+    return json.loads(format_predict_response(client.predict({"text": f.text}),
+                                              row_format=True))
+  except grpc.RpcError as error:
+    if error.code() == grpc.StatusCode.UNAVAILABLE:
+      raise cli.RunError(f"cannot reach {f.host}:{port} over gRPC ({error.details()}); is the "
+                         "server running? start one with python -m serving.server") from None
+    raise cli.RunError(f"the server answered {error.code().name}: {error.details()}") from None
+  finally:
+    client.close()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 
 from absl import flags
 
-from serving import server
+from serving import launch
 from serving.client import ServingClient, ServingError
 
 DEFAULT_TEXTS = ["4213", "19", "700005", "31337"]
@@ -26,9 +26,11 @@ def _define_flags():
 
 
 def _start_server():
-  """(process, port) of a server child; its one-line error if it could not start."""
+  """(process, REST port) of a server child; its one-line error if it could not start."""
   try:
-    return server.start_subprocess(FLAGS.model_name, FLAGS.model_base_path, FLAGS.port)
+    process, ports = launch.start_subprocess(FLAGS.model_name, FLAGS.model_base_path,
+                                             rest_port=FLAGS.port)
+    return process, ports.rest
   except RuntimeError as error:
     lines = [line for line in str(error).splitlines() if "error:" in line]
     reason = lines[-1].split("error:", 1)[1].strip() if lines else str(error)[-500:]
@@ -70,8 +72,7 @@ def main(argv):
         print(f"sacreBLEU signature: {metrics['bleu_signature']}")
     return 0
   finally:
-    process.terminate()
-    process.wait(timeout=30)
+    launch.stop(process)
 
 
 if __name__ == "__main__":

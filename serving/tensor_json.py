@@ -8,6 +8,7 @@ Responses: `predictions` (row) or `outputs` (columnar); float32 in shortest roun
 import base64
 import json
 import math
+import re
 
 import numpy as np
 
@@ -83,8 +84,37 @@ def _type_error(value, dtype):
                  f"expected type: {dtype_name(dtype)}")
 
 
+_TOO_BIG = "Number too big to be stored in double."  # rapidjson's kParseErrorNumberTooBig
+
+
 def _parse_int(text):
-  return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else float(text)
+  if len(text.lstrip("-")) <= _MAX_INT_DIGITS:
+    return int(text)
+  return _parse_float(text)
+
+
+def _parse_float(text):
+  value = float(text)
+  if math.isinf(value):  # rapidjson refuses what a double cannot hold (1e400)
+    raise ValueError(_TOO_BIG)
+  return value
+
+
+def _first_key_wins(pairs):
+  """rapidjson keeps every member and FindMember returns the first: a repeated key's first
+  value is the one TF Serving reads (Python's json would keep the last)."""
+  obj = {}
+  for key, value in pairs:
+    obj.setdefault(key, value)
+  return obj
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float,
+                            object_pairs_hook=_first_key_wins)
+# kParseNanAndInfFlag also reads Inf, -Inf and -NaN, which Python's json does not: rewritten to
+# the spellings it reads, outside strings.
+_NAN_AND_INF = re.compile(r'"(?:[^"\\]|\\.)*"|-?Inf(?:inity)?|-NaN')
+_SPELLINGS = {"Inf": "Infinity", "-Inf": "-Infinity", "-NaN": "NaN"}
 
 
 # Python's json messages -> rapidjson's (GetParseError_En), which TF Serving's tests assert.
@@ -102,24 +132,30 @@ _PARSE_MESSAGES = {"Expecting value": "Invalid value.",
 
 
 def parse_json(data):
-  """Request body bytes -> a JSON object (dict), with TF Serving's parse error texts. Never
-  raises anything but RestError: nesting past Python's recursion limit, invalid UTF-8 and
-  huge numbers are 400s."""
-  if not data.strip():
+  """Request body bytes -> a JSON object (dict), read as TF Serving's rapidjson reads it
+  (ParseJson: kParseIterativeFlag | kParseNanAndInfFlag | kParseStopWhenDoneFlag, no UTF-8
+  validation), with its parse error texts. Never raises anything but RestError: nesting past
+  Python's recursion limit and huge numbers are 400s.
+
+  So: text after the first complete value is ignored; bytes that are not UTF-8 pass through
+  inside strings (surrogate-escaped; _utf8 turns them back into the same bytes); NaN, Inf,
+  Infinity and their negatives are numbers; of a repeated key the first value counts."""
+  if not data:
     raise invalid("JSON Parse error: The document is empty")
+  text = data.decode("utf-8", "surrogateescape")
+  start = json.decoder.WHITESPACE.match(text, 0).end()
+  if start == len(text):
+    raise invalid(f"JSON Parse error: The document is empty. at offset: {start}")
+  if "Inf" in text or "-NaN" in text:
+    text = _NAN_AND_INF.sub(lambda m: _SPELLINGS.get(m.group(0), m.group(0)), text)
   try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as error:
-    raise invalid(f"JSON Parse error: Invalid encoding in string. at offset: {error.start}"
-                  ) from None
-  try:
-    body = json.loads(text, parse_int=_parse_int)
+    body, _ = _DECODER.raw_decode(text, start)
   except json.JSONDecodeError as error:
     message = _PARSE_MESSAGES.get(error.msg, error.msg)
     raise invalid(f"JSON Parse error: {message} at offset: {error.pos}") from None
   except RecursionError:
     raise invalid("JSON Parse error: the document is nested too deeply") from None
-  except ValueError as error:  # e.g. an out-of-range number
+  except ValueError as error:  # a number too big for a double
     raise invalid(f"JSON Parse error: {error}") from None
   if not isinstance(body, dict):
     raise invalid(f"JSON Value: {debug_string(body)} Is not object")
@@ -127,8 +163,10 @@ def parse_json(data):
 
 
 def _utf8(text):
+  """A JSON string's bytes: its UTF-8, with the bytes that were not UTF-8 in the body given
+  back as they came (parse_json surrogate-escaped them)."""
   try:
-    return text.encode("utf-8")
+    return text.encode("utf-8", "surrogateescape")
   except UnicodeEncodeError:  # a lone surrogate such as "\ud800" (rapidjson rejects it too)
     raise invalid("JSON Parse error: The surrogate pair in string is invalid.") from None
 
@@ -337,11 +375,11 @@ def _one_of_error(body):
                  "one of 'inputs' or 'instances' keys to exist ")
 
 
-def parse_predict_request(body, input_specs):
+def parse_predict_request(body, input_specs, signature_name=""):
   """body: decoded JSON object; input_specs: {name: tf.TensorSpec}.
   -> ({name: array}, row_format), following FillPredictRequestFromJson."""
   if not input_specs:
-    raise invalid("Failed to get input map for signature")
+    raise invalid(f"Failed to get input map for signature: {signature_name or 'DEFAULT'}")
   if "instances" in body:
     if "inputs" in body:
       raise _one_of_error(body)
@@ -362,13 +400,18 @@ def parse_predict_request(body, input_specs):
 
 
 def _float_text(value, is_float32):
+  """WriteDecimal: six significant digits (absl::StrCat), all of max_digits10 when those do not
+  round-trip, `.0` on whole numbers written without an exponent; NaN, Infinity, -Infinity."""
   value = float(value)
   if math.isnan(value):
     return "NaN"
   if math.isinf(value):
     return "Infinity" if value > 0 else "-Infinity"
-  text = str(np.float32(value)) if is_float32 else repr(value)
-  return text if any(c in text for c in ".eEn") else text + ".0"
+  text = f"{value:g}"
+  back = float(np.float32(float(text))) if is_float32 else float(text)
+  if back != value:
+    text = f"{value:.9g}" if is_float32 else f"{value:.17g}"
+  return text if "." in text or "e" in text else text + ".0"
 
 
 def _string_text(value, as_b64):
@@ -378,6 +421,21 @@ def _string_text(value, as_b64):
     except UnicodeDecodeError:
       pass  # not valid UTF-8: only base64 can carry it in JSON
   return '{"b64": ' + json.dumps(base64.b64encode(value).decode("ascii")) + "}"
+
+
+# The output dtypes AddSingleValueAndAdvance writes; others (half, bfloat16, uint16, complex,
+# ...) fail the answer as TF Serving's does.
+_WRITABLE = {"float32", "float64", "int32", "int16", "int8", "uint8", "string", "object",
+             "bytes", "int64", "bool", "uint32", "uint64"}
+
+
+def _check_writable(name, value):
+  kind = value.dtype.name if isinstance(value, np.ndarray) else type(value).__name__
+  if kind.startswith("bytes") or kind.startswith("str"):
+    return
+  if kind not in _WRITABLE:
+    raise invalid("Failed to write JSON value for tensor type: "
+                  f"{_DTYPE_NAMES.get(kind, kind)}")
 
 
 def _tensor_text(value, name):
@@ -391,29 +449,49 @@ def _tensor_text(value, name):
   if isinstance(value, (bool, np.bool_)):
     return "true" if value else "false"
   if isinstance(value, (float, np.floating)):
-    return _float_text(value, isinstance(value, (np.float32, np.float16)))
+    return _float_text(value, isinstance(value, np.float32))
   return str(int(value))
 
 
 def format_predict_response(outputs, row_format):
-  """outputs: {name: numpy array} -> response JSON text."""
+  """outputs: {name: numpy array} -> response JSON text (MakeJsonFromTensors)."""
+  if not outputs:
+    raise invalid("Cannot convert empty tensor map to JSON")
   names = sorted(outputs)
+  for name in names:
+    _check_writable(name, outputs[name])
   if not row_format:
     if len(names) == 1:
       return '{"outputs": ' + _tensor_text(outputs[names[0]], names[0]) + "}"
     return '{"outputs": {' + ",".join(
         f"{json.dumps(n)}: {_tensor_text(outputs[n], n)}" for n in names) + "}}"
-  batch_sizes = {outputs[n].shape[0] if outputs[n].ndim else None for n in names}
-  if None in batch_sizes or len(batch_sizes) != 1:
-    raise invalid("Row format needs every output to have rank >= 1 and the same batch size; "
-                  "use the columnar 'inputs' format")
+  batch_size = None
+  for name in names:  # MakeRowFormatJsonFromTensors
+    if np.ndim(outputs[name]) == 0:
+      raise invalid(f"Tensor name: {name} has no shape information ")
+    size = outputs[name].shape[0]
+    if batch_size is not None and size != batch_size:
+      raise invalid(f"Tensor name: {name} has inconsistent batch size: {size} expecting: "
+                    f"{batch_size}")
+    batch_size = size
   if len(names) == 1:
     return '{"predictions": ' + _tensor_text(outputs[names[0]], names[0]) + "}"
   rows = []
-  for i in range(batch_sizes.pop()):
+  for i in range(batch_size):
     rows.append("{" + ",".join(f"{json.dumps(n)}: {_tensor_text(outputs[n][i], n)}"
                                for n in names) + "}")
   return '{"predictions": [' + ",".join(rows) + "]}"
+
+
+def metadata_json(name, version, signature_defs):
+  """GetModelMetadata's REST answer (protobuf's JSON mapping; int64 as strings) for the
+  {name: SignatureDef} of one version."""
+  from google.protobuf import json_format
+  signatures = {key: json_format.MessageToDict(signature, preserving_proto_field_name=True,
+                                               always_print_fields_with_no_presence=True)
+                for key, signature in signature_defs.items()}
+  return {"model_spec": {"name": name, "signature_name": "", "version": str(version)},
+          "metadata": {"signature_def": {"signature_def": signatures}}}
 
 
 def error_body(message):

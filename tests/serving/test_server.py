@@ -16,16 +16,19 @@ import pytest
 from serving import export
 from serving.batching import Batcher, BatchingParameters
 from serving.client import ServingClient, ServingError
+from serving.launch import start_subprocess
 from serving.model_manager import ModelManager
-from serving.server import make_server, start_subprocess
+from serving.server import make_server
+from serving.server_core import ServerCore
 
 NAME = "numbers"
 
 
 def _start(base, batcher=None, max_body_bytes=1 << 20, poll_seconds=0.2):
   manager = ModelManager(NAME, str(base), poll_seconds=poll_seconds)
-  manager.start()
-  server = make_server(manager, "127.0.0.1", 0, batcher, max_body_bytes)
+  core = ServerCore([manager], batcher=batcher)
+  core.start()
+  server = make_server(core, "127.0.0.1", 0, max_body_bytes=max_body_bytes)
   thread = threading.Thread(target=server.serve_forever, daemon=True)
   thread.start()
   return manager, server
@@ -164,8 +167,10 @@ def test_version_and_label_urls(served):
      "Missing named input: target_ids in 'inputs' object."),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [["nested"]]}', 400,
      "(rank 1)"),
+    # Not UTF-8: passed to the model as bytes (rapidjson does not validate), whose own check
+    # refuses them.
     ("POST", "/v1/models/numbers:predict", b'{"instances": ["\xff\xfe"]}', 400,
-     "Invalid encoding"),
+     "Invalid formatting on input string"),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "//4="}]}', 400, ""),
     ("POST", "/v1/models/numbers:classify", b'{"examples": []}', 400, "classify"),
     ("POST", "/v1/models/nope:predict", b'{"instances": ["1"]}', 404,
@@ -298,18 +303,26 @@ def test_batching_parameters_file_format():
       num_batch_threads { value: 2 }
       allowed_batch_sizes: 4
       allowed_batch_sizes: 16
-      pad_variable_length_inputs: true""")
+      pad_variable_length_inputs: true
+      thread_pool_name { value: "model_server_batch_threads" }
+      max_execution_batch_size { value: 16 }""")
   assert (params.max_batch_size, params.batch_timeout_micros, params.num_batch_threads,
           params.allowed_batch_sizes, params.pad_variable_length_inputs) == (16, 500, 2,
                                                                             (4, 16), True)
-  with pytest.raises(ValueError, match="unknown batching parameter"):
+  assert BatchingParameters.from_text_proto("") == BatchingParameters()  # unset: defaults
+  with pytest.raises(ValueError, match='has no field named "max_batch_sise"'):
     BatchingParameters.from_text_proto("max_batch_sise { value: 1 }")
+  with pytest.raises(ValueError, match="largest allowed_batch_sizes entry"):
+    BatchingParameters.from_text_proto("max_batch_size { value: 8 } allowed_batch_sizes: 4")
+  with pytest.raises(ValueError, match="num_batch_threads must be at least 1"):
+    BatchingParameters.from_text_proto("num_batch_threads { value: 0 }")
 
 
 @pytest.mark.slow
 def test_server_command_line(exported):
   base, _ = exported
-  process, port = start_subprocess(NAME, str(base), extra_flags=["--enable_batching"])
+  process, ports = start_subprocess(NAME, str(base), extra_flags=["--enable_batching"])
+  port = ports.rest
   try:
     client = ServingClient(NAME, port=port)
     client.wait_until_available()
@@ -349,8 +362,9 @@ def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
   config = tmp_path / "batching.config"
   config.write_text("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 3000000 }\n"
                     "num_batch_threads { value: 1 }\n")
-  process, port = start_subprocess(NAME, str(base), extra_flags=[
+  process, ports = start_subprocess(NAME, str(base), extra_flags=[
       "--enable_batching", f"--batching_parameters_file={config}"])
+  port = ports.rest
   try:
     client = ServingClient(NAME, port=port)
     client.wait_until_available()

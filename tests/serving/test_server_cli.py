@@ -63,6 +63,40 @@ MISTAKES = [
      ["--model_base_path=BASE", "--enable_batching", "--batching_parameters_file=/nope.config"],
      "--batching_parameters_file"),
     ("mistyped flag", "serving.server", ["--model_path=BASE"], "Unknown command line flag"),
+    ("busy grpc port", "serving.server", ["--model_base_path=BASE", "--port=PORT",
+                                          "--rest_api_port=0"],
+     "cannot listen on 127.0.0.1:PORT (Address already in use): pick another --port"),
+    ("one port for both", "serving.server", ["--model_base_path=BASE", "--port=8731",
+                                             "--rest_api_port=8731"],
+     "--rest_api_port and --port are both 8731"),
+    ("grpc channel arguments", "serving.server", ["--model_base_path=BASE",
+                                                  "--grpc_channel_arguments=oops"],
+     "--grpc_channel_arguments entries look like"),
+    ("missing config file", "serving.server", ["--model_config_file=/nope/models.config"],
+     "--model_config_file /nope/models.config: cannot read"),
+    ("config file typo", "serving.server", ["--model_config_file=FILE:model_config_list { "
+                                            "config { name: 'a' base_pth: '/a' } }"],
+     'not a text ModelServerConfig: 1:40 : Message type "tensorflow.serving.ModelConfig" has '
+     'no field named "base_pth"'),
+    ("relative base path in config", "serving.server",
+     ["--model_config_file=FILE:model_config_list { config { name: 'a' base_path: 'models/a' "
+      "model_platform: 'tensorflow' } }"],
+     "Expected model a to have an absolute path or URI; got base_path()=models/a"),
+    ("empty base path in config", "serving.server",
+     ["--model_config_file=FILE:model_config_list { config { name: 'a' base_path: 'EMPTY' "
+      "model_platform: 'tensorflow' } }"], "model a: base_path EMPTY holds no version folder"),
+    ("policy flag with a config file", "serving.server",
+     ["--model_config_file=FILE:model_config_list { config { name: 'a' base_path: 'BASE' "
+      "model_platform: 'tensorflow' } }", "--version_labels=stable=1"],
+     "--version_labels applies to --model_base_path; with --model_config_file write it in the "
+     "file"),
+    ("label in config not served", "serving.server",
+     ["--model_config_file=FILE:model_config_list { config { name: 'a' base_path: 'BASE' "
+      "model_platform: 'tensorflow' version_labels { key: 'canary' value: 2 } } }"],
+     "Request to assign label canary to version 2 of model a, which is not currently available"),
+    ("monitoring config typo", "serving.server",
+     ["--model_base_path=BASE", "--monitoring_config_file=FILE:prometheus_config { enabled: "
+      "true }"], 'has no field named "enabled"'),
     ("demo on a busy port", "serving.demo", ["--model_base_path=BASE", "--port=PORT"],
      "cannot listen on 127.0.0.1:PORT"),
     ("demo without a model", "serving.demo", ["--model_base_path=EMPTY", "--port=0"],
@@ -83,9 +117,17 @@ def test_user_mistakes(exported, tmp_path, busy_port, module, args, message):
     return (text.replace("BASE", str(base)).replace("EMPTY", str(empty))
             .replace("PORT", str(busy_port)))
 
+  def argument(text):  # --flag=FILE:content -> a file holding the content
+    flag, _, content = fill(text).partition("=FILE:")
+    if not content:
+      return fill(text)
+    path = tmp_path / f"{flag.strip('-')}.config"
+    path.write_text(content.replace("'", '"'))
+    return f"{flag}={path}"
+
   before = snapshot(base)
   started = time.time()
-  result = _run(module, [fill(a) for a in args], temp)
+  result = _run(module, [argument(a) for a in args], temp)
   lines = result.stderr.strip().splitlines()
   assert result.returncode == 2, result.stderr
   assert len(lines) == 1 and fill(message) in lines[0], result.stderr

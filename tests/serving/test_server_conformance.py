@@ -8,12 +8,14 @@ import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from serving import model_manager
 from serving.model_manager import ModelManager
 from serving.server import make_server
+from serving.server_core import ServerCore
 
 NAME = "numbers"
 UINT64_MAX = 2**64 - 1
@@ -40,8 +42,9 @@ def _half_plus_two(base):
 
 def _serve(name, base, labels=None):
   manager = ModelManager(name, str(base), labels=labels, poll_seconds=0.2)
-  manager.start()
-  server = make_server(manager, "127.0.0.1", 0)
+  core = ServerCore([manager])
+  core.start()
+  server = make_server(core, "127.0.0.1", 0)
   threading.Thread(target=server.serve_forever, daemon=True).start()
   return manager, server
 
@@ -241,6 +244,78 @@ def test_predict_errors(ports, test, model, body, status, message):
   assert message in payload["error"]
 
 
+# How TF Serving reads a body and writes an answer (util/json_tensor.cc at 9d981c5, line cited):
+# (source, model, body, status, substring of the raw answer).
+JSON_READING = [
+    # ParseJson, l.483-485: kParseStopWhenDoneFlag: text after the first value is not read.
+    ("json_tensor.cc:485 kParseStopWhenDoneFlag", "half_plus_two",
+     b'{"instances": [1.0]} trailing, not JSON', 200, '{"predictions": [2.5]}'),
+    ("json_tensor.cc:485 kParseStopWhenDoneFlag", "half_plus_two",
+     b'{"instances": [1.0]}{"instances": [2.0]}', 200, '{"predictions": [2.5]}'),
+    # kParseNanAndInfFlag (l.484): NaN, Inf, Infinity and negatives are numbers.
+    ("json_tensor.cc:484 kParseNanAndInfFlag", "half_plus_two",
+     b'{"instances": [Inf, -Inf, -Infinity, NaN, -NaN]}', 200,
+     '{"predictions": [Infinity,-Infinity,-Infinity,NaN,NaN]}'),
+    # No kParseValidateEncodingFlag: bytes that are not UTF-8 reach the model (whose own check
+    # refuses them here: TensorFlow's message, not a parse error).
+    ("json_tensor.cc:483 no kParseValidateEncodingFlag", NAME, b'{"instances": ["\xff"]}', 400,
+     "Invalid formatting on input string"),
+    # rapidjson: kParseErrorNumberTooBig for what a double cannot hold.
+    ("json_tensor.cc:487 ParseJson error", "half_plus_two", b'{"instances": [1e400]}', 400,
+     "JSON Parse error: Number too big to be stored in double."),
+    # FindMember (l.508, l.675) returns the first of repeated keys.
+    ("json_tensor.cc:675 FindMember", "half_plus_two",
+     b'{"instances": [1.0], "instances": "x"}', 200, '{"predictions": [2.5]}'),
+    # WriteDecimal (l.125-170): six digits (absl::StrCat), max_digits10 if they do not
+    # round-trip, ".0" on whole numbers without an exponent.
+    ("json_tensor.cc:139-162 WriteDecimal", "half_plus_two",
+     b'{"instances": [0.33333334, 0.2, 2.0, -4, 19999996]}', 200,
+     '{"predictions": [2.16666675,2.1,3.0,0.0,1e+07]}'),
+    # GetInfoMap (http_rest_api_handler.cc:238): the signature is looked up before tensors.
+    ("http_rest_api_handler.cc:238 GetInfoMap", NAME,
+     b'{"signature_name": "nope", "instances": [1]}', 400,
+     'Serving signature name: \\"nope\\" not found in signature def'),
+    # classifier.cc: :classify on a predict signature.
+    ("classifier.cc:165 method_name check", NAME, b'{"examples": [{"x": 1}]}', 400,
+     "Expected classification signature method_name to be tensorflow/serving/classify. Was: "
+     "tensorflow/serving/predict"),
+]
+
+
+@pytest.mark.parametrize("source,model,body,status,text", JSON_READING,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(JSON_READING)])
+def test_bodies_are_read_and_answers_written_as_tf_serving_does(ports, source, model, body,
+                                                                status, text):
+  verb = "classify" if "classif" in source else "predict"
+  connection = http.client.HTTPConnection("127.0.0.1", ports[model], timeout=60)
+  try:
+    connection.request("POST", f"/v1/models/{model}:{verb}", body)
+    response = connection.getresponse()
+    answer = response.read().decode()
+  finally:
+    connection.close()
+  assert response.status == status, answer
+  if status == 200:  # compared without the spaces between values
+    text, answer = text.replace(" ", ""), answer.replace(" ", "")
+  assert text in answer, answer
+
+
+@pytest.mark.parametrize("outputs,row_format,message", [
+    ({"y": np.array([1.0], np.float16)}, True, "Failed to write JSON value for tensor type: half"),
+    ({"y": np.array(1.0, np.float32)}, True, "Tensor name: y has no shape information "),
+    ({"a": np.zeros([2]), "b": np.zeros([3])}, True,
+     "Tensor name: b has inconsistent batch size: 3 expecting: 2"),
+    ({}, False, "Cannot convert empty tensor map to JSON"),
+])
+def test_answers_tf_serving_cannot_write(outputs, row_format, message):
+  """AddSingleValueAndAdvance / MakeRowFormatJsonFromTensors / MakeJsonFromTensors
+  (json_tensor.cc:944, 987-994, 1055)."""
+  from serving.tensor_json import RestError, format_predict_response
+  with pytest.raises(RestError) as error:
+    format_predict_response(outputs, row_format)
+  assert (error.value.code, error.value.message) == ("INVALID_ARGUMENT", message)
+
+
 def test_unknown_label_is_400(ports):
   """PredictRequestErrors: a nonexistent version label."""
   code, payload, _ = _request(ports["half_plus_two"], "POST",
@@ -377,9 +452,9 @@ def test_json_numbers_that_do_not_fit_are_type_errors(dtype, value):
 
 @pytest.mark.parametrize("body,message", [
     (b'{"instances": ["\\ud800"]}', None),  # parsed; refused when made a string tensor
-    (b"1" * 5000, "Is not object"),  # a 5000-digit integer is read as a float, not int()
+    (b"1" * 5000, "Number too big"),  # as rapidjson; and no quadratic int() of 5000 digits
     (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
-    (b"\xff", "Invalid encoding"),
+    (b"\xff", "Invalid value"),
 ])
 def test_json_parsing_limits(body, message):
   from serving.tensor_json import RestError, parse_json, to_array
