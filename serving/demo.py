@@ -39,6 +39,26 @@ def _start_server():
     raise cli.RunError(f"the server did not start: {reason}") from None
 
 
+def _print_evaluation(path):
+  """The model's held-out numbers from training (eval.json): validation, and test if judged."""
+  if not os.path.exists(path):
+    return
+  with open(path) as file:
+    result = json.load(file)
+  for role in ("validation", "test"):
+    metrics = result.get(role)
+    if not metrics:
+      continue
+    shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                      for k, v in sorted(metrics.items())
+                      if not k.endswith("_signature") and not isinstance(v, dict))
+    print(f"\n{role} numbers of this model (from training, {result['weights']['chosen_by']} "
+          f"weights of step {result['step']}): {shown}")
+  signature = (result.get("test") or result.get("validation") or {}).get("bleu_signature")
+  if signature:
+    print(f"sacreBLEU signature: {signature}")
+
+
 def main(argv):
   f = FLAGS
   process, port = _start_server()
@@ -60,16 +80,8 @@ def main(argv):
       raise cli.RunError(f"request failed: {error}") from None
     print(f"response: {json.dumps(answer, ensure_ascii=False)}\n")
     for text, prediction in zip(f.text, answer["predictions"]):
-      print(f"  {text:>10} -> {prediction['translation']}   (log-prob {prediction['score']:.3f})")
-    eval_path = os.path.join(f.run_dir, "eval.json")  # RunDir would import TensorFlow here
-    if os.path.exists(eval_path):
-      with open(eval_path) as file:
-        metrics = json.load(file)
-      shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                        for k, v in sorted(metrics.items()) if not k.endswith("_signature"))
-      print(f"\nheld-out accuracy of this model (from training): {shown}")
-      if "bleu_signature" in metrics:
-        print(f"sacreBLEU signature: {metrics['bleu_signature']}")
+      print(f"  {text:>10} -> {prediction['translation']}   (score {prediction['score']:.3f})")
+    _print_evaluation(os.path.join(f.run_dir, "eval.json"))  # RunDir would import TensorFlow
     return 0
   finally:
     launch.stop(process)

@@ -140,13 +140,16 @@ def test_predict_answers_as_rest_does_and_names_the_version(served, client):
 
 def _example_inputs(specs):
   """Inputs any signature accepts, from its input specs alone: 2 rows; strings are numbers,
-  integers small token ids, floats ones; unknown sizes 3."""
+  integers small token ids (the attention signature's `layer`: -1, every layer), floats ones;
+  unknown sizes 3."""
   inputs = {}
   for name, spec in specs.items():
     shape = [2] + [d if d is not None else 3 for d in (spec.shape.as_list() or [None])[1:]]
     if spec.dtype == tf.string:
       value = np.array(["12", "345"], object).reshape([2] + [1] * (len(shape) - 1))
       inputs[name] = np.broadcast_to(value, shape)
+    elif name == "layer":
+      inputs[name] = np.full(shape, -1, spec.dtype.as_numpy_dtype)
     elif spec.dtype.is_integer:
       inputs[name] = (np.arange(np.prod(shape)) % 5 + 4).reshape(shape).astype(
           spec.dtype.as_numpy_dtype)
