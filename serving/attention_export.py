@@ -38,26 +38,6 @@ SEQ2SEQ_INPUTS = [TEXT, TARGET, LAYER]
 CLASSIFIER_INPUTS = [TEXT, LAYER]
 
 
-def lengths(ids):
-  """int32 `[batch, length]` padded with PAD -> int32 `[batch]`: up to the last real token."""
-  positions = tf.range(1, tf.shape(ids)[1] + 1)[tf.newaxis]  # [1, length]
-  last = tf.reduce_max(tf.where(tf.not_equal(ids, tfattn_text.PAD_ID), positions, 0), axis=1)
-  return tf.maximum(last, 0)  # a zero-width batch (all texts empty) has max -2^31
-
-
-def pieces(tokenizer, ids, row_lengths):
-  """int32 `[batch, length]` -> string `[batch, length]`: each id's own text as the tokenizer
-  detokenizes it alone (so a SentencePiece row joins back into its text), reserved ids by
-  name ("[END]"), "" past `row_lengths`."""
-  flat = tf.reshape(ids, [-1])
-  texts = tokenizer.detokenize(flat[:, tf.newaxis])  # [batch * length]
-  reserved = tf.constant(tfattn_text.RESERVED_TOKENS)
-  is_reserved = flat < len(tfattn_text.RESERVED_TOKENS)
-  texts = tf.where(is_reserved, tf.gather(reserved, tf.where(is_reserved, flat, 0)), texts)
-  valid = tf.sequence_mask(row_lengths, tf.shape(ids)[1])
-  return tf.where(valid, tf.reshape(texts, tf.shape(ids)), "")
-
-
 def checked_text(strings):
   """Invalid UTF-8 fails with InvalidArgument (HTTP 400), as `serving_default`'s input."""
   return tf.strings.unicode_transcode(strings, "UTF-8", "UTF-8", errors="strict")
@@ -154,11 +134,12 @@ def seq2seq_maps(model, source_tokenizer, target_tokenizer, source_ids, targets,
     source_ids = tf.identity(source_ids)
   decoder_input = tf.concat([tf.fill([batch, 1], config.bos_id), targets[:, :-1]], axis=1)
   _, weights = model(source_ids, decoder_input, return_attention=True)
-  source_length, target_length = lengths(source_ids), lengths(targets)
+  source_length = tfattn_text.row_lengths(source_ids)
+  target_length = tfattn_text.row_lengths(targets)
   return {
-      "source_pieces": pieces(source_tokenizer, source_ids, source_length),
+      "source_pieces": tfattn_text.piece_texts(source_tokenizer, source_ids, source_length),
       "source_length": source_length,
-      "target_pieces": pieces(target_tokenizer, targets, target_length),
+      "target_pieces": tfattn_text.piece_texts(target_tokenizer, targets, target_length),
       "target_length": target_length,
       "encoder_attention": _select(weights.encoder, layer, every_layer, source_length,
                                    source_length),
@@ -182,9 +163,9 @@ def classifier_maps(model, source_tokenizer, source_ids, layer):
     source_ids = tf.identity(source_ids)
   logits, weights = model(source_ids, return_attention=True)
   probabilities = tf.nn.softmax(logits)
-  source_length = lengths(source_ids)
+  source_length = tfattn_text.row_lengths(source_ids)
   return {
-      "source_pieces": pieces(source_tokenizer, source_ids, source_length),
+      "source_pieces": tfattn_text.piece_texts(source_tokenizer, source_ids, source_length),
       "source_length": source_length,
       "encoder_attention": _select(weights.encoder, layer, every_layer, source_length,
                                    source_length),

@@ -113,3 +113,16 @@ def assert_same_variables(a, b, atol=0.0):
   assert set(a) == set(b)
   for name in a:
     np.testing.assert_allclose(a[name], b[name], atol=atol, err_msg=name)
+
+
+def image_summaries(run_dir):
+  """{tag: [steps]} of the image summaries in a run's TensorBoard event files."""
+  import glob
+  found = {}
+  for path in glob.glob(os.path.join(str(run_dir), "logs", "events.out.tfevents.*")):
+    for record in tf.data.TFRecordDataset(path):
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        if value.metadata.plugin_data.plugin_name == "images":
+          found.setdefault(value.tag, []).append(event.step)
+  return found

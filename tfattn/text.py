@@ -152,6 +152,26 @@ def truncate_tokens(ragged, max_length, side="right"):
   return ragged[:, :max_length]
 
 
+def row_lengths(ids):
+  """int32 `[batch, length]` padded with PAD -> int32 `[batch]`: up to the last real token."""
+  positions = tf.range(1, tf.shape(ids)[1] + 1)[tf.newaxis]  # [1, length]
+  last = tf.reduce_max(tf.where(tf.not_equal(ids, PAD_ID), positions, 0), axis=1)
+  return tf.maximum(last, 0)  # a zero-width batch (all texts empty) has max -2^31
+
+
+def piece_texts(tokenizer, ids, lengths):
+  """int32 `[batch, length]` -> string `[batch, length]`: each id's own text as the tokenizer
+  detokenizes it alone (so a SentencePiece row joins back into its text), reserved ids by
+  name ("[END]"), "" past `lengths` (int32 `[batch]`)."""
+  flat = tf.reshape(ids, [-1])
+  texts = tokenizer.detokenize(flat[:, tf.newaxis])  # [batch * length]
+  reserved = tf.constant(RESERVED_TOKENS)
+  is_reserved = flat < len(RESERVED_TOKENS)
+  texts = tf.where(is_reserved, tf.gather(reserved, tf.where(is_reserved, flat, 0)), texts)
+  valid = tf.sequence_mask(lengths, tf.shape(ids)[1])
+  return tf.where(valid, tf.reshape(texts, tf.shape(ids)), "")
+
+
 def tokenizer_path(vocab_dir: str, side: str) -> str:
   """The vocabulary file of `side` ("source" or "target") in `vocab_dir`, whichever kind."""
   for suffix in (SENTENCEPIECE_SUFFIX, WORDPIECE_SUFFIX):

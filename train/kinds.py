@@ -7,11 +7,21 @@ decoder-only language model) is one class here, one in `tfattn/kinds.py` and one
 """
 
 import sys
-from typing import Dict, NamedTuple, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import (
+  Dict,
+  List,
+  NamedTuple,
+  Optional,
+  Protocol,
+  Sequence,
+  Tuple,
+  runtime_checkable,
+)
 
+import numpy as np
 import tensorflow as tf
 
-from tfattn import flops, kinds, losses
+from tfattn import flops, kinds, losses, text
 from tfattn.special_ids import PAD_ID
 from train import data, evaluation
 
@@ -29,6 +39,29 @@ class LossSums(NamedTuple):
   correct: tf.Tensor
   count: tf.Tensor
   tokens: tf.Tensor
+
+
+class AttentionMap(NamedTuple):
+  """One example's attention in one layer, for a picture.
+
+  Attributes:
+    weights: float32 `[heads, queries, keys]`, cut to the example's real pieces.
+    keys: the key pieces (x axis), e.g. the source pieces.
+    queries: the query pieces (y axis), e.g. the target pieces each row predicts.
+    title: what the picture shows.
+  """
+  weights: np.ndarray
+  keys: List[str]
+  queries: List[str]
+  title: str
+
+
+def _pieces(tokenizer, ids) -> List[List[str]]:
+  """int32 `[batch, length]` -> each row's piece texts, without the padding."""
+  lengths = text.row_lengths(ids)
+  texts = text.piece_texts(tokenizer, ids, lengths).numpy()
+  return [[piece.decode("utf-8", "replace") for piece in row[:length]]
+          for row, length in zip(texts, lengths.numpy())]
 
 
 @runtime_checkable
@@ -54,9 +87,16 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def evaluation_note(self, config) -> str:
     """How evaluation judges, for the log (e.g. " (beam 4)")."""
 
+  def attention_maps(self, model, batch: Dict, tokenizers: Dict) -> List[AttentionMap]:
+    """The last layer's attention of each example of an evaluation batch, for TensorBoard."""
+
   def forward_flops(self, model_config, rows: int, source_length: int,
                     target_length: int) -> float:
     """Matmul FLOPs of one forward pass over a padded batch."""
+
+
+# Pieces of a classifier's input a TensorBoard picture shows.
+MAP_PIECES = 48
 
 
 def _limit(max_examples: Optional[int]) -> int:
@@ -93,6 +133,18 @@ class Seq2Seq(kinds.Seq2SeqModel):
     return {"greedy": " (greedy)", "beam": f" (beam {options.beam_size})",
             "sample": " (sampling)"}[options.strategy]
 
+  def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
+    """Cross-attention of the reference target (teacher-forced) over the source: row i is the
+    query that predicts target piece i (the last row predicts END)."""
+    _, weights = model(batch["source"], batch["target_in"], return_attention=True)
+    cross = weights.cross[-1].numpy()  # [batch, heads, t_len, s_len]
+    sources = _pieces(tokenizers["source"], batch["source"])
+    targets = _pieces(tokenizers["target"], batch["target_out"])
+    layer = len(weights.cross) - 1
+    return [AttentionMap(cross[i, :, :len(t), :len(s)], s, t,
+                         f"cross-attention, layer {layer}, reference target")
+            for i, (s, t) in enumerate(zip(sources, targets))]
+
   def forward_flops(self, model_config, rows, source_length, target_length) -> float:
     return flops.seq2seq_forward_flops(model_config, rows, source_length, target_length)
 
@@ -125,6 +177,19 @@ class Classification(kinds.ClassifierModel):
 
   def evaluation_note(self, config) -> str:
     return ""
+
+  def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
+    """Self-attention over the input, its first `MAP_PIECES` pieces (a long review's full map
+    is unreadable)."""
+    _, weights = model(batch["source"], return_attention=True)
+    encoder = weights.encoder[-1].numpy()  # [batch, heads, length, length]
+    layer = len(weights.encoder) - 1
+    maps = []
+    for i, pieces in enumerate(_pieces(tokenizers["source"], batch["source"])):
+      shown = pieces[:MAP_PIECES]
+      maps.append(AttentionMap(encoder[i, :, :len(shown), :len(shown)], shown, shown,
+                               f"self-attention over the input, layer {layer}"))
+    return maps
 
   def forward_flops(self, model_config, rows, source_length, target_length) -> float:
     del target_length  # none

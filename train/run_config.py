@@ -200,6 +200,10 @@ class RunConfig:
   eval_examples: int = run_setting(
       1000, "Validation examples judged at each evaluation (the test set is always judged "
       "whole).", above=0, resume=MAY_CHANGE)
+  attention_images: int = run_setting(
+      3, "Validation examples whose last-layer attention (seq2seq: cross-attention over the "
+      "source; classification: over the input) is drawn to TensorBoard's Images tab at every "
+      "evaluation; 0 = none.", minimum=0, resume=MAY_CHANGE)
   test_examples: Optional[int] = run_setting(
       None, "Test examples judged at the end. A recipe's reported number is always the whole "
       "test set; a smaller count is for quick checks.", above=0, unset="all",

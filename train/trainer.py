@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from tfattn import checkpoints
+from tfattn import attention_plot, checkpoints
 from tfattn.run_dir import RunDir
 from tfattn.schedules import NoamSchedule, WarmupSchedule
 from train import distribute, kinds, performance, resume, run_files, vocabularies
@@ -343,6 +343,7 @@ class Trainer:
                  self.kind.evaluation_note(self.config))
     metrics = self.evaluate()
     self._report(writer, "validation", metrics)
+    self._attention_images(writer)
     if self.is_chief:
       run_files.write_evaluation(self.run_dir, {"step": self.step, "validation": metrics})
       if self.best is not None:
@@ -384,6 +385,7 @@ class Trainer:
                  self.config.eval_examples, note)
     result = {"step": self.step, "weights": weights, "validation": self.evaluate()}
     self._report(writer, "validation", result["validation"], label="final validation")
+    self._attention_images(writer)
     if self.test_dataset is not None:
       logging.info("judging the test set, once%s", note)
       result["test"] = self.evaluate(self.test_dataset, max_examples=self.config.test_examples)
@@ -392,10 +394,24 @@ class Trainer:
       run_files.write_evaluation(self.run_dir, result)
     return result
 
+  def _attention_images(self, writer):
+    """The attention of the first `attention_images` validation examples, drawn as TensorBoard
+    images (the same examples every time), so alignment can be watched as it forms."""
+    count = self.config.attention_images
+    if not count or not self.is_chief:
+      return
+    batch = {name: value[:count] for name, value in next(iter(self.validation_dataset)).items()}
+    with writer.as_default(step=self.step):
+      for i, picture in enumerate(self.kind.attention_maps(self.model, batch, self.tokenizers)):
+        png = attention_plot.render_png(picture.weights, picture.keys, picture.queries,
+                                        title=f"validation example {i}: {picture.title}")
+        tf.summary.image(f"attention/validation_example_{i}", attention_plot.image_tensor(png))
+
   def _report(self, writer, role: str, metrics: Dict, label: Optional[str] = None):
     logging.info("%s at step %d: %s", label or role, self.step,
                  "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                           for k, v in sorted(metrics.items()) if not isinstance(v, dict)))
+                           for k, v in sorted(metrics.items())
+                           if not isinstance(v, dict) and not k.endswith("_signature")))
     if self.is_chief:
       with writer.as_default(step=self.step):
         for name, value in metrics.items():

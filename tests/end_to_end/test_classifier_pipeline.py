@@ -8,6 +8,8 @@ from serving import check, export
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 
+from train_helpers import image_summaries
+
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 
@@ -23,6 +25,9 @@ def test_tsv_classifier_trains_exports_and_answers(tmp_path):
                      log_every=10, eval_examples=32, checkpoint_every=100)
   validation = Trainer(*prepare(config)).run()["validation"]
   assert validation["examples"] == 32 and validation["accuracy"] > 0.5
+  # The attention over the input of 3 validation examples, as TensorBoard images.
+  assert sorted(image_summaries(tmp_path / "run")) == [
+      f"attention/validation_example_{i}" for i in range(3)]
 
   path = export.export(config.run_dir, str(tmp_path / "models"))
   assert check.problems(path) == []

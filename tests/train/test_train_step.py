@@ -136,5 +136,11 @@ def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(avera
                                "chosen_by": "best token_accuracy on validation"}
   assert abs(result["validation"]["token_accuracy"] - values[best_step]) < 1e-4
   assert "test" in result and "Sharding callback" not in outputs[2]
+  # TensorBoard's Images tab: the cross-attention of 3 fixed validation examples at every
+  # evaluation (steps 2, 4, 6 and the final one).
+  from train_helpers import image_summaries
+  images = image_summaries(tmp / "best")
+  assert sorted(images) == [f"attention/validation_example_{i}" for i in range(3)]
+  assert all(set(steps) == {2, 4, 6} for steps in images.values())
   with open(tmp / "best_models" / "1" / export.EXPORT_INFO_FILE) as f:
     assert json.load(f)["checkpoints"] == [f"best-{best_step}"]
