@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import decoding
+from tfattn.decode_options import DecodeOptions
 
 
 def make_model(vocab=8000):
@@ -51,7 +52,8 @@ def compare_exports(args):
   from serving import export
   from serving.model_manager import Servable
   base = tempfile.mkdtemp(prefix="decode-speed-")
-  paths = {mode: export.export(args.run_dir, os.path.join(base, mode), beam_size=args.beam,
+  options = DecodeOptions(beam_size=args.beam)
+  paths = {mode: export.export(args.run_dir, os.path.join(base, mode), options=options,
                                decode=mode, warmup_batch_sizes=(1, 32))
            for mode in ("graph", "xla")}
   signatures, tokenizer = {}, None
