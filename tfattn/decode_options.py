@@ -47,8 +47,11 @@ class DecodeOptions:
       1.0, "Sampling: draw only from the smallest set of most likely tokens whose probability "
       "reaches p, the nucleus (1 = no limit).", above=0, maximum=1)
   seed: int = setting(
-      0, "Sampling: row i of a batch draws with seed + i unless the request gives per-row seeds; "
-      "the same seed gives the same text.", flag="sample_seed")
+      0, "Sampling: an export's serving_default and the evaluation draw each source with this "
+      "seed mixed with a fingerprint of the source's tokens (the same text gets the same answer, "
+      "whatever else is in its batch); the export's sample signature takes a seed per row; the "
+      "library's decoding.decode draws row i with seed + i unless given per-row seeds.",
+      minimum=0, maximum=2**63 - 1, flag="sample_seed")
 
   def __post_init__(self):
     check(self, prefix="")
