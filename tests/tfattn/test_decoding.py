@@ -307,11 +307,11 @@ def test_a_row_samples_the_same_whatever_its_batch_mates():
 
 
 @pytest.mark.slow  # XLA compiles
-def test_sampling_under_xla_draws_what_graph_mode_draws():
+@pytest.mark.parametrize("cut", [dict(top_k=6, top_p=0.9), dict(top_p=0.8)])  # both draw paths
+def test_sampling_under_xla_draws_what_graph_mode_draws(cut):
   model = _model(13, eos_boost=1.5)
   spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int64)]
-  options = DecodeOptions(strategy="sample", temperature=0.8, top_k=6, top_p=0.9,
-                          max_decode_length=10)
+  options = DecodeOptions(strategy="sample", temperature=0.8, max_decode_length=10, **cut)
 
   def sample(source, seeds, padded_decode):
     return decoding.decode(model, source, options, seeds=seeds, padded_decode=padded_decode)

@@ -44,7 +44,10 @@ class FixedLogitsModel:
 
 
 def _expected_probs(logits, temperature=1.0, top_k=0, top_p=1.0):
-  """numpy reference: softmax(logits / T), cut to the top k, then to the nucleus of p."""
+  """numpy reference: softmax(logits / T), cut to the top k (ties: the lower id first, as
+  `tf.math.top_k`), then to the nucleus of p: the shortest prefix of the sorted tokens holding
+  p; without a top-k cut, every token tied with the prefix's last one too (`sampling._nucleus`
+  does not sort)."""
   probs = np.exp((logits - logits.max()) / temperature)
   probs /= probs.sum()
   order = np.argsort(-probs, kind="stable")
@@ -54,6 +57,8 @@ def _expected_probs(logits, temperature=1.0, top_k=0, top_p=1.0):
   mass_before = np.cumsum(probs[order]) - probs[order]
   nucleus = np.zeros_like(keep)
   nucleus[order[mass_before < top_p]] = True
+  if not top_k:
+    nucleus |= probs >= probs[nucleus].min()
   probs = np.where(nucleus & keep, probs, 0.0)
   return probs / probs.sum()
 
@@ -124,6 +129,16 @@ def test_top_p_never_leaves_the_nucleus(top_p, top_k):
                            top_p=top_p).numpy()
     for row, token in zip(logits, tokens):
       assert _expected_probs(row, top_k=top_k, top_p=top_p)[token] > 0
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.999])
+def test_the_nucleus_found_without_sorting_is_the_sorted_one(top_p):
+  for seed in range(3):
+    logits, _ = _adversarial_rows(seed)
+    probs = tf.nn.softmax(logits)
+    nucleus = sampling._nucleus(probs, top_p).numpy()
+    for row, found in zip(logits, nucleus):
+      np.testing.assert_array_equal(found, _expected_probs(row, top_p=top_p) > 0)
 
 
 def test_a_top_k_beyond_the_vocabulary_keeps_every_token():
