@@ -41,3 +41,5 @@ def test_options_of_a_run_new_and_old():
       strategy="beam", beam_size=4, alpha=0.8)
   assert DecodeOptions.of_run({"eval_beam_size": None, "eval_alpha": 0.6}).strategy == "greedy"
   assert DecodeOptions.of_run({"eval_beam_size": 1}).strategy == "greedy"
+  # translate_nbest of an export of a greedy run still returns the default number of beams.
+  assert DecodeOptions.of_run({}).beam_size == DecodeOptions().beam_size
