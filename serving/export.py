@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from serving import versions, warmup
 from serving.modules import DECODE_MODES, ClassifierExport, Seq2SeqExport
-from tfattn import kinds, text
+from tfattn import kinds, settings, text
 from tfattn.checkpoints import checkpoints_to_average, restore_average
 from tfattn.decode_options import DecodeOptions
 from tfattn.run_dir import RunDir
@@ -227,6 +227,8 @@ def _define_flags():
   flags.DEFINE_integer("version", None, "Version number (default: one above the newest).")
   flags.DEFINE_string("model_name", "tfattn", "Model name recorded in the warm-up requests.")
   cli.define_flags(DecodeOptions, optional=True, unset="the run's")
+  for field, _ in settings.declared(DecodeOptions):  # defined in cli: listed by our --help too
+    flags.declare_key_flag(settings.flag_name(field))
   flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
   flags.DEFINE_integer("average_last", 1, "Average the weights of the last N kept checkpoints.",
                        lower_bound=1)

@@ -17,7 +17,7 @@ computed before its loop. A top-k cut sorts only the k kept tokens; a nucleus wi
 found by bisection, without sorting the vocabulary.
 """
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Tuple
 
 import tensorflow as tf
 
@@ -204,7 +204,3 @@ def source_seeds(source_ids: tf.Tensor, seed: int, pad_id: int = PAD_ID) -> tf.T
   fingerprint = tf.strings.to_hash_bucket_fast(text, 2**62)  # int64 [batch]
   return tf.bitwise.bitwise_xor(fingerprint, tf.constant(seed, tf.int64))
 
-
-def optional_seeds(seeds: Optional[tf.Tensor], batch, seed: int) -> tf.Tensor:
-  """The given per-row seeds as int64, else `row_seeds(batch, seed)`."""
-  return row_seeds(batch, seed) if seeds is None else tf.cast(seeds, tf.int64)
