@@ -172,9 +172,10 @@ def _token_step(state: GreedyState, next_logits: Callable, choose: ChooseFn, lim
 
 def _output_lengths(ids, limits, eos_id: int) -> tf.Tensor:
   """int32 `[batch]`: tokens up to and including the first EOS, else the example's limit."""
-  is_eos = tf.equal(ids, eos_id)  # [batch, length]
-  first_eos = tf.argmax(tf.cast(is_eos, tf.int32), axis=-1, output_type=tf.int32)  # [batch]
-  return tf.where(tf.reduce_any(is_eos, axis=-1), first_eos + 1, limits)
+  positions = tf.range(1, tf.shape(ids)[-1] + 1)[tf.newaxis]  # [1, length]: 1-based
+  # (tf.argmax does not promise the first of tied maxima: a masked minimum does.)
+  first_eos = tf.reduce_min(tf.where(tf.equal(ids, eos_id), positions, tf.int32.max), -1)
+  return tf.minimum(first_eos, limits)
 
 
 def token_loop(model, source_ids: tf.Tensor, choose: ChooseFn, *,

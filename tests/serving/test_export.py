@@ -219,8 +219,11 @@ def test_xla_export_answers_like_the_graph_export(graph_and_xla_exports, beam):
   texts = tf.constant(_TEXTS)
   lengths = graph.source_tokenizer.tokenize(texts).row_lengths().numpy()
   assert lengths.min() <= 16 < lengths.max(), lengths  # both buckets are exercised
+  # Beam 4: translate_nbest is serving_default's compiled search (no extra compile to pay here);
+  # an n-best search of its own is compared over REST in the sampling test below.
+  signatures = ("serving_default", "translate_nbest") if beam > 1 else ("serving_default",)
   for batch in (texts, texts[:1], texts[-1:]):
-    for signature in ("serving_default", "translate_nbest"):
+    for signature in signatures:
       expected = graph.signatures[signature](text=batch)
       result = xla.signatures[signature](text=batch)
       assert result["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
