@@ -1,5 +1,6 @@
 """Decoding speed: cached vs uncached greedy at 16, 64 and 128 output tokens, beam 4 vs greedy,
-and padded (XLA) decoding, all measured in one run; with --run_dir, also the graph and the XLA
+padded (XLA) decoding, and sampling (plain, top-k + top-p, top-p) against greedy in graph mode
+and under XLA, all measured in one run; with --run_dir, also the graph and the XLA
 export of a trained run side by side (serving_default at batch 1 and 32: p50/p99, rows/s).
 
   python benchmarks/decode_speed.py [--batch 8] [--source_length 32]
@@ -21,6 +22,7 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import decoding
+from tfattn.decode_options import DecodeOptions
 
 
 def make_model(vocab=8000):
@@ -51,7 +53,8 @@ def compare_exports(args):
   from serving import export
   from serving.model_manager import Servable
   base = tempfile.mkdtemp(prefix="decode-speed-")
-  paths = {mode: export.export(args.run_dir, os.path.join(base, mode), beam_size=args.beam,
+  options = DecodeOptions(beam_size=args.beam)
+  paths = {mode: export.export(args.run_dir, os.path.join(base, mode), options=options,
                                decode=mode, warmup_batch_sizes=(1, 32))
            for mode in ("graph", "xla")}
   signatures, tokenizer = {}, None
@@ -122,7 +125,7 @@ def compare_decoders(args):
 
   def greedy(length, **kwargs):
     return tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=length,
-                                                        **kwargs)[0],
+                                                        **kwargs).ids,
                        input_signature=[spec], jit_compile=kwargs.get("padded_decode", False))
 
   def call(fn):
@@ -141,7 +144,7 @@ def compare_decoders(args):
 
   length = 64
   beam = tf.function(lambda s: decoding.beam_search(model, s, beam_size=4, alpha=0.6,
-                                                    max_decode_length=length)[0],
+                                                    max_decode_length=length).ids,
                      input_signature=[spec])
   seconds = common.interleaved_medians(
       {"greedy": call(greedy(length)), "beam": call(beam),
@@ -151,6 +154,32 @@ def compare_decoders(args):
         f"tok/s (beam costs {rate['greedy'] / rate['beam']:.1f}x greedy's time), padded greedy "
         f"under XLA {rate['xla']:.0f} tok/s ({rate['xla'] / rate['greedy']:.2f}x graph-mode "
         f"cached greedy)")
+  compare_sampling(args, model, source, greedy(length), greedy(length, padded_decode=True),
+                   length)
+
+
+def compare_sampling(args, model, source, greedy, xla_greedy, length):
+  """Sampling's cost against greedy's (the same loop, another token choice), graph and XLA."""
+  spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int64)]
+  seeds = tf.range(args.batch, dtype=tf.int64)
+
+  def sample(padded_decode=False, **cut):
+    fn = tf.function(lambda s, seeds: decoding.sample_decode(
+        model, s, max_decode_length=length, seeds=seeds, padded_decode=padded_decode,
+        **cut).ids, input_signature=spec, jit_compile=padded_decode)
+    return lambda: fn(source, seeds).numpy()
+
+  variants = {"greedy": lambda: greedy(source).numpy(), "sample": sample(),
+              "top-k 50, top-p 0.9": sample(top_k=50, top_p=0.9), "top-p 0.9": sample(top_p=0.9),
+              "XLA greedy": lambda: xla_greedy(source).numpy(),
+              "XLA sample": sample(padded_decode=True),
+              "XLA top-p 0.9": sample(padded_decode=True, top_p=0.9)}
+  seconds = common.interleaved_medians(variants, args.rounds, 1)
+  print(f"\nsampling at {length} tokens, time relative to greedy in the same mode (median of "
+        f"{args.rounds} interleaved rounds):")
+  for name, value in seconds.items():
+    base = seconds["XLA greedy" if name.startswith("XLA") else "greedy"]
+    print(f"  {name:22s} {value * 1000:8.1f} ms  {value / base:5.2f}x")
 
 if __name__ == "__main__":
   main()

@@ -301,11 +301,13 @@ def measure_all(args, scratch):
   """Builds or finds the models, measures every server on each, prints the tables."""
   if args.run_dir:
     from serving import export
+    from tfattn.decode_options import DecodeOptions
     bases = {}
     for mode in ("graph", "xla"):
       bases[mode] = os.path.join(scratch, mode)
-      export.export(args.run_dir, bases[mode], beam_size=args.beam, decode=mode,
-                    model_name=args.model, warmup_batch_sizes=(1,) + ALLOWED_BATCH_SIZES)
+      export.export(args.run_dir, bases[mode], options=DecodeOptions(beam_size=args.beam),
+                    decode=mode, model_name=args.model,
+                    warmup_batch_sizes=(1,) + ALLOWED_BATCH_SIZES)
   elif args.echo_model:
     bases = {"echo": make_echo_model(os.path.join(scratch, "echo"))}
   elif os.path.isdir(args.model_base_path):

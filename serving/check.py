@@ -1,10 +1,11 @@
 """`python -m serving.check DIR`: will TF Serving (<= 2.19) load this SavedModel?
 
 Lists the ops of the graph and of every function in it, and fails naming any op that is neither
-TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Then runs
-`saved_model_cli show --all`, and says whether the export holds XLA must-compile functions (and the
-flag TF Serving on CPU needs for them). DIR is a version directory or a base path (checks every
-version).
+TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Then
+prints each signature on one line (inputs -> outputs, with dtypes and shapes), runs
+`saved_model_cli show --all`, and says whether the export holds XLA must-compile functions (and
+the flag TF Serving on CPU needs for them). DIR is a version directory or a base path (checks
+every version).
 """
 
 import cli
@@ -64,6 +65,31 @@ def saved_model_ops(saved_model_dir):
   return {op: sorted(users) for op, users in sorted(used.items())}
 
 
+def _tensor_text(name, info):
+  """`text: string [None]` for a signature's TensorInfo (-1 dimensions shown as None)."""
+  from tensorflow.python.framework import dtypes
+  if info.tensor_shape.unknown_rank:
+    shape = "[?]"
+  else:
+    shape = "[" + ", ".join("None" if d.size < 0 else str(d.size)
+                            for d in info.tensor_shape.dim) + "]"
+  return f"{name}: {dtypes.as_dtype(info.dtype).name} {shape}"
+
+
+def signature_lines(saved_model_dir):
+  """One readable line per signature, sorted by name:
+  `translate_nbest(text: string [None]) -> log_prob: float32 [None, None], ...`."""
+  lines = []
+  for meta_graph in read_saved_model(saved_model_dir).meta_graphs:
+    for name, signature in sorted(meta_graph.signature_def.items()):
+      if name.startswith("__"):  # e.g. __saved_model_init_op
+        continue
+      inputs = ", ".join(_tensor_text(k, v) for k, v in sorted(signature.inputs.items()))
+      outputs = ", ".join(_tensor_text(k, v) for k, v in sorted(signature.outputs.items()))
+      lines.append(f"{name}({inputs}) -> {outputs}")
+  return lines
+
+
 XLA_CPU_FLAG = "--xla_cpu_compilation_enabled=true"
 
 
@@ -116,6 +142,9 @@ def main(argv):
     print(f"== {directory}: {len(ops)} distinct ops")
     for op, users in ops.items():
       print(f"  {op:40s} {len(users)} function(s)")
+    print("signatures:")
+    for line in signature_lines(directory):
+      print(f"  {line}")
     # The module, not the console script: the script is missing where TensorFlow was
     # installed with `pip --target` or is not beside sys.executable.
     shown = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli",

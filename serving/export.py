@@ -9,7 +9,7 @@ import cli
 import json
 import os
 import shutil
-from typing import Optional, Sequence
+from typing import Dict, Mapping, Optional, Protocol, Sequence, Tuple
 
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()  # before TensorFlow is imported below
@@ -20,30 +20,68 @@ from serving import versions, warmup
 from serving.modules import DECODE_MODES, ClassifierExport, Seq2SeqExport
 from tfattn import kinds, text
 from tfattn.checkpoints import checkpoints_to_average, restore_average
+from tfattn.decode_options import DecodeOptions
 from tfattn.run_dir import RunDir
 
 # What the export writes beside the SavedModel: the settings it was made with.
 EXPORT_INFO_FILE = os.path.join(warmup.ASSETS_EXTRA, "tfattn.json")
 
 
+class ExportKind(Protocol):
+  """What the export needs of a task kind: `tfattn.kinds`' model and vocabularies, plus the
+  exported module. Every entry of `EXPORT_KINDS` satisfies it (tested)."""
+
+  name: str
+  vocabulary_sides: Tuple[str, ...]
+
+  def build_model(self, config) -> tf.Module:
+    """The model of a `TransformerConfig`, its variables created."""
+
+  def export_module(self, model: tf.Module, tokenizers: Mapping[str, tf.Module],
+                    task_info: Mapping, options: DecodeOptions, decode_mode: str) -> tf.Module:
+    """The module to save (`serving.modules`): its `signatures()`, `warmup_requests(texts,
+    compiled_only)`, and, when it decodes, `decode_mode` ("graph" or "xla"; None when it
+    does not decode), `length_buckets` and the `options` it decodes with.
+
+    Args:
+      model: the trained model.
+      tokenizers: {side: in-graph tokenizer} for each of `vocabulary_sides`.
+      task_info: the run's `task.json`.
+      options: how to decode (kinds that do not decode ignore them).
+      decode_mode: "graph" or "xla" (resolved; kinds that do not decode ignore it).
+    """
+
+
 class _Seq2SeqExportKind(kinds.Seq2SeqModel):
 
-  def export_module(self, model, tokenizers, task, beam_size, alpha, decode):
-    """The exported module and the decoding mode it runs."""
-    del task  # nothing beyond the model config
-    return Seq2SeqExport(model, tokenizers["source"], tokenizers["target"], beam_size=beam_size,
-                         alpha=alpha, decode=decode), decode
+  def export_module(self, model, tokenizers, task_info, options, decode_mode):
+    del task_info  # nothing beyond the model config
+    return Seq2SeqExport(model, tokenizers["source"], tokenizers["target"], options,
+                         decode=decode_mode)
 
 
 class _ClassifierExportKind(kinds.ClassifierModel):
 
-  def export_module(self, model, tokenizers, task, beam_size, alpha, decode):
-    del beam_size, alpha, decode  # one forward pass: nothing to decode
+  def export_module(self, model, tokenizers, task_info, options, decode_mode):
+    del options, decode_mode  # one forward pass: nothing to decode
     return ClassifierExport(model, tokenizers["source"],
-                            truncate=task.get("truncate", "right")), None
+                            truncate=task_info.get("truncate", "right"))
 
 
-EXPORT_KINDS = {kind.name: kind for kind in (_Seq2SeqExportKind(), _ClassifierExportKind())}
+EXPORT_KINDS: Dict[str, ExportKind] = {
+    kind.name: kind for kind in (_Seq2SeqExportKind(), _ClassifierExportKind())}
+
+
+def run_decode_options(run_dir: str) -> DecodeOptions:
+  """The DecodeOptions the run evaluated with (`DecodeOptions.of_run` of its run_config.json,
+  read as JSON: serving does not import the training program). A directory without that file
+  (made by hand) gets `of_run({})`: what a run evaluated with before DecodeOptions existed."""
+  path = RunDir(run_dir).run_config
+  values = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      values = json.load(f)
+  return DecodeOptions.of_run(values)
 
 
 def final_weights(run_dir: str) -> Optional[list]:
@@ -116,9 +154,9 @@ def resolve_decode(decode):
   return decode
 
 
-def export(run_dir: str, base_path: str, *, version: Optional[int] = None,
-           checkpoint: Optional[str] = None, model_name: str = "tfattn", beam_size: int = 4,
-           alpha: float = 0.6, warmup_texts: Optional[Sequence[str]] = None,
+def export(run_dir: str, base_path: str, *, options: Optional[DecodeOptions] = None,
+           version: Optional[int] = None, checkpoint: Optional[str] = None,
+           model_name: str = "tfattn", warmup_texts: Optional[Sequence[str]] = None,
            average_last: Optional[int] = None, decode: str = "auto",
            warmup_batch_sizes: Sequence[int] = (1,)) -> str:
   """Exports the run's model as `<base_path>/<version>`; returns that directory.
@@ -126,16 +164,17 @@ def export(run_dir: str, base_path: str, *, version: Optional[int] = None,
   Args:
     run_dir: the training run directory (`tfattn/run_dir.py`).
     base_path: TF Serving's model base path; created if missing.
+    options: how the signatures decode; default: the run's own (`run_decode_options`), so the
+      export serves what the run evaluated.
     version: the version number; default one above the highest version folder.
     checkpoint: a checkpoint prefix to export instead of the latest.
     model_name: the model name written into the warm-up requests.
-    beam_size: serving_default's beam (1 = greedy).
-    alpha: the beam search length penalty.
-    warmup_texts: texts of the first warm-up request (default: a few vocabulary pieces and "").
+    warmup_texts: texts of the first warm-up requests (default: a few vocabulary pieces and "").
     average_last: export the mean of the last N kept checkpoints (default: the weights the
       run's final evaluation judged).
     decode: "graph", "xla" or "auto" (see `resolve_decode`); with "xla" the warm-up records hold
-      one request per source length bucket and batch size in `warmup_batch_sizes`.
+      one request per source length bucket, batch size in `warmup_batch_sizes` and compiled
+      search (serving_default's, and translate_nbest's where it is another).
     warmup_batch_sizes: batch sizes the XLA warm-up compiles.
   """
   if os.path.exists(base_path) and not os.path.isdir(base_path):
@@ -149,30 +188,29 @@ def export(run_dir: str, base_path: str, *, version: Optional[int] = None,
   final = os.path.join(base_path, str(version))
   if os.path.exists(final):
     raise ValueError(f"{final} already exists; versions are never overwritten")
+  if options is None:
+    options = run_decode_options(run_dir)
   task, model, tokenizers, averaged = load_trained(run_dir, checkpoint, average_last)
-  module, decode = EXPORT_KINDS[task["kind"]].export_module(model, tokenizers, task, beam_size,
-                                                            alpha, decode)
-  source = tokenizers["source"]
-  if warmup_texts is None:  # a few vocabulary pieces as text, and the empty string
-    first_pieces = tf.range(len(text.RESERVED_TOKENS), min(source.vocab_size, 12))
-    warmup_texts = [source.detokenize(first_pieces[tf.newaxis])[0].numpy().decode(), ""]
-  warmup_requests = [("serving_default", {"text": tf.constant(warmup_texts).numpy()})]
-  if decode == "xla":
-    bucket_texts = bucket_warmup_texts(source, module.length_buckets)
-    warmup_requests += [("serving_default", {"text": tf.constant([t] * size).numpy()})
-                        for size in sorted(set(warmup_batch_sizes)) for t in bucket_texts]
+  module = EXPORT_KINDS[task["kind"]].export_module(model, tokenizers, task, options, decode)
+  warmup_requests = _warmup_requests(module, tokenizers["source"], warmup_texts,
+                                     warmup_batch_sizes)
   created_base = not os.path.exists(base_path)
   os.makedirs(base_path, exist_ok=True)
   temp = os.path.join(base_path, f".tmp-export-{version}-{os.getpid()}")
   shutil.rmtree(temp, ignore_errors=True)
   try:
-    tf.saved_model.save(module, temp, signatures=module.signatures())
+    signatures = module.signatures()
+    tf.saved_model.save(module, temp, signatures=signatures)
     os.makedirs(os.path.join(temp, warmup.ASSETS_EXTRA), exist_ok=True)
     warmup.write_warmup_file(os.path.join(temp, warmup.WARMUP_FILE), model_name, warmup_requests)
+    decodes = module.decode_mode is not None
     with open(os.path.join(temp, EXPORT_INFO_FILE), "w") as f:
       json.dump({"task": task, "model_config": json.loads(model.config.to_json()),
-                 "beam_size": beam_size, "alpha": alpha, "decode": decode,
-                 "length_buckets": list(module.length_buckets) if decode == "xla" else None,
+                 "decode_options": module.options.to_dict() if decodes else None,
+                 "decode": module.decode_mode,
+                 "length_buckets": list(module.length_buckets) if module.length_buckets
+                 else None,
+                 "signatures": sorted(signatures),
                  "checkpoints": [os.path.basename(p) for p in averaged]}, f, indent=2)
     os.rename(temp, final)  # atomic on one file system
   except BaseException:
@@ -181,6 +219,20 @@ def export(run_dir: str, base_path: str, *, version: Optional[int] = None,
       os.rmdir(base_path)  # leave nothing behind a failed first export
     raise
   return final
+
+
+def _warmup_requests(module, source_tokenizer, texts, batch_sizes):
+  """A first request for every text signature; with XLA, one per length bucket, batch size and
+  compiled search, so no live request pays a compilation."""
+  if texts is None:  # a few vocabulary pieces as text, and the empty string
+    first_pieces = tf.range(len(text.RESERVED_TOKENS), min(source_tokenizer.vocab_size, 12))
+    texts = [source_tokenizer.detokenize(first_pieces[tf.newaxis])[0].numpy().decode(), ""]
+  requests = module.warmup_requests(texts)
+  if module.decode_mode == "xla":
+    bucket_texts = bucket_warmup_texts(source_tokenizer, module.length_buckets)
+    requests += [request for size in sorted(set(batch_sizes)) for one in bucket_texts
+                 for request in module.warmup_requests([one] * size, compiled_only=True)]
+  return requests
 
 
 def _define_flags():
@@ -193,15 +245,14 @@ def _define_flags():
                       "Model base path (required): versions go in <base_path>/<N>.")
   flags.DEFINE_integer("version", None, "Version number (default: one above the newest).")
   flags.DEFINE_string("model_name", "tfattn", "Model name recorded in the warm-up requests.")
-  flags.DEFINE_integer("beam_size", 4, "Beam size of serving_default (1 = greedy).", lower_bound=1)
-  flags.DEFINE_float("alpha", 0.6, "Beam search length penalty.", lower_bound=0.0)
+  cli.define_flags(DecodeOptions, optional=True, unset="the run's")
   flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
   flags.DEFINE_integer("average_last", None, "Average the weights of the last N kept "
                        "checkpoints (default: the weights the run's final evaluation judged: "
                        "its last, averaged or best-on-validation checkpoints).",
                        lower_bound=1)
   flags.DEFINE_enum("decode", "auto", ["auto"] + list(DECODE_MODES),
-                    "Decoding in serving_default/translate_ids: xla = padded search compiled "
+                    "How the signatures run their searches: xla = padded search compiled "
                     "with XLA per source length bucket (TF Serving on CPU then needs "
                     "--xla_cpu_compilation_enabled=true); graph = graph-mode cached search; "
                     "auto = xla where this machine has a GPU, else graph.")
@@ -226,15 +277,26 @@ def main(argv):
   except ValueError:
     raise cli.UsageError("--warmup_batch_sizes must be a comma-separated list of integers, got "
                          f"{','.join(f.warmup_batch_sizes)}") from None
-  logging.info("exporting %s to %s: version=%s checkpoint=%s average_last=%s beam_size=%d "
-               "alpha=%s decode=%s warmup_batch_sizes=%s", run_dir, f.base_path,
-               f.version or "next", f.checkpoint or "latest", f.average_last, f.beam_size,
-               f.alpha, resolve_decode(f.decode), batch_sizes)
   try:
-    path = export(run_dir, f.base_path, version=f.version, checkpoint=f.checkpoint,
-                  model_name=f.model_name, beam_size=f.beam_size, alpha=f.alpha,
-                  warmup_texts=f.warmup_text, average_last=f.average_last, decode=f.decode,
-                  warmup_batch_sizes=batch_sizes)
+    run_options = run_decode_options(run_dir)
+  except ValueError as error:
+    raise cli.UsageError(f"{RunDir(run_dir).run_config}: {error}") from None
+  given = {name: value for name, value in cli.flag_values(DecodeOptions).items()
+           if value is not None}  # unset decoding flags keep the run's values
+  try:
+    options = run_options.replace(**given)
+  except ValueError as error:  # "beam_size must be >= 1, got 0": named by its flag
+    raise cli.UsageError(f"--{error}") from None
+  logging.info("exporting %s to %s: version=%s checkpoint=%s average_last=%s decode=%s "
+               "warmup_batch_sizes=%s decode options (%s): %s", run_dir, f.base_path,
+               f.version or "next", f.checkpoint or "latest", f.average_last,
+               resolve_decode(f.decode), batch_sizes,
+               "the run's" if not given else f"the run's, with {sorted(given)} from flags",
+               options)
+  try:
+    path = export(run_dir, f.base_path, options=options, version=f.version,
+                  checkpoint=f.checkpoint, model_name=f.model_name, warmup_texts=f.warmup_text,
+                  average_last=f.average_last, decode=f.decode, warmup_batch_sizes=batch_sizes)
   except ValueError as error:
     raise cli.UsageError(str(error)) from error
   print(f"exported {path}")

@@ -5,25 +5,36 @@ The root object also follows the Reusable SavedModel API (`__call__`, `variables
 `tf.data` pipeline, wrap it in `keras.layers.TFSMLayer` or fine-tune it.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from serving import attention_export
 from tfattn import decoding, shapes
 from tfattn import text as tfattn_text
+from tfattn.decode_options import BEAM, SAMPLE, DecodeOptions
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
+SEEDS = tf.TensorSpec([None], tf.int64, name="seed")
 
 DECODE_MODES = ("graph", "xla")
 # The XLA decoder's source lengths: 16, 32, ... then max_length, one program each per batch size.
 SMALLEST_SOURCE_BUCKET = 16
 
 
+def _text_array(texts):
+  """A list of str or bytes -> a numpy object array of bytes (a string tensor's value)."""
+  return np.array([t.encode() if isinstance(t, str) else t for t in texts], dtype=object)
+
+
 class _Exportable(tf.Module):
   # tf.Module computes these as properties; the Reusable SavedModel API needs them stored as
   # attributes so that the loaded object has them.
   variables = trainable_variables = regularization_losses = None
+  # Exports that decode set these: "graph" or "xla", the XLA source length buckets, and the
+  # DecodeOptions every signature decodes with.
+  decode_mode = length_buckets = options = None
 
   def __init__(self, model, source_tokenizer, truncate="right", name=None):
     super().__init__(name=name)
@@ -68,64 +79,136 @@ class _Exportable(tf.Module):
     source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
     return {"encoding": tf.cast(self.model.encoder(source_ids), tf.float32)}
 
+  def warmup_requests(self, texts, compiled_only=False):
+    """[(signature name, inputs)] for the warm-up file: requests with `texts` that call every
+    text signature, or with `compiled_only`, one per distinct XLA program (none here)."""
+    return [] if compiled_only else [("serving_default", {"text": _text_array(texts)})]
+
 
 class Seq2SeqExport(_Exportable):
-  """Signatures: serving_default (text -> translation, score), translate_ids, encode, score.
+  """Signatures: serving_default (text -> translation, score, log_prob), translate_nbest (text
+  -> every beam's translation, score and log_prob, best first), translate_ids, encode, score,
+  and in an export whose options sample, `sample` (text and a seed per row -> translation,
+  score, log_prob).
 
-  decode="graph" runs the key/value-cached search as a graph-mode `tf.while_loop`; decode="xla"
-  pads the source to a length bucket and runs the padded-cache search compiled with XLA
-  (`jit_compile=True`): one program per (bucket, batch size), the same answers.
+  Every signature decodes as `options` say (beam size, alpha, length limits, sampling settings);
+  translate_nbest always runs a beam search of options.beam_size. In a sampling export,
+  serving_default and translate_ids draw with `decoding.source_seeds` (options.seed mixed with a
+  fingerprint of each source's tokens): the same text gets the same answer whatever else is in
+  its request or its server-side batch, and the evaluation of the run drew the same samples.
+
+  decode="graph" runs the key/value-cached searches as graph-mode `tf.while_loop`s;
+  decode="xla" pads the source to a length bucket and runs the padded-cache searches compiled
+  with XLA (`jit_compile=True`): one program per (search, bucket, batch size), the same answers.
+  Searches that are the same computation share one compiled function (serving_default of a beam
+  export is translate_nbest's first beam; `sample` is serving_default with the caller's seeds).
   """
 
-  def __init__(self, model, source_tokenizer, target_tokenizer, beam_size=4, alpha=0.6,
-               extra_decode_length=20, decode="graph"):
+  def __init__(self, model, source_tokenizer, target_tokenizer, options: DecodeOptions,
+               decode="graph"):
     super().__init__(model, source_tokenizer, name="seq2seq_export")
     if decode not in DECODE_MODES:
       raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
     self.target_tokenizer = target_tokenizer
-    self.beam_size = beam_size
-    self.alpha = alpha
-    self.extra_decode_length = extra_decode_length
-    self.decode_mode = decode
-    self.length_buckets = None  # graph mode decodes any length as it comes
+    self.options = options
+    self.decode_mode = decode  # graph mode decodes any length as it comes: no length buckets
+    # A beam export's best hypothesis is the n-best search's first: one search, one program.
+    self._best_is_first_beam = options.strategy == BEAM and options.beam_size > 1
     if decode == "xla":  # only then: a graph export holds no must-compile function
       self.length_buckets = tuple(shapes.length_buckets(self.max_length,
                                                         SMALLEST_SOURCE_BUCKET))
-      self._decode_padded = tf.function(self._search_padded, input_signature=[IDS],
+      self._nbest_padded = tf.function(self._search_nbest_padded, input_signature=[IDS],
+                                       jit_compile=True)
+      if not self._best_is_first_beam:
+        self._best_padded = tf.function(self._search_best_padded, input_signature=[IDS, SEEDS],
                                         jit_compile=True)
+    if options.strategy == SAMPLE:  # the signature exists only where it samples
+      self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS])
 
-  def _decode(self, source_ids):
-    """int32 `[batch, length]` -> (ids `[batch, min(length + extra, max_length)]`, scores)."""
-    if self.decode_mode == "graph":
-      return decoding.best_output(self.model, source_ids, self.beam_size, self.alpha,
-                                  self.extra_decode_length)
+  # --- The searches ---
+
+  def _search_best_padded(self, source_ids, seeds):
+    """The best hypothesis a row of a bucket-padded `[batch, bucket]` source, compiled with XLA
+    as `_best_padded`: every shape inside is static for a given (batch, bucket)."""
+    return decoding.decode(self.model, source_ids, self.options, seeds=seeds, padded_decode=True)
+
+  def _search_nbest_padded(self, source_ids):
+    """Every beam of a bucket-padded source, compiled with XLA as `_nbest_padded`."""
+    return decoding.nbest(self.model, source_ids, self.options, padded_decode=True)
+
+  def _padded(self, search, source_ids, *args) -> decoding.Hypotheses:
+    """Runs `search` on the source padded to its length bucket. Limits come from each example's
+    own length, so columns past the unpadded buffer size are padding: trimming them gives
+    exactly the graph mode's output shape."""
     length = tf.shape(source_ids)[1]
     buckets = tf.constant(self.length_buckets)
     bucket = tf.reduce_min(tf.boolean_mask(buckets, buckets >= length))
-    ids, scores = self._decode_padded(tf.pad(source_ids, [[0, 0], [0, bucket - length]]))
-    # Limits come from each example's own length, so columns past the unpadded buffer size are
-    # padding: trimming them gives exactly the graph mode's output shape.
-    return ids[:, :decoding.decode_length(self.model, source_ids,
-                                          extra_decode_length=self.extra_decode_length)], scores
+    found = search(tf.pad(source_ids, [[0, 0], [0, bucket - length]]), *args)
+    width = decoding.decode_length(self.model, source_ids,
+                                   extra_decode_length=self.options.extra_decode_length,
+                                   max_decode_length=self.options.max_decode_length)
+    return found._replace(ids=found.ids[..., :width])
 
-  def _search_padded(self, source_ids):
-    """The search on a bucket-padded `[batch, bucket]` source, compiled with XLA as
-    `_decode_padded`: every shape inside is static for a given (batch, bucket)."""
-    return decoding.best_output(self.model, source_ids, self.beam_size, self.alpha,
-                                self.extra_decode_length, padded_decode=True)
+  def _nbest(self, source_ids) -> decoding.Hypotheses:
+    """int32 `[batch, length]` -> every beam: ids `[batch, beam, out_length]`, scores and
+    log_probs `[batch, beam]`, best first."""
+    if self.decode_mode == "xla":
+      return self._padded(self._nbest_padded, source_ids)
+    return decoding.nbest(self.model, source_ids, self.options)
+
+  def _best(self, source_ids, seeds=None) -> decoding.Hypotheses:
+    """int32 `[batch, length]` -> the best hypothesis a row as the options say: ids
+    `[batch, min(length + extra, max_length)]`, scores and log_probs `[batch]`. Sampling draws
+    with `seeds` (int64 `[batch]`), else with the source's own (`decoding.source_seeds`)."""
+    if self._best_is_first_beam:
+      return decoding.first_beam(self._nbest(source_ids))
+    if seeds is None:
+      seeds = decoding.source_seeds(self.model, source_ids, self.options)
+    if self.decode_mode == "graph":
+      return decoding.decode(self.model, source_ids, self.options, seeds=seeds)
+    if seeds is None:  # the compiled search takes seeds whether it samples or not
+      seeds = tf.zeros([tf.shape(source_ids)[0]], tf.int64)
+    return self._padded(self._best_padded, source_ids, seeds)
+
+  # --- Signatures ---
+
+  def _translations(self, found: decoding.Hypotheses):
+    """{"translation": detokenized text, "score", "log_prob"} of `[batch]` or `[batch, beam]`
+    hypotheses."""
+    ids = found.ids
+    rows = tf.reshape(ids, [-1, tf.shape(ids)[-1]])  # [batch (* beam), length]
+    text = tf.reshape(self.target_tokenizer.detokenize(rows), tf.shape(ids)[:-1])
+    return {"translation": text, "score": found.scores, "log_prob": found.log_probs}
 
   @tf.function(input_signature=[TEXT])
   def serve_text(self, text):
-    """Raw text `[batch]` -> {"translation": `[batch]` string, "score": float32 `[batch]`}."""
-    ids, score = self._decode(self._source_ids(text))
-    return {"translation": self.target_tokenizer.detokenize(ids), "score": score}
+    """Raw text `[batch]` -> {"translation": string `[batch]`, "score": float32 `[batch]`,
+    "log_prob": float32 `[batch]`}."""
+    return self._translations(self._best(self._source_ids(text)))
+
+  @tf.function(input_signature=[TEXT])
+  def translate_nbest(self, text):
+    """Raw text `[batch]` -> every beam, best first: {"translation": string `[batch, beam]`,
+    "score": float32 `[batch, beam]`, "log_prob": float32 `[batch, beam]`}."""
+    return self._translations(self._nbest(self._source_ids(text)))
+
+  def _sample(self, text, seed):
+    """Raw text `[batch]` and int64 seeds `[batch]` -> {"translation", "score", "log_prob"}
+    `[batch]`: row i drawn with seed[i] (the same seed and text, the same answer)."""
+    check = tf.debugging.assert_equal(
+        tf.shape(seed), tf.shape(text),
+        message="seed must hold one int64 per text (a [batch] tensor like text)")
+    with tf.control_dependencies([check]):
+      seed = tf.identity(seed)
+    return self._translations(self._best(self._source_ids(text), seed))
 
   @tf.function(input_signature=[IDS])
   def translate_ids(self, source_ids):
-    """Token ids -> {"ids": int32 `[batch, length]` ending in END, "score": float32 `[batch]`}."""
-    ids, score = self._decode(
+    """Token ids -> {"ids": int32 `[batch, length]` ending in END, "score": float32 `[batch]`,
+    "log_prob": float32 `[batch]`}."""
+    found = self._best(
         self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids"))
-    return {"ids": ids, "score": score}
+    return {"ids": found.ids, "score": found.scores, "log_prob": found.log_probs}
 
   @tf.function(input_signature=[IDS, TARGET_IDS])
   def score(self, source_ids, target_ids):
@@ -153,13 +236,29 @@ class Seq2SeqExport(_Exportable):
     weights (`serving/attention_export.py` lists the outputs and the size limit)."""
     source_ids = self._source_ids(text)
     given = attention_export.given_targets(self.target_tokenizer, target, self.max_length)
-    targets = attention_export.target_ids(source_ids, given, lambda ids: self._decode(ids)[0])
+    targets = attention_export.target_ids(source_ids, given, lambda ids: self._best(ids).ids)
     return attention_export.seq2seq_maps(self.model, self.source_tokenizer,
                                          self.target_tokenizer, source_ids, targets, layer)
 
   def signatures(self):
-    return {"serving_default": self.serve_text, "translate_ids": self.translate_ids,
-            "encode": self.encode, "score": self.score, "attention": self.attention}
+    signatures = {"serving_default": self.serve_text, "translate_nbest": self.translate_nbest,
+                  "translate_ids": self.translate_ids, "encode": self.encode,
+                  "score": self.score, "attention": self.attention}
+    if self.options.strategy == SAMPLE:
+      signatures["sample"] = self.sample
+    return signatures
+
+  def warmup_requests(self, texts, compiled_only=False):
+    """[(signature name, inputs)]: one request with `texts` for each text signature, or with
+    `compiled_only`, one for each distinct XLA program (serving_default's search and, unless it
+    is the same one, translate_nbest's; `sample` shares serving_default's)."""
+    texts = _text_array(texts)
+    requests = [("serving_default", {"text": texts})]
+    if not (compiled_only and self._best_is_first_beam):
+      requests.append(("translate_nbest", {"text": texts}))
+    if self.options.strategy == SAMPLE and not compiled_only:
+      requests.append(("sample", {"text": texts, "seed": np.arange(len(texts), dtype=np.int64)}))
+    return requests
 
 
 class ClassifierExport(_Exportable):

@@ -66,6 +66,7 @@ def trained_run(tmp_path_factory):
 def exported(trained_run, tmp_path_factory):
   """`<base>/1` exported from `trained_run` with greedy decoding (fast)."""
   from serving import export
+  from tfattn.decode_options import DecodeOptions
   base = tmp_path_factory.mktemp("models")
-  path = export.export(str(trained_run), str(base), beam_size=1)
+  path = export.export(str(trained_run), str(base), options=DecodeOptions(strategy="greedy"))
   return base, path

@@ -47,8 +47,11 @@ class DecodeOptions:
       1.0, "Sampling: draw only from the smallest set of most likely tokens whose probability "
       "reaches p, the nucleus (1 = no limit).", above=0, maximum=1)
   seed: int = setting(
-      0, "Sampling: row i of a batch draws with seed + i unless the request gives per-row seeds; "
-      "the same seed gives the same text.", flag="sample_seed")
+      0, "Sampling: an export's serving_default and the evaluation draw each source with this "
+      "seed mixed with a fingerprint of the source's tokens (the same text gets the same answer, "
+      "whatever else is in its batch); the export's sample signature takes a seed per row; the "
+      "library's decoding.decode draws row i with seed + i unless given per-row seeds.",
+      minimum=0, maximum=2**63 - 1, flag="sample_seed")
 
   def __post_init__(self):
     check(self, prefix="")
@@ -71,13 +74,16 @@ class DecodeOptions:
   def of_run(cls, run_config: dict) -> "DecodeOptions":
     """The options a training run evaluated with, from its saved `run_config.json` values:
     its "decode" entry, or for runs saved before DecodeOptions existed, their
-    `eval_beam_size` / `eval_alpha` (greedy when the beam was 1 or unset)."""
+    `eval_beam_size` / `eval_alpha` (greedy when the beam was 1 or unset; greedy keeps the
+    default beam_size, which then only sizes an export's translate_nbest)."""
     if run_config.get("decode") is not None:
       return cls.from_dict(run_config["decode"])
     beam_size = run_config.get("eval_beam_size") or 1
     alpha = run_config.get("eval_alpha")
-    return cls(strategy=BEAM if beam_size > 1 else GREEDY, beam_size=beam_size,
-               alpha=0.6 if alpha is None else alpha)
+    alpha = 0.6 if alpha is None else alpha
+    if beam_size > 1:
+      return cls(strategy=BEAM, beam_size=beam_size, alpha=alpha)
+    return cls(strategy=GREEDY, alpha=alpha)
 
   def __str__(self) -> str:
     return json.dumps(self.to_dict(), sort_keys=True)

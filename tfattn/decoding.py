@@ -1,4 +1,17 @@
-"""Autoregressive decoding for `Transformer`: greedy and beam search, driven by `tf.while_loop`.
+"""Autoregressive decoding for `Transformer`: greedy, sampling and beam search, driven by
+`tf.while_loop`.
+
+Entry points: `decode(model, source_ids, options)` (one hypothesis a row, as `DecodeOptions` say:
+greedy, beam or sample) and `nbest(model, source_ids, options)` (every beam, best first), both
+returning `Hypotheses`. Below them, with keyword-only arguments in one order (beam_size, alpha,
+extra_decode_length, max_decode_length, temperature, top_k, top_p, seeds, use_cache,
+padded_decode) and DecodeOptions' defaults: `token_loop` (one token a row per step, picked by a
+choice function), `greedy_decode` and `sample_decode` (that loop with the argmax and with a
+sampler), and `beam_search`.
+
+Every hypothesis has a `log_prob` (the sum of its tokens' log-probabilities under the model) and a
+`score` (log_prob / length_penalty(length, alpha), what beam search ranks by), whatever the
+strategy that found it; its length counts its tokens up to and including EOS.
 
 Each step runs `model.decode_step` on the single newest token: it reads the source projected once
 (`model.decoding_memory`) and returns logits with a *new* cache (self-attention keys/values of the
@@ -17,15 +30,37 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
+from tfattn import sampling
+from tfattn.decode_options import BEAM, SAMPLE, DecodeOptions
+
 # A finite "minus infinity": products and differences with it stay finite (no NaN).
 _NEG_INF = -1e9
+# Every default below is DecodeOptions' (one value each: evaluation judges what is served).
+_DEFAULTS = DecodeOptions()
 
 # (last tokens int32 `[rows]`, step, cache) -> (float32 logits `[rows, vocab]`, new cache).
 StepFn = Callable[[tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
 
 
-def decode_length(model, source_ids: tf.Tensor, max_decode_length: Optional[int] = None,
-                  extra_decode_length: int = 50):
+class Hypotheses(NamedTuple):
+  """Decoded outputs, best first where there are several a row.
+
+  Attributes:
+    ids: int32 `[batch, length]` (`decode`, `greedy_decode`, `sample_decode`) or
+      `[batch, beam, length]` (`nbest`, `beam_search`): tokens ending with EOS (or cut at the
+      example's length limit), then padding.
+    scores: float32 `[batch]` or `[batch, beam]`: log_probs / length_penalty(length, alpha).
+    log_probs: float32 `[batch]` or `[batch, beam]`: the sum of the tokens' log-probabilities
+      under the model (for a sample too: not under the temperature or the top-k/top-p cut).
+  """
+  ids: tf.Tensor
+  scores: tf.Tensor
+  log_probs: tf.Tensor
+
+
+def decode_length(model, source_ids: tf.Tensor, *,
+                  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+                  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length):
   """Size of the output buffer: `max_decode_length`, else the padded source length + extra,
   capped by the config's `max_length`."""
   if max_decode_length is not None:
@@ -33,8 +68,9 @@ def decode_length(model, source_ids: tf.Tensor, max_decode_length: Optional[int]
   return tf.minimum(tf.shape(source_ids)[1] + extra_decode_length, model.config.max_length)
 
 
-def example_limits(model, source_ids: tf.Tensor, max_decode_length: Optional[int] = None,
-                   extra_decode_length: int = 50) -> tf.Tensor:
+def example_limits(model, source_ids: tf.Tensor, *,
+                   extra_decode_length: int = _DEFAULTS.extra_decode_length,
+                   max_decode_length: Optional[int] = _DEFAULTS.max_decode_length) -> tf.Tensor:
   """int32 `[batch]`: tokens each example may generate. Each example's own (unpadded) source
   length sets its limit, so an output never depends on the other sources in its batch."""
   batch = tf.shape(source_ids)[0]
@@ -42,6 +78,11 @@ def example_limits(model, source_ids: tf.Tensor, max_decode_length: Optional[int
     return tf.fill([batch], tf.cast(max_decode_length, tf.int32))
   lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, model.config.pad_id), tf.int32), 1)
   return tf.minimum(lengths + extra_decode_length, model.config.max_length)
+
+
+def length_penalty(length, alpha: float) -> tf.Tensor:
+  """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper."""
+  return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
 def _write_column(buffer, index, values):
@@ -81,10 +122,10 @@ def _cached_step_fn(model, memory, memory_bias) -> StepFn:
   return step_fn
 
 
-# --- Greedy ---------------------------------------------------------------------------------
+# --- One token a row per step: greedy and sampling -------------------------------------------
 
 class GreedyState(NamedTuple):
-  """Loop variables of `greedy_decode`.
+  """Loop variables of `token_loop` (greedy and sampling).
 
   Attributes:
     step: int32 scalar, tokens generated so far; `last_tokens` sit at position `step`.
@@ -104,13 +145,22 @@ class GreedyState(NamedTuple):
   cache: Any
 
 
-def _greedy_step(state: GreedyState, next_logits: Callable, limits, config) -> GreedyState:
-  """Appends the most likely token to every unfinished row."""
-  logits, cache = next_logits(state)
-  log_probs = tf.nn.log_softmax(logits)  # [batch, vocab]
-  tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [batch]
-  tokens = tf.where(state.finished, config.pad_id, tokens)
-  chosen = tf.gather(log_probs, tokens, batch_dims=1)  # [batch]
+# (float32 logits `[batch, vocab]`, the GreedyState before the step) -> int32 tokens `[batch]`.
+ChooseFn = Callable[[tf.Tensor, GreedyState], tf.Tensor]
+
+
+def argmax_choice(logits: tf.Tensor, state: GreedyState) -> tf.Tensor:
+  """Greedy: each row's most likely token."""
+  del state  # the same rule at every step
+  return tf.argmax(logits, axis=-1, output_type=tf.int32)
+
+
+def _token_step(state: GreedyState, next_logits: Callable, choose: ChooseFn, limits,
+                config) -> GreedyState:
+  """Appends the token `choose` picks to every unfinished row."""
+  logits, cache = next_logits(state)  # [batch, vocab]
+  tokens = tf.where(state.finished, config.pad_id, choose(logits, state))  # [batch]
+  chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]
   finished = state.finished | tf.equal(tokens, config.eos_id) | (state.step + 1 >= limits)
   return GreedyState(step=state.step + 1,
                      ids=_write_column(state.ids, state.step + 1, tokens),
@@ -120,27 +170,40 @@ def _greedy_step(state: GreedyState, next_logits: Callable, limits, config) -> G
                      cache=cache)
 
 
-def greedy_decode(model, source_ids: tf.Tensor, max_decode_length: Optional[int] = None,
-                  extra_decode_length: int = 50, use_cache: bool = True,
-                  padded_decode: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
-  """Picks the most likely token at every step until EOS.
+def _output_lengths(ids, limits, eos_id: int) -> tf.Tensor:
+  """int32 `[batch]`: tokens up to and including the first EOS, else the example's limit."""
+  positions = tf.range(1, tf.shape(ids)[-1] + 1)[tf.newaxis]  # [1, length]: 1-based
+  # (tf.argmax does not promise the first of tied maxima: a masked minimum does.)
+  first_eos = tf.reduce_min(tf.where(tf.equal(ids, eos_id), positions, tf.int32.max), -1)
+  return tf.minimum(first_eos, limits)
+
+
+def token_loop(model, source_ids: tf.Tensor, choose: ChooseFn, *,
+               alpha: float = _DEFAULTS.alpha,
+               extra_decode_length: int = _DEFAULTS.extra_decode_length,
+               max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+               use_cache: bool = True, padded_decode: bool = False) -> Hypotheses:
+  """One hypothesis a row, one token a step, picked by `choose` until EOS or the row's limit.
 
   Args:
     model: a `tfattn.Transformer`.
     source_ids: int32 `[batch, s_len]`.
-    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
+    choose: (logits float32 `[batch, vocab]`, GreedyState) -> int32 `[batch]`, e.g.
+      `argmax_choice` or `sampling.sampling_choice(...)`.
+    alpha: length penalty exponent of the scores.
     extra_decode_length: tokens an example may generate beyond its own source length.
+    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
     use_cache: False re-runs the decoder on the whole prefix every step (the slow reference).
     padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
   Returns:
-    (int32 `[batch, max_decode_length]` ids ending with EOS then padding,
-     float32 `[batch]` sum of the chosen tokens' log-probabilities).
+    `Hypotheses` with ids `[batch, max_decode_length]`, scores and log_probs `[batch]`.
   """
   config = model.config
   memory, memory_bias = model.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
   batch = tf.shape(source_ids)[0]
-  length = decode_length(model, source_ids, max_decode_length, extra_decode_length)
-  limits = example_limits(model, source_ids, max_decode_length, extra_decode_length)
+  lengths = dict(extra_decode_length=extra_decode_length, max_decode_length=max_decode_length)
+  length = decode_length(model, source_ids, **lengths)
+  limits = example_limits(model, source_ids, **lengths)  # [batch]
   ids = _start_buffer([batch], length, config)  # [batch, length + 1]
   if use_cache:
     step_fn = _cached_step_fn(model, memory, memory_bias)
@@ -161,18 +224,52 @@ def greedy_decode(model, source_ids: tf.Tensor, max_decode_length: Optional[int]
   state, = tf.while_loop(
       lambda state: tf.logical_and(state.step < length,
                                    tf.logical_not(tf.reduce_all(state.finished))),
-      lambda state: (_greedy_step(state, next_logits, limits, config),),
+      lambda state: (_token_step(state, next_logits, choose, limits, config),),
       (state,),
       shape_invariants=(_shape_invariants(state, use_cache and not padded_decode),))
-  return state.ids[:, 1:], state.log_probs
+  ids = state.ids[:, 1:]  # [batch, length]
+  penalty = length_penalty(_output_lengths(ids, limits, config.eos_id), alpha)  # [batch]
+  return Hypotheses(ids=ids, scores=state.log_probs / penalty, log_probs=state.log_probs)
+
+
+def greedy_decode(model, source_ids: tf.Tensor, *, alpha: float = _DEFAULTS.alpha,
+                  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+                  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+                  use_cache: bool = True, padded_decode: bool = False) -> Hypotheses:
+  """Picks the most likely token at every step until EOS (`token_loop` with `argmax_choice`;
+  the arguments are its)."""
+  return token_loop(model, source_ids, argmax_choice, alpha=alpha,
+                    extra_decode_length=extra_decode_length, max_decode_length=max_decode_length,
+                    use_cache=use_cache, padded_decode=padded_decode)
+
+
+def sample_decode(model, source_ids: tf.Tensor, *, alpha: float = _DEFAULTS.alpha,
+                  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+                  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+                  temperature: float = _DEFAULTS.temperature, top_k: int = _DEFAULTS.top_k,
+                  top_p: float = _DEFAULTS.top_p, seeds: Optional[tf.Tensor] = None,
+                  padded_decode: bool = False) -> Hypotheses:
+  """Draws every token from the model's distribution, sharpened by `temperature` and cut to the
+  `top_k` most likely tokens, then to the `top_p` nucleus (see `sampling.draw`).
+
+  Args:
+    seeds: int32 or int64 `[batch]`, one seed per row: a row's output depends only on its seed
+      and its source. None: DecodeOptions' seed + the row's index.
+    The others: as `token_loop`'s and `sampling.draw`'s.
+  Returns:
+    `Hypotheses` with ids `[batch, max_decode_length]`, scores and log_probs `[batch]`.
+  """
+  seeds = sampling.row_seeds(tf.shape(source_ids)[0], _DEFAULTS.seed) if seeds is None else seeds
+  # Enough numbers for any length the buffer can have (static, so XLA sees one shape).
+  max_steps = max(model.config.max_length, max_decode_length or 0)
+  choose = sampling.sampling_choice(seeds, max_steps, temperature=temperature, top_k=top_k,
+                                    top_p=top_p)
+  return token_loop(model, source_ids, choose, alpha=alpha,
+                    extra_decode_length=extra_decode_length, max_decode_length=max_decode_length,
+                    padded_decode=padded_decode)
 
 
 # --- Beam search ----------------------------------------------------------------------------
-
-def length_penalty(length, alpha: float) -> tf.Tensor:
-  """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper."""
-  return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
 
 def _flatten_beams(x):
   """`[batch, beam, ...]` -> `[batch * beam, ...]`."""
@@ -340,9 +437,11 @@ def _search_continues(state: BeamState, length, alpha: float) -> tf.Tensor:
   return tf.logical_and(state.step < length, tf.logical_not(search_settled))
 
 
-def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float = 0.6,
-                max_decode_length: Optional[int] = None, extra_decode_length: int = 50,
-                padded_decode: bool = False) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def beam_search(model, source_ids: tf.Tensor, *, beam_size: int = _DEFAULTS.beam_size,
+                alpha: float = _DEFAULTS.alpha,
+                extra_decode_length: int = _DEFAULTS.extra_decode_length,
+                max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+                padded_decode: bool = False) -> Hypotheses:
   """Beam search with length penalty (paper section 6.1: beam 4, alpha 0.6).
 
   Args:
@@ -350,20 +449,21 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
     source_ids: int32 `[batch, s_len]`.
     beam_size: hypotheses kept per example (k).
     alpha: length penalty exponent.
-    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
     extra_decode_length: tokens an example may generate beyond its own source length.
+    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
     padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
   Returns:
-    ids: int32 `[batch, beam, max_decode_length]`: the beam_size best distinct hypotheses,
-      best first, each ending with EOS (or cut at its example's length limit) then padding.
-    scores: float32 `[batch, beam]`, log-probability / length_penalty, sorted descending.
-    log_probs: float32 `[batch, beam]`, the sequences' summed token log-probabilities.
+    `Hypotheses`: ids int32 `[batch, beam, max_decode_length]`, the beam_size best distinct
+    hypotheses, best first, each ending with EOS (or cut at its example's length limit) then
+    padding; scores float32 `[batch, beam]` (log_probs / length_penalty, descending); log_probs
+    float32 `[batch, beam]`.
   """
   config = model.config
   memory, memory_bias = model.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
   batch = tf.shape(source_ids)[0]
-  length = decode_length(model, source_ids, max_decode_length, extra_decode_length)
-  limits = example_limits(model, source_ids, max_decode_length, extra_decode_length)
+  lengths = dict(extra_decode_length=extra_decode_length, max_decode_length=max_decode_length)
+  length = decode_length(model, source_ids, **lengths)
+  limits = example_limits(model, source_ids, **lengths)  # [batch]
   memory = _tile_beams(memory, beam_size)  # [batch * beam, s_len, d_model]
   memory_bias = _tile_beams(memory_bias, beam_size)  # [batch * beam, 1, 1, s_len]
   step_fn = _cached_step_fn(model, memory, memory_bias)
@@ -375,22 +475,61 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
       (state,),
       shape_invariants=(_shape_invariants(state, not padded_decode),))
   # The loop ends with every finished slot filled (see _search_continues).
-  return state.finished.ids[:, :, 1:], state.finished.scores, state.finished.log_probs
+  return Hypotheses(ids=state.finished.ids[:, :, 1:], scores=state.finished.scores,
+                    log_probs=state.finished.log_probs)
 
 
-def best_output(model, source_ids: tf.Tensor, beam_size: int = 1, alpha: float = 0.6,
-                extra_decode_length: int = 50, max_decode_length: Optional[int] = None,
-                padded_decode: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
-  """The single best output a row: greedy for beam_size 1 (exactly what beam 1 would give),
-  else beam search's top beam. `padded_decode=True` is the layout for `jit_compile=True`.
+# --- Entry points ---------------------------------------------------------------------------
 
-  Returns (int32 ids `[batch, out_length]` ending in EOS then padding, float32 scores
-  `[batch]`)."""
-  if beam_size > 1:
-    ids, scores, _ = beam_search(model, source_ids, beam_size, alpha,
-                                 max_decode_length=max_decode_length,
-                                 extra_decode_length=extra_decode_length,
-                                 padded_decode=padded_decode)
-    return ids[:, 0], scores[:, 0]
-  return greedy_decode(model, source_ids, max_decode_length=max_decode_length,
-                       extra_decode_length=extra_decode_length, padded_decode=padded_decode)
+def _search_options(options: DecodeOptions) -> dict:
+  return dict(alpha=options.alpha, extra_decode_length=options.extra_decode_length,
+              max_decode_length=options.max_decode_length)
+
+
+def decode(model, source_ids: tf.Tensor, options: DecodeOptions = _DEFAULTS, *,
+           seeds: Optional[tf.Tensor] = None, padded_decode: bool = False) -> Hypotheses:
+  """One hypothesis a row, found as `options` say: greedy, beam search's best beam (beam size 1
+  runs the greedy loop: the same result, tested), or a sample.
+
+  Args:
+    model: a `tfattn.Transformer`.
+    source_ids: int32 `[batch, s_len]`.
+    options: the strategy and its settings.
+    seeds: sampling only (ignored otherwise): int `[batch]`, one seed per row; None:
+      options.seed + the row's index.
+    padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
+  Returns:
+    `Hypotheses` with ids int32 `[batch, length]`, scores and log_probs float32 `[batch]`.
+  """
+  search = dict(_search_options(options), padded_decode=padded_decode)
+  if options.strategy == SAMPLE:
+    if seeds is None:
+      seeds = sampling.row_seeds(tf.shape(source_ids)[0], options.seed)
+    return sample_decode(model, source_ids, temperature=options.temperature,
+                         top_k=options.top_k, top_p=options.top_p, seeds=seeds, **search)
+  if options.strategy == BEAM and options.beam_size > 1:
+    return first_beam(beam_search(model, source_ids, beam_size=options.beam_size, **search))
+  return greedy_decode(model, source_ids, **search)
+
+
+def nbest(model, source_ids: tf.Tensor, options: DecodeOptions = _DEFAULTS, *,
+          padded_decode: bool = False) -> Hypotheses:
+  """Every beam of a beam search of `options.beam_size` (whatever `options.strategy` is), best
+  first: ids int32 `[batch, beam, length]`, scores and log_probs float32 `[batch, beam]`."""
+  return beam_search(model, source_ids, beam_size=options.beam_size, padded_decode=padded_decode,
+                     **_search_options(options))
+
+
+def first_beam(hypotheses: Hypotheses) -> Hypotheses:
+  """`[batch, beam, ...]` hypotheses -> the best one a row, `[batch, ...]`."""
+  return Hypotheses(*(field[:, 0] for field in hypotheses))
+
+
+def source_seeds(model, source_ids: tf.Tensor, options: DecodeOptions) -> Optional[tf.Tensor]:
+  """The per-row seeds an export's serving_default and the evaluation sample with: options.seed
+  mixed with a fingerprint of each row's tokens (`sampling.source_seeds`), so a source gets the
+  same sample whatever its batch-mates and its place in the batch (server-side batching merges
+  requests). None unless `options.strategy` is sample. Graph mode only (string ops)."""
+  if options.strategy != SAMPLE:
+    return None
+  return sampling.source_seeds(source_ids, options.seed, model.config.pad_id)

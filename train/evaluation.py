@@ -9,7 +9,7 @@ import sacrebleu
 import tensorflow as tf
 
 from tfattn import decoding, losses
-from tfattn.decode_options import GREEDY, SAMPLE, DecodeOptions
+from tfattn.decode_options import DecodeOptions
 
 
 def bleu_scores(hypotheses, references):
@@ -26,14 +26,13 @@ def bleu_scores(hypotheses, references):
 
 def make_decoder(model, options: DecodeOptions):
   """int32 source ids `[batch, length]` -> best int32 output ids `[batch, out_length]`, decoded
-  as `options` say (what the export serves)."""
-  if options.strategy == SAMPLE:
-    raise ValueError("evaluating with --decode_strategy=sample is not supported yet")
-  beam_size = 1 if options.strategy == GREEDY else options.beam_size
+  as `options` say, as the export's serving_default decodes them: a sample draws with the seed
+  the export gives that source (`decoding.source_seeds`), so evaluation judges the very outputs
+  that are served, whatever the batches."""
 
   def decode(source):
-    return decoding.best_output(model, source, beam_size, options.alpha,
-                                options.extra_decode_length, options.max_decode_length)[0]
+    return decoding.decode(model, source, options,
+                           seeds=decoding.source_seeds(model, source, options)).ids
   return tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 

@@ -48,7 +48,7 @@ def test_old_run_configurations_load_with_what_they_evaluated():
   for kind in KINDS:
     config = RunConfig.load(os.path.join(FIXTURES, f"run_{kind}", "run_config.json"))
     # eval_beam_size 1: evaluated greedily, so that is what its export serves by default.
-    assert config.decode_options() == DecodeOptions(strategy="greedy", beam_size=1)
+    assert config.decode_options() == DecodeOptions(strategy="greedy")
     assert config.validation_file is None and config.test_file is None
     config.check(kind=kind)
 

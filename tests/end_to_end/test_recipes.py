@@ -11,6 +11,7 @@ from serving import check, export
 from serving.client import ServingClient
 from serving.model_manager import ModelManager
 from serving.server import make_server
+from tfattn.decode_options import DecodeOptions
 from train import recipes
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
@@ -56,7 +57,8 @@ def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path
   assert metrics["exact_match"] == 1.0, metrics  # compared as text: case and spacing count
   assert metrics["bleu"] == pytest.approx(100.0)
 
-  path = export.export(config.run_dir, str(tmp_path / "models"), beam_size=2)
+  path = export.export(config.run_dir, str(tmp_path / "models"),
+                       options=DecodeOptions(beam_size=2))
   assert check.problems(path) == []
   client, stop = _serve(tmp_path / "models", "cased")
   try:
@@ -83,10 +85,11 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
       assert getattr(trainer.config, field) == value, field
   result = trainer.run()
   assert result["step"] == 3 and result["validation"]["examples"] >= 8
-  path = export.export(config.run_dir, str(tmp_path / "models"), beam_size=1)
+  path = export.export(config.run_dir, str(tmp_path / "models"),
+                       options=DecodeOptions(strategy="greedy"))
   loaded = tf.saved_model.load(path)
   out = loaded.signatures["serving_default"](text=tf.constant([rows[0][0]]))
-  assert set(out) == ({"translation", "score"} if kind == "seq2seq"
+  assert set(out) == ({"translation", "score", "log_prob"} if kind == "seq2seq"
                       else {"label", "probabilities"})
 
 

@@ -2,10 +2,12 @@
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -13,10 +15,15 @@ import tensorflow as tf
 import tensorflow_text as text
 
 from serving import check, export, warmup
+from serving.client import ServingClient
+from serving.model_manager import ModelManager
+from serving.server import make_server
+from tfattn.decode_options import DecodeOptions
 
 from train_helpers import REPO
 
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
+GREEDY = DecodeOptions(strategy="greedy")
 
 
 def test_layout_follows_tf_serving(exported):
@@ -32,8 +39,8 @@ def test_layout_follows_tf_serving(exported):
 
 
 def test_versions_increase_and_are_never_overwritten(trained_run, tmp_path):
-  first = export.export(str(trained_run), str(tmp_path), beam_size=1)
-  second = export.export(str(trained_run), str(tmp_path), beam_size=1)
+  first = export.export(str(trained_run), str(tmp_path), options=GREEDY)
+  second = export.export(str(trained_run), str(tmp_path), options=GREEDY)
   assert (os.path.basename(first), os.path.basename(second)) == ("1", "2")
   with pytest.raises(ValueError, match="already exists"):
     export.export(str(trained_run), str(tmp_path), version=2)
@@ -53,11 +60,14 @@ def test_warmup_records_round_trip():
 def test_signatures_have_batch_dimension_and_names(exported):
   _, path = exported
   loaded = tf.saved_model.load(path)
-  assert set(loaded.signatures) == {"serving_default", "translate_ids", "encode", "score",
-                                    "attention"}
+  assert set(loaded.signatures) == {"serving_default", "translate_nbest", "translate_ids",
+                                    "encode", "score", "attention"}
   serving = loaded.signatures["serving_default"]
   assert serving.structured_input_signature[1]["text"].shape.as_list() == [None]
-  assert set(serving.structured_outputs) == {"translation", "score"}
+  assert set(serving.structured_outputs) == {"translation", "score", "log_prob"}
+  nbest = loaded.signatures["translate_nbest"]
+  assert {name: spec.shape.as_list() for name, spec in nbest.structured_outputs.items()} == {
+      "translation": [None, 4], "score": [None, 4], "log_prob": [None, 4]}  # options.beam_size
 
 
 def test_preflight_check_passes_and_names_a_foreign_op(exported, tmp_path):
@@ -85,6 +95,8 @@ def test_check_command_runs_saved_model_cli(exported):
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "signature_def['serving_default']" in result.stdout
   assert "signature_def['attention']" in result.stdout  # listed for REST clients to find
+  assert ("  translate_nbest(text: string [None]) -> log_prob: float32 [None, 4], "
+          "score: float32 [None, 4], translation: string [None, 4]\n") in result.stdout
   assert "OK: every op" in result.stdout
 
 
@@ -183,7 +195,7 @@ def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
     np.testing.assert_array_equal(variable.numpy(), newest)
   with pytest.raises(ValueError, match="only 3 checkpoints"):
     export.load_trained(str(run_dir), average_last=4)
-  path = export.export(str(run_dir), str(tmp_path / "models"), beam_size=1, average_last=3)
+  path = export.export(str(run_dir), str(tmp_path / "models"), options=GREEDY, average_last=3)
   with open(os.path.join(path, export.EXPORT_INFO_FILE)) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-10", "ckpt-11", "ckpt-12"]
 
@@ -193,7 +205,8 @@ def graph_and_xla_exports(trained_run, tmp_path_factory):
   """{beam size: (graph export path, xla export path)} of the same weights."""
   base = tmp_path_factory.mktemp("decode_modes")
   return {beam: tuple(export.export(str(trained_run), str(base / f"{mode}-beam{beam}"),
-                                    beam_size=beam, decode=mode) for mode in ("graph", "xla"))
+                                    options=DecodeOptions(beam_size=beam), decode=mode)
+                      for mode in ("graph", "xla"))
           for beam in (1, 4)}
 
 
@@ -207,16 +220,22 @@ def test_xla_export_answers_like_the_graph_export(graph_and_xla_exports, beam):
   texts = tf.constant(_TEXTS)
   lengths = graph.source_tokenizer.tokenize(texts).row_lengths().numpy()
   assert lengths.min() <= 16 < lengths.max(), lengths  # both buckets are exercised
+  # Beam 4: translate_nbest is serving_default's compiled search (no extra compile to pay here);
+  # an n-best search of its own is compared over REST in the sampling test below.
+  signatures = ("serving_default", "translate_nbest") if beam > 1 else ("serving_default",)
   for batch in (texts, texts[:1], texts[-1:]):
-    expected = graph.signatures["serving_default"](text=batch)
-    result = xla.signatures["serving_default"](text=batch)
-    assert list(result["translation"].numpy()) == list(expected["translation"].numpy())
-    np.testing.assert_allclose(result["score"], expected["score"], atol=1e-4)
+    for signature in signatures:
+      expected = graph.signatures[signature](text=batch)
+      result = xla.signatures[signature](text=batch)
+      assert result["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
+      for name in ("score", "log_prob"):
+        np.testing.assert_allclose(result[name], expected[name], atol=1e-4)
   ids = graph.source_tokenizer.tokenize(texts)[:, :24].to_tensor()
   expected = graph.signatures["translate_ids"](source_ids=ids)
   result = xla.signatures["translate_ids"](source_ids=ids)
   np.testing.assert_array_equal(result["ids"], expected["ids"])
   np.testing.assert_allclose(result["score"], expected["score"], atol=1e-4)
+  np.testing.assert_allclose(result["log_prob"], expected["log_prob"], atol=1e-4)
 
 
 def test_xla_export_warms_up_every_length_bucket(graph_and_xla_exports, tmp_path):
@@ -225,20 +244,24 @@ def test_xla_export_warms_up_every_length_bucket(graph_and_xla_exports, tmp_path
     info = json.load(f)
   assert info["decode"] == "xla" and info["length_buckets"] == [16, 24]
   loaded = tf.saved_model.load(path)
-  warmed = set()
+  warmed = {}
   for signature, inputs in warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)):
-    assert signature == "serving_default"
     lengths = loaded.source_tokenizer.tokenize(tf.constant(inputs["text"])).row_lengths()
-    warmed |= {next(b for b in info["length_buckets"] if b >= min(n, 24)) for n in lengths}
-  assert warmed == {16, 24}
+    warmed.setdefault(signature, set()).update(
+        next(b for b in info["length_buckets"] if b >= min(n, 24)) for n in lengths)
+  # Beam 4: serving_default's search is translate_nbest's, one compiled program for both.
+  assert warmed["serving_default"] == {16, 24}
 
 
 def test_xla_warmup_covers_each_requested_batch_size(trained_run, tmp_path):
-  path = export.export(str(trained_run), str(tmp_path), beam_size=1, decode="xla",
+  path = export.export(str(trained_run), str(tmp_path), options=GREEDY, decode="xla",
                        warmup_batch_sizes=(1, 8))
-  sizes = sorted(len(inputs["text"]) for _, inputs in
-                 warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)))
-  assert sizes == [1, 1, 2, 8, 8]  # bucket 16 and 24 at batch 1 and 8, plus the generic pair
+  sizes = {}
+  for signature, inputs in warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)):
+    sizes.setdefault(signature, []).append(len(inputs["text"]))
+  # Greedy and the n-best beam search are two programs: bucket 16 and 24 at batch 1 and 8 for
+  # each, plus the generic pair.
+  assert sizes == {"serving_default": [2, 1, 1, 8, 8], "translate_nbest": [2, 1, 1, 8, 8]}
   with pytest.raises(ValueError, match="warmup_batch_sizes"):
     export.export(str(trained_run), str(tmp_path), decode="xla", warmup_batch_sizes=(0,))
 
@@ -283,3 +306,154 @@ def test_check_runs_without_the_saved_model_cli_script(exported, tmp_path):
                                    PYTHONPATH=os.pathsep.join(site.getsitepackages())))
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "signature_def['serving_default']" in result.stdout
+
+
+# --- Decode options, n-best and sampling, end to end ----------------------------------------
+
+SAMPLING = DecodeOptions(strategy="sample", beam_size=3, temperature=0.8, top_k=8, top_p=0.95,
+                         seed=7)
+
+
+def _serve(base, name="numbers"):
+  """(client, stop) of an in-process REST server for the versions under `base`."""
+  manager = ModelManager(name, str(base), poll_seconds=0.2)
+  manager.start()
+  server = make_server(manager, "127.0.0.1", 0, None, 1 << 20)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  client = ServingClient(name, port=server.server_address[1])
+  client.wait_until_available()
+  return client, lambda: (server.shutdown(), manager.stop())
+
+
+def _run_configured(trained_run, directory, run_config):
+  """A copy of `trained_run` whose run_config.json holds `run_config`."""
+  shutil.copytree(trained_run, directory)
+  (directory / "run_config.json").write_text(json.dumps(run_config))
+  return directory
+
+
+def _export_info(path):
+  with open(os.path.join(path, export.EXPORT_INFO_FILE)) as f:
+    return json.load(f)
+
+
+def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_run, tmp_path):
+  run_dir = _run_configured(trained_run, tmp_path / "run", {"decode": SAMPLING.to_dict()})
+  path = export.export(str(run_dir), str(tmp_path / "models"))
+  info = _export_info(path)
+  assert info["decode_options"] == SAMPLING.to_dict()
+  assert info["signatures"] == ["encode", "sample", "score", "serving_default",
+                                "translate_ids", "translate_nbest"]
+  assert ("sample(seed: int64 [None], text: string [None]) -> log_prob: float32 [None], "
+          "score: float32 [None], translation: string [None]") in check.signature_lines(path)
+  # A run saved before DecodeOptions: its eval_beam_size and eval_alpha.
+  old_run = _run_configured(trained_run, tmp_path / "old", {"eval_beam_size": 4,
+                                                            "eval_alpha": 0.8})
+  assert export.run_decode_options(str(old_run)) == DecodeOptions(beam_size=4, alpha=0.8)
+
+
+def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path):
+  run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4,
+                                                            "eval_alpha": 0.8})
+  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}", "--decode=graph"]
+  flags = {"exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
+           "refused": ["--top_p=1.5"]}
+  processes = {name: subprocess.Popen(  # side by side: each mostly waits for its own core
+      command + [f"--base_path={tmp_path / name}"] + more, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, cwd=REPO) for name, more in flags.items()}
+  results = {name: (process.communicate(timeout=300)[1], process.returncode)[::-1]
+             for name, process in processes.items()}
+  assert results["exported"][0] == 0, results["exported"][1][-3000:]
+  assert _export_info(tmp_path / "exported" / "1")["decode_options"] == DecodeOptions(
+      strategy="sample", beam_size=4, alpha=0.8, top_k=3, seed=5).to_dict()
+  assert results["refused"][0] == 2, results["refused"][1][-3000:]
+  assert results["refused"][1].strip().endswith("--top_p must be in (0, 1], got 1.5")
+  assert not os.path.exists(tmp_path / "refused")
+
+
+def test_translate_nbest_over_rest(exported):
+  """A greedy export (beam_size 4 in its options) answers every beam of a beam search."""
+  base, path = exported
+  client, stop = _serve(base)
+  try:
+    rows = client.predict(instances=["12", "345"], signature_name="translate_nbest")
+    columns = client.predict(inputs={"text": ["12", "345"]}, signature_name="translate_nbest")
+    best = client.predict(instances=["12", "345"])["predictions"]
+  finally:
+    stop()
+  rows = rows["predictions"]
+  assert [len(row["translation"]) for row in rows] == [4, 4]
+  assert columns["outputs"]["translation"] == [row["translation"] for row in rows]
+  for row in rows:
+    assert len(set(row["translation"])) == 4 or len(set(row["score"])) == 4  # distinct beams
+    assert row["score"] == sorted(row["score"], reverse=True)
+    assert all(score >= log_prob for score, log_prob in zip(row["score"], row["log_prob"]))
+  assert [set(row) for row in best] == [{"translation", "score", "log_prob"}] * 2
+  loaded = tf.saved_model.load(path).signatures["translate_nbest"](text=tf.constant(["12"]))
+  np.testing.assert_allclose(loaded["score"][0], rows[0]["score"], atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def sampling_exports(trained_run, tmp_path_factory):
+  """{decode mode: base path} of the same weights exported to sample, in graph and XLA mode."""
+  base = tmp_path_factory.mktemp("sampling")
+  return {mode: os.path.dirname(export.export(str(trained_run), str(base / mode),
+                                              options=SAMPLING, decode=mode))
+          for mode in ("graph", "xla")}
+
+
+def _sample(client, texts, seeds):
+  instances = [{"text": text, "seed": seed} for text, seed in zip(texts, seeds)]
+  return client.predict(instances=instances, signature_name="sample")["predictions"]
+
+
+def test_sampling_exports_answer_reproducibly_over_rest_in_graph_and_xla_mode(sampling_exports):
+  answers = {}
+  for mode, base in sampling_exports.items():
+    client, stop = _serve(base)
+    try:
+      answers[mode] = {
+          "sample": _sample(client, ["12", "345", "12"], [1, 2, 3]),
+          "again": _sample(client, ["12", "345", "12"], [1, 2, 3]),
+          "alone": _sample(client, ["345"], [2]),
+          "seeds": _sample(client, ["4213"] * 3, [0, 1, 2]),
+          "default": client.predict(instances=["12", "345", "4"])["predictions"],
+          "default_mates": client.predict(instances=["7", "345", "12"])["predictions"],
+          "nbest": client.predict(instances=["12"], signature_name="translate_nbest"),
+      }
+    finally:
+      stop()
+  for mode, answer in answers.items():
+    sample = answer["sample"]
+    assert [set(row) for row in sample] == [{"translation", "score", "log_prob"}] * 3
+    assert answer["again"] == sample  # the same text and seed: the same answer
+    assert answer["alone"][0]["translation"] == sample[1]["translation"]  # whatever the mates
+    assert answer["alone"][0]["log_prob"] == pytest.approx(sample[1]["log_prob"], abs=1e-4)
+    assert len({row["translation"] for row in answer["seeds"]}) > 1, mode  # seeds matter
+    # serving_default samples with seeds of the text itself: batch-mates change nothing.
+    default, mates = answer["default"], answer["default_mates"]
+    assert [mates[2]["translation"], mates[1]["translation"]] == [
+        row["translation"] for row in default[:2]]
+    nbest = answer["nbest"]["predictions"][0]
+    assert len(nbest["translation"]) == 3 and nbest["score"] == sorted(nbest["score"],
+                                                                       reverse=True)
+  graph, xla = answers["graph"], answers["xla"]
+  for name in ("sample", "seeds", "default", "default_mates"):
+    assert [row["translation"] for row in xla[name]] == [row["translation"] for row in graph[name]]
+    assert [row["score"] for row in xla[name]] == pytest.approx(
+        [row["score"] for row in graph[name]], abs=1e-4)
+  assert xla["nbest"]["predictions"][0]["translation"] == graph["nbest"]["predictions"][0][
+      "translation"]
+
+
+def test_a_sampling_xla_export_warms_up_both_of_its_searches(sampling_exports):
+  path = os.path.join(sampling_exports["xla"], "1")
+  info = _export_info(path)
+  compiled = {}
+  for signature, inputs in warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)):
+    compiled.setdefault(signature, []).append(len(inputs["text"]))
+  # The generic requests, then one per bucket (16, 24) and search: `sample` shares
+  # serving_default's compiled search, translate_nbest has its own.
+  assert compiled == {"serving_default": [2, 1, 1], "translate_nbest": [2, 1, 1], "sample": [2]}
+  assert info["length_buckets"] == [16, 24] and info["decode"] == "xla"
+  assert len(check.must_compile_functions(path)) >= 2

@@ -243,7 +243,7 @@ PREDICT_ERRORS = [
     ("predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
      lambda r: r.output_filter.append("output_filter"), grpc.StatusCode.INVALID_ARGUMENT,
      "output tensor alias not found in signature: output_filter Outputs expected to be in the "
-     "set {score,translation}."),
+     "set {log_prob,score,translation}."),
     ("predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
      lambda r: r.output_filter.extend(["score", "score"]), grpc.StatusCode.INVALID_ARGUMENT,
      "duplicate output tensor alias: score"),

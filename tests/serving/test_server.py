@@ -20,8 +20,10 @@ from serving.launch import start_subprocess
 from serving.model_manager import ModelManager
 from serving.server import make_server
 from serving.server_core import ServerCore
+from tfattn.decode_options import DecodeOptions
 
 NAME = "numbers"
+GREEDY = DecodeOptions(strategy="greedy")
 
 
 def _start(base, batcher=None, max_body_bytes=1 << 20, poll_seconds=0.2):
@@ -68,13 +70,13 @@ def test_status_and_metadata(served):
   assert text_input["dtype"] == "DT_STRING"
   assert text_input["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}],
                                         "unknown_rank": False}
-  assert set(signature["outputs"]) == {"translation", "score"}
+  assert set(signature["outputs"]) == {"translation", "score", "log_prob"}
 
 
 def test_row_and_columnar_predict_agree(served):
   client, _ = served
   rows = client.predict(instances=["12", "345"])["predictions"]
-  assert [set(r) for r in rows] == [{"translation", "score"}] * 2
+  assert [set(r) for r in rows] == [{"translation", "score", "log_prob"}] * 2
   columns = client.predict(inputs={"text": ["12", "345"]})["outputs"]
   assert columns["translation"] == [r["translation"] for r in rows]
   assert columns["score"] == [r["score"] for r in rows]  # the same batch: the same numbers
@@ -214,7 +216,7 @@ def test_path_prefix_is_case_insensitive_and_names_url_decoded(served):
 @pytest.mark.slow
 def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, tmp_path):
   base = tmp_path / "base"
-  export.export(str(trained_run), str(base), beam_size=1)
+  export.export(str(trained_run), str(base), options=GREEDY)
   manager, server = _start(base)
   client = ServingClient(NAME, port=server.server_address[1])
   try:
@@ -246,7 +248,7 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
     threads = [threading.Thread(target=hammer) for _ in range(3)]
     for thread in threads:
       thread.start()
-    export.export(str(trained_run), str(base), beam_size=1)
+    export.export(str(trained_run), str(base), options=GREEDY)
     deadline = time.time() + 60
     while time.time() < deadline:
       versions = {s["version"]: s["state"] for s in client.status()["model_version_status"]}
@@ -337,7 +339,7 @@ def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp
   """The XLA export (warmed up per length bucket before it is AVAILABLE) answers REST requests
   as the graph export of the same weights does."""
   graph_client, _ = served
-  path = export.export(str(trained_run), str(tmp_path), beam_size=1, decode="xla")
+  path = export.export(str(trained_run), str(tmp_path), options=GREEDY, decode="xla")
   manager, server = _start(tmp_path)
   client = ServingClient(NAME, port=server.server_address[1])
   try:

@@ -18,6 +18,7 @@ def test_defaults_are_the_papers_beam_search():
     (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
     (dict(top_k=-1), "top_k must be >= 0, got -1"),
     (dict(max_decode_length=0), "max_decode_length must be >= 1, got 0"),
+    (dict(seed=-1), "sample_seed must be in [0, 9223372036854775807], got -1"),
 ])
 def test_impossible_values_are_refused_on_construction(changes, message):
   with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")
@@ -40,3 +41,5 @@ def test_options_of_a_run_new_and_old():
       strategy="beam", beam_size=4, alpha=0.8)
   assert DecodeOptions.of_run({"eval_beam_size": None, "eval_alpha": 0.6}).strategy == "greedy"
   assert DecodeOptions.of_run({"eval_beam_size": 1}).strategy == "greedy"
+  # translate_nbest of an export of a greedy run still returns the default number of beams.
+  assert DecodeOptions.of_run({}).beam_size == DecodeOptions().beam_size

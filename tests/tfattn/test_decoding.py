@@ -1,4 +1,5 @@
-"""Greedy and beam search: cache correctness, XLA, beam invariants, batch independence."""
+"""Greedy, beam search and sampling: cache correctness, XLA, beam invariants, batch independence,
+DecodeOptions, n-best, seeds."""
 
 import collections
 
@@ -8,6 +9,7 @@ import tensorflow as tf
 
 import tfattn
 from tfattn import decoding
+from tfattn.decode_options import DecodeOptions
 
 from conftest import random_ids
 
@@ -50,8 +52,8 @@ def test_cached_greedy_equals_uncached_greedy(seed):
   cached = tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=12))
   uncached = tf.function(
       lambda s: decoding.greedy_decode(model, s, max_decode_length=12, use_cache=False))
-  cached_ids, cached_scores = cached(source)
-  uncached_ids, uncached_scores = uncached(source)
+  cached_ids, _, cached_scores = cached(source)  # the "scores" compared are the log-probs
+  uncached_ids, _, uncached_scores = uncached(source)
   np.testing.assert_array_equal(cached_ids, uncached_ids)
   np.testing.assert_allclose(cached_scores, uncached_scores, atol=1e-4)
   np.testing.assert_allclose(cached_scores, _recomputed_log_probs(model, source, cached_ids),
@@ -60,7 +62,7 @@ def test_cached_greedy_equals_uncached_greedy(seed):
 
 def test_greedy_stops_at_eos_and_pads_after():
   model = _model(0, eos_boost=4.0)
-  ids, _ = decoding.greedy_decode(model, random_ids(4, 5, VOCAB, 3), max_decode_length=15)
+  ids = decoding.greedy_decode(model, random_ids(4, 5, VOCAB, 3), max_decode_length=15).ids
   ids = ids.numpy()
   lengths = _lengths(ids)
   assert (lengths < 15).any(), "test model should emit EOS for some inputs"
@@ -97,7 +99,7 @@ def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
 def test_beam_size_one_equals_greedy(seed):
   model = _model(seed)
   source = random_ids(3, 6, VOCAB, seed + 10)
-  greedy_ids, greedy_log_probs = decoding.greedy_decode(model, source, max_decode_length=12)
+  greedy_ids, _, greedy_log_probs = decoding.greedy_decode(model, source, max_decode_length=12)
   beam_ids, _, beam_log_probs = decoding.beam_search(model, source, beam_size=1, alpha=0.0,
                                                      max_decode_length=12)
   np.testing.assert_array_equal(beam_ids[:, 0], greedy_ids)
@@ -144,9 +146,9 @@ def test_batch_entries_are_independent():
 def test_default_length_follows_the_source_and_the_config_cap():
   model = _model(7)
   source = random_ids(1, 5, VOCAB, 7)
-  ids, _ = decoding.greedy_decode(model, source, extra_decode_length=4)
+  ids = decoding.greedy_decode(model, source, extra_decode_length=4).ids
   assert ids.shape[1] == 9
-  ids, _ = decoding.greedy_decode(model, source, extra_decode_length=500)
+  ids = decoding.greedy_decode(model, source, extra_decode_length=500).ids
   assert ids.shape[1] == model.config.max_length
 
 
@@ -213,3 +215,112 @@ def test_reorder_beams_works_on_any_nested_cache():
   for before, after in zip(tf.nest.flatten(cache), tf.nest.flatten(reordered)):
     assert after.shape == before.shape and after.dtype == before.dtype
     np.testing.assert_array_equal(after.numpy(), before.numpy()[expected_rows])
+
+
+# --- Options, n-best and sampling on the real model -----------------------------------------
+
+def _assert_same_hypotheses(result, expected, atol=1e-4):
+  np.testing.assert_array_equal(result.ids, expected.ids)
+  np.testing.assert_allclose(result.scores, expected.scores, atol=atol)
+  np.testing.assert_allclose(result.log_probs, expected.log_probs, atol=atol)
+
+
+def test_decode_runs_the_strategy_its_options_name():
+  model = _model(9)
+  source = random_ids(3, 6, VOCAB, 9)
+  options = DecodeOptions(alpha=0.8, max_decode_length=10)
+  lengths = dict(alpha=0.8, max_decode_length=10)
+  _assert_same_hypotheses(decoding.decode(model, source, options.replace(strategy="greedy")),
+                          decoding.greedy_decode(model, source, **lengths))
+  _assert_same_hypotheses(decoding.decode(model, source, options.replace(beam_size=3)),
+                          decoding.first_beam(decoding.beam_search(model, source, beam_size=3,
+                                                                   **lengths)))
+  sample = options.replace(strategy="sample", top_k=5, seed=11)
+  _assert_same_hypotheses(decoding.decode(model, source, sample),
+                          decoding.sample_decode(model, source, top_k=5,
+                                                 seeds=tf.constant([11, 12, 13]), **lengths))
+
+
+def test_greedy_scores_are_log_probs_over_the_length_penalty():
+  model = _model(10, eos_boost=1.0)
+  source = random_ids(4, 6, VOCAB, 10)
+  result = decoding.greedy_decode(model, source, alpha=0.6, extra_decode_length=5)
+  lengths = _lengths(result.ids)
+  assert len(set(lengths)) > 1, lengths  # some stop at EOS, some at their limit
+  np.testing.assert_allclose(result.log_probs,
+                             _recomputed_log_probs(model, source, result.ids), atol=1e-4)
+  np.testing.assert_allclose(result.scores,
+                             result.log_probs / ((5.0 + lengths) / 6.0) ** 0.6, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_nbest_returns_beam_size_distinct_hypotheses_best_first(strategy):
+  model = _model(11, eos_boost=3.0)
+  source = random_ids(3, 6, VOCAB, 11)
+  options = DecodeOptions(strategy=strategy, beam_size=4, alpha=0.6, max_decode_length=12)
+  result = decoding.nbest(model, source, options)
+  ids, scores = result.ids.numpy(), result.scores.numpy()
+  assert ids.shape == (3, 4, 12) and scores.shape == result.log_probs.shape == (3, 4)
+  assert (np.diff(scores, axis=1) <= 1e-6).all(), scores
+  for row in ids:
+    assert len({tuple(hypothesis) for hypothesis in row}) == 4, row
+  flat_ids = ids.reshape(12, -1)
+  recomputed = _recomputed_log_probs(model, tf.repeat(source, 4, axis=0),
+                                     tf.constant(flat_ids)).reshape(3, 4)
+  np.testing.assert_allclose(result.log_probs, recomputed, atol=1e-4)
+  penalty = ((5.0 + _lengths(flat_ids).reshape(3, 4)) / 6.0) ** 0.6
+  np.testing.assert_allclose(scores, recomputed / penalty, atol=1e-4)
+  _assert_same_hypotheses(decoding.first_beam(result),
+                          decoding.decode(model, source, options.replace(strategy="beam")))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sampling_towards_temperature_zero_is_greedy(seed):
+  model = _model(seed)
+  source = random_ids(4, 6, VOCAB, seed + 40)
+  greedy = decoding.greedy_decode(model, source, max_decode_length=12)
+  sampled = decoding.sample_decode(model, source, max_decode_length=12, temperature=1e-6,
+                                   seeds=tf.range(4) + 100 * seed)
+  _assert_same_hypotheses(sampled, greedy)
+  warm = decoding.sample_decode(model, source, max_decode_length=12, temperature=2.0,
+                                seeds=tf.range(4) + 100 * seed)
+  assert not np.array_equal(warm.ids, greedy.ids)  # a real draw, not the argmax
+
+
+def test_a_row_samples_the_same_whatever_its_batch_mates():
+  model = _model(12, eos_boost=1.0)
+  row = random_ids(1, 6, VOCAB, 12)
+  short = tf.constant([[5, 6, 0, 0, 0, 0]])
+  others = random_ids(3, 6, VOCAB, 13)
+  options = dict(extra_decode_length=6, temperature=1.2, top_k=8, top_p=0.95)
+  alone = decoding.sample_decode(model, row, seeds=tf.constant([77]), **options)
+  again = decoding.sample_decode(model, row, seeds=tf.constant([77]), **options)
+  _assert_same_hypotheses(again, alone, atol=0)  # the same seed: the same ids
+  for mates, seeds in ((tf.concat([others, row], 0), [1, 2, 3, 77]),
+                       (tf.concat([row, short], 0), [77, 5])):
+    batched = decoding.sample_decode(model, mates, seeds=tf.constant(seeds), **options)
+    place = seeds.index(77)
+    np.testing.assert_array_equal(batched.ids[place, :alone.ids.shape[1]], alone.ids[0])
+    np.testing.assert_allclose(batched.log_probs[place], alone.log_probs[0], atol=1e-4)
+  other_seed = decoding.sample_decode(model, tf.repeat(row, 8, 0), seeds=tf.range(8), **options)
+  assert len({tuple(ids) for ids in other_seed.ids.numpy()}) > 1  # seeds matter
+
+
+@pytest.mark.slow  # XLA compiles
+@pytest.mark.parametrize("cut", [dict(top_k=6, top_p=0.9), dict(top_p=0.8)])  # both draw paths
+def test_sampling_under_xla_draws_what_graph_mode_draws(cut):
+  model = _model(13, eos_boost=1.5)
+  spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int64)]
+  options = DecodeOptions(strategy="sample", temperature=0.8, max_decode_length=10, **cut)
+
+  def sample(source, seeds, padded_decode):
+    return decoding.decode(model, source, options, seeds=seeds, padded_decode=padded_decode)
+
+  graph = tf.function(lambda s, seeds: sample(s, seeds, False), input_signature=spec)
+  xla = tf.function(lambda s, seeds: sample(s, seeds, True), input_signature=spec,
+                    jit_compile=True)
+  for batch, length in ((4, 6), (7, 9)):
+    source = random_ids(batch, length, VOCAB, batch)
+    seeds = tf.range(batch, dtype=tf.int64) * 1000 + 3
+    _assert_same_hypotheses(xla(source, seeds), graph(source, seeds))
+  assert xla.experimental_get_tracing_count() == 1
