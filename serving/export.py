@@ -9,7 +9,16 @@ import cli
 import json
 import os
 import shutil
-from typing import Dict, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import (
+  Dict,
+  List,
+  Mapping,
+  NamedTuple,
+  Optional,
+  Protocol,
+  Sequence,
+  runtime_checkable,
+)
 
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()  # before TensorFlow is imported below
@@ -20,6 +29,7 @@ from serving import versions, warmup
 from serving.modules import DECODE_MODES, ClassifierExport, Seq2SeqExport
 from tfattn import kinds, text
 from tfattn.checkpoints import checkpoints_to_average, restore_average
+from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
 from tfattn.run_dir import RunDir
 
@@ -27,15 +37,10 @@ from tfattn.run_dir import RunDir
 EXPORT_INFO_FILE = os.path.join(warmup.ASSETS_EXTRA, "tfattn.json")
 
 
-class ExportKind(Protocol):
-  """What the export needs of a task kind: `tfattn.kinds`' model and vocabularies, plus the
-  exported module. Every entry of `EXPORT_KINDS` satisfies it (tested)."""
-
-  name: str
-  vocabulary_sides: Tuple[str, ...]
-
-  def build_model(self, config) -> tf.Module:
-    """The model of a `TransformerConfig`, its variables created."""
+@runtime_checkable
+class ExportKind(kinds.ModelKind, Protocol):
+  """What the export needs of a task kind: `tfattn.kinds`' model and vocabularies (ModelKind),
+  plus the exported module. Every entry of `EXPORT_KINDS` satisfies it (tested)."""
 
   def export_module(self, model: tf.Module, tokenizers: Mapping[str, tf.Module],
                     task_info: Mapping, options: DecodeOptions, decode_mode: str) -> tf.Module:
@@ -98,24 +103,44 @@ def final_weights(run_dir: str) -> Optional[list]:
   return [os.path.join(layout.checkpoints, name) for name in weights["checkpoints"]]
 
 
+class TrainedRun(NamedTuple):
+  """A training run's model, restored.
+
+  Attributes:
+    task_info: the run's task.json ({"name", "kind", "num_classes", "truncate"}).
+    model: the rebuilt model with the chosen weights.
+    tokenizers: {side: in-graph tokenizer}.
+    checkpoints: the checkpoint prefixes whose (mean) weights the model holds.
+  """
+  task_info: Dict
+  model: tf.Module
+  tokenizers: Dict
+  checkpoints: List[str]
+
+
 def load_trained(run_dir: str, checkpoint: Optional[str] = None,
-                 average_last: Optional[int] = None):
+                 average_last: Optional[int] = None) -> TrainedRun:
   """Rebuilds the model of a run directory and restores the weights its final evaluation
   judged (or the latest checkpoint of an unfinished run), or the given checkpoint, or the
-  average of the last `average_last` checkpoints.
-
-  Returns (task info dict, model, {side: tokenizer}, the checkpoints restored)."""
+  average of the last `average_last` checkpoints."""
   layout = RunDir(run_dir)
-  layout.check_trained()
-  task = layout.read_task()
-  kind = kinds.lookup(task["kind"], EXPORT_KINDS)
-  model = kind.build_model(layout.read_model_config())
-  averaged = None if checkpoint or average_last else final_weights(run_dir)
-  if averaged is None:
-    averaged = checkpoints_to_average(layout.checkpoints, checkpoint, average_last or 1)
-  restore_average(model, averaged)
-  tokenizers = {side: layout.load_tokenizer(side) for side in kind.vocabulary_sides}
-  return task, model, tokenizers, averaged
+  for required in (layout.task, layout.model_config):
+    if not os.path.exists(required):
+      raise ValueError(f"{run_dir} is not a training run directory (missing "
+                       f"{os.path.basename(required)})")
+  with open(layout.task) as f:
+    task_info = json.load(f)
+  with open(layout.model_config) as f:
+    model_config = TransformerConfig.from_json(f.read())
+  kind = kinds.lookup(task_info["kind"], EXPORT_KINDS)
+  model = kind.build_model(model_config)
+  chosen = None if checkpoint or average_last else final_weights(run_dir)
+  if chosen is None:
+    chosen = checkpoints_to_average(layout.checkpoints, checkpoint, average_last or 1)
+  restore_average(model, chosen)
+  tokenizers = {side: text.load_tokenizer(text.tokenizer_path(layout.vocab, side))
+                for side in kind.vocabulary_sides}
+  return TrainedRun(task_info, model, tokenizers, chosen)
 
 
 def bucket_warmup_texts(tokenizer, buckets):

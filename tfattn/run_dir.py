@@ -1,5 +1,6 @@
-"""`RunDir`: the layout of a training run directory, owned in one place. The trainer writes it,
-the export and the benchmarks read it, the tests build it; all name its files through here.
+"""`RunDir`: the layout of a training run directory, owned in one place: paths, nothing else. The
+trainer writes the files (`train/run_files.py`), the export and the benchmarks read them, the
+tests build them; all name them through here.
 
   run_config.json    the RunConfig the run was started with (task defaults filled in)
   model_config.json  the TransformerConfig
@@ -8,22 +9,17 @@ the export and the benchmarks read it, the tests build it; all name its files th
   checkpoints/       tf.train.CheckpointManager: model, optimizer, step, data iterator, RNG
   checkpoints/best/  --keep_best_by: the weights with the best validation metric, best.json
   tmp_workers/       multi-worker training: the other workers' private checkpoints
-  logs/              TensorBoard scalars
+  logs/              TensorBoard: scalars, and attention maps as images
   train_log.jsonl    one line a logged step
   eval.json          the latest evaluation: validation (and at the end test) metrics, and
                      which checkpoints the final weights are
 """
 
-import json
 import os
-from typing import Dict
-
-from tfattn import text
-from tfattn.config import TransformerConfig
 
 
 class RunDir:
-  """Paths and readers of one run directory.
+  """The paths of one run directory.
 
   Args:
     path: the run directory (need not exist yet).
@@ -78,21 +74,3 @@ class RunDir:
   @property
   def eval_metrics(self) -> str:
     return self._join("eval.json")
-
-  def check_trained(self) -> None:
-    """Raises ValueError unless the directory holds what an export needs."""
-    for required in (self.TASK, self.MODEL_CONFIG):
-      if not os.path.exists(self._join(required)):
-        raise ValueError(f"{self.path} is not a training run directory (missing {required})")
-
-  def read_task(self) -> Dict:
-    with open(self.task) as f:
-      return json.load(f)
-
-  def read_model_config(self) -> TransformerConfig:
-    with open(self.model_config) as f:
-      return TransformerConfig.from_json(f.read())
-
-  def load_tokenizer(self, side: str):
-    """The in-graph tokenizer of `side` ("source" or "target") from `vocab/`."""
-    return text.load_tokenizer(text.tokenizer_path(self.vocab, side))

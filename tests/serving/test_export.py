@@ -187,10 +187,10 @@ def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
     weights.append([v.numpy() for v in model.trainable_variables])
     manager.save(checkpoint_number=10 + step)
 
-  _, averaged, _, _ = export.load_trained(str(run_dir), average_last=2)
+  averaged = export.load_trained(str(run_dir), average_last=2).model
   for variable, older, newer in zip(averaged.trainable_variables, weights[1], weights[2]):
     np.testing.assert_allclose(variable.numpy(), (older + newer) / 2, rtol=1e-6, atol=1e-6)
-  _, latest, _, _ = export.load_trained(str(run_dir))
+  latest = export.load_trained(str(run_dir)).model
   for variable, newest in zip(latest.trainable_variables, weights[2]):
     np.testing.assert_array_equal(variable.numpy(), newest)
   with pytest.raises(ValueError, match="only 3 checkpoints"):
