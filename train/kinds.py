@@ -87,6 +87,12 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def evaluation_note(self, config) -> str:
     """How evaluation judges, for the log (e.g. " (beam 4)")."""
 
+  def parse_target(self, field: str):
+    """A TSV line's second column as this kind's target (a ValueError saying why not)."""
+
+  def count_classes(self, targets: Sequence) -> int:
+    """The model's `num_classes` for these targets (2 where there are none)."""
+
   def attention_maps(self, model, batch: Dict, tokenizers: Dict) -> List[AttentionMap]:
     """The last layer's attention of each example of an evaluation batch, for TensorBoard."""
 
@@ -127,6 +133,13 @@ class Seq2Seq(kinds.Seq2SeqModel):
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     return evaluation.evaluate_seq2seq(model, dataset, tokenizers["target"],
                                        _limit(max_examples), config.decode_options())
+
+  def parse_target(self, field: str) -> str:
+    return field
+
+  def count_classes(self, targets) -> int:
+    del targets  # no classes
+    return 2
 
   def evaluation_note(self, config) -> str:
     options = config.decode_options()
@@ -177,6 +190,18 @@ class Classification(kinds.ClassifierModel):
 
   def evaluation_note(self, config) -> str:
     return ""
+
+  def parse_target(self, field: str) -> int:
+    try:
+      label = int(field)
+    except ValueError:
+      raise ValueError(f"label {field!r} is not an integer") from None
+    if label < 0:
+      raise ValueError(f"label must be >= 0, got {label}")
+    return label
+
+  def count_classes(self, targets) -> int:
+    return max(max(targets) + 1, 2)
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
     """Self-attention over the input, its first `MAP_PIECES` pieces (a long review's full map

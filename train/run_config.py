@@ -21,6 +21,7 @@ from tfattn.decode_options import DecodeOptions
 from train import recipes
 from train.distribute import STRATEGIES
 from train.files import write_json_atomically
+from train.kinds import TRAINING_KINDS
 from train.task import CLASSIFICATION, SEQ2SEQ
 from train.tasks import TASK_NAMES, TFDS_TASKS
 from train.tokenizer import TOKENIZERS
@@ -91,8 +92,8 @@ class RunConfig:
       None, "TFDS tasks: the test split slice, judged once at the end ('' = none; default: the "
       "dataset's test split).", unset="", resume=MAY_CHANGE)
   tsv_kind: str = run_setting(
-      SEQ2SEQ, "What the TSV's second column is.", choices=(SEQ2SEQ, CLASSIFICATION),
-      resume=MUST_MATCH)
+      SEQ2SEQ, "What the TSV's second column is: the target text (seq2seq) or an integer label "
+      "(classification).", choices=tuple(TRAINING_KINDS), resume=MUST_MATCH)
   recipe: Optional[str] = run_setting(
       None, recipes.help_text(), choices=tuple(sorted(recipes.RECIPES)), unset="none",
       resume=MAY_CHANGE)

@@ -4,6 +4,7 @@ lines, one file per data role (`--train_file`, `--validation_file`, `--test_file
 import os
 from typing import Optional
 
+from train import kinds
 from train.task import (
   CLASSIFICATION,
   CLASSIFICATION_DEFAULTS,
@@ -13,12 +14,17 @@ from train.task import (
   strings_dataset,
 )
 
+# Training defaults by kind; a kind without an entry starts from the recipe and the fallbacks.
+DEFAULTS = {SEQ2SEQ: TSV_SEQ2SEQ_DEFAULTS, CLASSIFICATION: CLASSIFICATION_DEFAULTS}
+
 # Without --validation_file, validation reads this many training lines (not held out).
 UNHELD_VALIDATION_LINES = 1000
 
 
 def read_tsv(path, kind):
-  """Validates the whole file up front so bad lines fail with their line number."""
+  """Validates the whole file up front so bad lines fail with their line number; the second
+  column is read by the task kind (`TrainingKind.parse_target`)."""
+  parse_target = kinds.of(kind).parse_target
   if not os.path.isfile(path):
     raise ValueError(f"TSV file {path} does not exist (or is not a file)")
   pairs = []
@@ -34,13 +40,10 @@ def read_tsv(path, kind):
       fields = line.split("\t")
       if len(fields) != 2:
         raise ValueError(f"{path}:{number}: expected 2 tab-separated fields, got {len(fields)}")
-      if kind == CLASSIFICATION:
-        try:
-          fields[1] = int(fields[1])
-        except ValueError:
-          raise ValueError(f"{path}:{number}: label {fields[1]!r} is not an integer") from None
-        if fields[1] < 0:
-          raise ValueError(f"{path}:{number}: label must be >= 0, got {fields[1]}")
+      try:
+        fields[1] = parse_target(fields[1])
+      except ValueError as error:
+        raise ValueError(f"{path}:{number}: {error}") from None
       pairs.append(tuple(fields))
   if not pairs:
     raise ValueError(f"{path}: no examples")
@@ -51,8 +54,7 @@ def tsv_task(train_file: str, validation_file: Optional[str] = None,
              test_file: Optional[str] = None, kind: str = SEQ2SEQ) -> Task:
   """Reads (and checks) every given file now. Without a validation file, validation reads the
   first training lines, which are not held out: the start says so."""
-  if kind not in (SEQ2SEQ, CLASSIFICATION):
-    raise ValueError(f"tsv kind must be {SEQ2SEQ!r} or {CLASSIFICATION!r}, got {kind!r}")
+  kind_object = kinds.of(kind)  # a ValueError naming the known kinds
   if not train_file:
     raise ValueError("--task=tsv needs --train_file")
   train_pairs = read_tsv(train_file, kind)
@@ -62,12 +64,10 @@ def tsv_task(train_file: str, validation_file: Optional[str] = None,
   note = ("" if validation_file else
           f"validation reads the first {len(validation_pairs)} training lines, which are not "
           "held out: pass --validation_file for an honest number")
-  num_classes = 2
-  if kind == CLASSIFICATION:
-    labels = [y for _, y in train_pairs + validation_pairs + (test_pairs or [])]
-    num_classes = max(max(labels) + 1, 2)
-  defaults = CLASSIFICATION_DEFAULTS if kind == CLASSIFICATION else TSV_SEQ2SEQ_DEFAULTS
+  num_classes = kind_object.count_classes(
+      [y for _, y in train_pairs + validation_pairs + (test_pairs or [])])
   return Task("tsv", kind, lambda: strings_dataset(train_pairs),
               lambda: strings_dataset(validation_pairs),
               (lambda: strings_dataset(test_pairs)) if test_pairs else None,
-              num_classes=num_classes, defaults=dict(defaults), validation_note=note)
+              num_classes=num_classes, defaults=dict(DEFAULTS.get(kind, {})),
+              validation_note=note)
