@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 
-import classifier_fixtures
 import pytest
 import tensorflow as tf
 
@@ -19,6 +18,7 @@ from serving.model_manager import ModelManager
 from serving.server import make_server
 from tfattn import attention_plot
 
+import classifier_fixtures
 from train_helpers import REPO, free_ports
 
 # The session's classifier run and export, shared by the attention tests.

@@ -6,7 +6,6 @@ import json
 import threading
 import urllib.request
 
-import classifier_fixtures
 import numpy as np
 import pytest
 
@@ -14,6 +13,8 @@ from serving import attention_export, check
 from serving.client import ServingClient, ServingError
 from serving.model_manager import ModelManager
 from serving.server import make_server
+
+import classifier_fixtures
 
 # The session's classifier run and export, shared by the attention tests.
 classifier_run = classifier_fixtures.classifier_run
