@@ -342,7 +342,7 @@ def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_ru
   path = export.export(str(run_dir), str(tmp_path / "models"))
   info = _export_info(path)
   assert info["decode_options"] == SAMPLING.to_dict()
-  assert info["signatures"] == ["encode", "sample", "score", "serving_default",
+  assert info["signatures"] == ["attention", "encode", "sample", "score", "serving_default",
                                 "translate_ids", "translate_nbest"]
   assert ("sample(seed: int64 [None], text: string [None]) -> log_prob: float32 [None], "
           "score: float32 [None], translation: string [None]") in check.signature_lines(path)
