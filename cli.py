@@ -79,7 +79,7 @@ def run(main, arguments: str = "") -> None:
       fail(str(error), 1)
     except KeyboardInterrupt:
       fail("interrupted", 130)
-    except Exception as error:  # noqa: BLE001 - the one place that turns crashes into a line
+    except Exception as error:
       _maybe_traceback()
       hint = "" if flags.FLAGS["verbose_errors"].value else " (--verbose_errors shows where)"
       fail(f"{type(error).__name__}: {error}{hint}", 1)

@@ -10,7 +10,7 @@ ratio to the first.
 """
 
 import cli
-import common  # noqa: F401  (quiet TF)
+import common
 
 import tensorflow as tf
 

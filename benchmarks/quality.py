@@ -157,8 +157,8 @@ def summary(values):
 def run_recipe(recipe, data_flags, seed, args):
   """One seed of one recipe; returns its measured record."""
   run_dir = os.path.join(args.work_dir, f"{recipe.name}-seed{seed}")
-  metrics, seconds = train(run_dir, data_flags + [f"--recipe={recipe.name}", f"--seed={seed}",
-                                                  *args.extra_flag], run_dir + ".log")
+  flags = [*data_flags, f"--recipe={recipe.name}", f"--seed={seed}", *args.extra_flag]
+  metrics, seconds = train(run_dir, flags, run_dir + ".log")
   measured = dict(recipe=recipe.name, seed=seed, train_seconds=round(seconds, 1),
                   steps=metrics["step"], weights=metrics["weights"],
                   validation=metrics["validation"], test=metrics.get("test"))

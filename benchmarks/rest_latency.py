@@ -307,7 +307,7 @@ def measure_all(args, scratch):
       bases[mode] = os.path.join(scratch, mode)
       export.export(args.run_dir, bases[mode], options=DecodeOptions(beam_size=args.beam),
                     decode=mode, model_name=args.model,
-                    warmup_batch_sizes=(1,) + ALLOWED_BATCH_SIZES)
+                    warmup_batch_sizes=(1, *ALLOWED_BATCH_SIZES))
   elif args.echo_model:
     bases = {"echo": make_echo_model(os.path.join(scratch, "echo"))}
   elif os.path.isdir(args.model_base_path):

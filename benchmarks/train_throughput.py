@@ -12,7 +12,7 @@ stay float32 in both.
 """
 
 import cli
-import common  # noqa: F401  (quiet TF)
+import common
 
 import dataclasses
 

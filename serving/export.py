@@ -149,7 +149,7 @@ def bucket_warmup_texts(tokenizer, buckets):
   need at that batch size. Texts repeat one vocabulary word; the repeat count comes from the
   measured tokens of 1 and 2 repeats, and the resulting counts are checked."""
   reserved = len(text.RESERVED_TOKENS)
-  lower_bounds = (0,) + tuple(buckets[:-1])
+  lower_bounds = (0, *tuple(buckets[:-1]))
   def count(texts):
     return tokenizer.tokenize(tf.constant(texts)).row_lengths().numpy()
   for piece in range(reserved, min(tokenizer.vocab_size, reserved + 200)):
@@ -276,7 +276,7 @@ def _define_flags():
                        "checkpoints (default: the weights the run's final evaluation judged: "
                        "its last, averaged or best-on-validation checkpoints).",
                        lower_bound=1)
-  flags.DEFINE_enum("decode", "auto", ["auto"] + list(DECODE_MODES),
+  flags.DEFINE_enum("decode", "auto", ["auto", *list(DECODE_MODES)],
                     "How the signatures run their searches: xla = padded search compiled "
                     "with XLA per source length bucket (TF Serving on CPU then needs "
                     "--xla_cpu_compilation_enabled=true); graph = graph-mode cached search; "

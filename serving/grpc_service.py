@@ -254,8 +254,8 @@ class _MalformedRequests(grpc.ServerInterceptor):
 def _error_code(name):
   """A canonical code name ("NOT_FOUND") -> tensorflow.error.Code's value (UNKNOWN for a
   code of our own)."""
-  return error_codes_pb2.Code.Value(name) if name in error_codes_pb2.Code.keys() else (
-      error_codes_pb2.UNKNOWN)
+  known = error_codes_pb2.Code.keys()  # a protobuf enum: `in` works on its keys() only
+  return error_codes_pb2.Code.Value(name) if name in known else error_codes_pb2.UNKNOWN
 
 
 def make_server(core, addresses, max_threads, metrics=None, max_receive_bytes=_INT32_MAX,

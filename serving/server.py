@@ -374,7 +374,8 @@ class RestServer:
     (sockets may only change there: one closed from another thread fails the loop's select
     with EBADF). Runs it here when the loop is not running or cannot be woken."""
     if not self._running or self._stopped.is_set():
-      return action()
+      action()
+      return
     done = threading.Event()
 
     def run():
@@ -385,7 +386,8 @@ class RestServer:
     try:
       self._server.trigger.pull_trigger(run)
     except OSError:  # its wake-up pipe is gone: do it here (serve_forever allows it)
-      return action()
+      action()
+      return
     done.wait(5)
 
   def _stop_reading(self):

@@ -431,7 +431,7 @@ _WRITABLE = {"float32", "float64", "int32", "int16", "int8", "uint8", "string", 
 
 def _check_writable(name, value):
   kind = value.dtype.name if isinstance(value, np.ndarray) else type(value).__name__
-  if kind.startswith("bytes") or kind.startswith("str"):
+  if kind.startswith(("bytes", "str")):
     return
   if kind not in _WRITABLE:
     raise invalid("Failed to write JSON value for tensor type: "

@@ -5,10 +5,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import pytest
+import tensorflow as tf
 
-import tfattn  # noqa: E402
+import tfattn
 
 # On Ampere and later GPUs TensorFlow runs float32 matmuls in TF32 (10-bit mantissa, ~1e-3
 # relative error); tests compare float32 computations with float32 or float64 references at
@@ -47,7 +47,7 @@ def trained_run(tmp_path_factory):
   task = tasks.builtin_task("numbers", num_train=400, num_eval=20)
   source, target = (
       text.load_tokenizer(tokenizer.learn_and_write(
-          tokenizer.SENTENCEPIECE, task.train().map(lambda *pair: pair[index]), 200,
+          tokenizer.SENTENCEPIECE, task.train().map(lambda *pair, i=index: pair[i]), 200,
           os.path.join(layout.vocab, side)))
       for side, index in (("source", 0), ("target", 1)))
   config = tfattn.TransformerConfig.preset(

@@ -15,8 +15,23 @@ from tfattn.transformer import (
 )
 
 __all__ = [
-    "CrossAttention", "Decoder", "DecoderLayer", "Embedding", "Encoder", "EncoderClassifier",
-    "EncoderLayer", "FeedForward", "LayerNorm", "LearnedPosition", "Linear", "PRESETS",
-    "SelfAttention", "SinusoidalPosition", "Transformer", "TransformerConfig", "masking",
-    "scaled_dot_product_attention", "sinusoidal_encoding",
+                                "PRESETS",
+                                "CrossAttention",
+                                "Decoder",
+                                "DecoderLayer",
+                                "Embedding",
+                                "Encoder",
+                                "EncoderClassifier",
+                                "EncoderLayer",
+                                "FeedForward",
+                                "LayerNorm",
+                                "LearnedPosition",
+                                "Linear",
+                                "SelfAttention",
+                                "SinusoidalPosition",
+                                "Transformer",
+                                "TransformerConfig",
+                                "masking",
+                                "scaled_dot_product_attention",
+                                "sinusoidal_encoding",
 ]

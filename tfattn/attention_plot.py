@@ -55,7 +55,7 @@ def figure_pixels(layers: int, heads: int, x_labels: Sequence[str],
                   y_labels: Sequence[str]) -> Tuple[int, int]:
   """(width, height) in pixels of the PNG `render_png` writes."""
   width, height = figure_inches(layers, heads, x_labels, y_labels)
-  return int(round(width * DPI)), int(round(height * DPI))
+  return round(width * DPI), round(height * DPI)
 
 
 def _ticks(labels: Sequence[str]):

@@ -11,4 +11,4 @@ def length_buckets(max_length: int, smallest: int) -> List[int]:
   while length < max_length:
     buckets.append(length)
     length *= 2
-  return buckets + [max_length]
+  return [*buckets, max_length]

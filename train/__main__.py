@@ -41,7 +41,7 @@ def config_from_flags() -> RunConfig:
   saved = resume.saved_config(requested.run_dir)
   if saved is None:
     return requested
-  explicit = [name for name in cli.flag_values(RunConfig, only_present=True, skip=FLAGLESS)]
+  explicit = list(cli.flag_values(RunConfig, only_present=True, skip=FLAGLESS))
   logging.info("resuming %s with its saved configuration", requested.run_dir)
   return resume.merge_for_resume(saved, requested, explicit)
 

@@ -48,7 +48,7 @@ def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder, bat
   boundaries = [length + 1 for length in lengths]
   sizes = bucket_batch_sizes(max_length, batch_size, batch_tokens, multiple_of)
   ds = ds.bucket_by_sequence_length(
-      length_fn, bucket_boundaries=boundaries, bucket_batch_sizes=sizes + [sizes[-1]],
+      length_fn, bucket_boundaries=boundaries, bucket_batch_sizes=[*sizes, sizes[-1]],
       drop_remainder=drop_remainder, pad_to_bucket_boundary=pad_to_bucket)
   # The tokenizers' lookup tables are read-only state, so the iterator may be checkpointed
   # without them (exact resume saves the input position).

@@ -30,7 +30,7 @@ def number_to_words(n: int) -> str:
   words = []
   for value, name in _SCALES:
     if n >= value:
-      words += _below_thousand(n // value) + [name]
+      words += [*_below_thousand(n // value), name]
       n %= value
   if n:
     words += _below_thousand(n)

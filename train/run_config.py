@@ -240,7 +240,7 @@ class RunConfig:
     """Fills unset fields from each of `defaults` in turn, then from the declared fallbacks;
     the decoding options become complete (DecodeOptions' own defaults last)."""
     config = self
-    for values in defaults + (FALLBACKS,):
+    for values in (*defaults, FALLBACKS):
       config = config.with_defaults(values)
     return dataclasses.replace(config, decode=config.decode_options().to_dict())
 

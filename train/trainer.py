@@ -124,8 +124,7 @@ class Trainer:
       raise ValueError(f"--batch_size ({c.batch_size}) must be divisible by the number of "
                        f"replicas ({self.strategy.num_replicas_in_sync})")
     c.model_config(num_classes=self.task.num_classes,
-                   **self.kind.vocab_sizes({side: c.vocab_size
-                                            for side in self.kind.vocabulary_sides}))
+                   **self.kind.vocab_sizes(dict.fromkeys(self.kind.vocabulary_sides, c.vocab_size)))
     resume.check_resumable(c.run_dir, c)
 
   def _build_model_and_optimizer(self):

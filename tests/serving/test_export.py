@@ -359,7 +359,7 @@ def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path
   flags = {"exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
            "refused": ["--top_p=1.5"]}
   processes = {name: subprocess.Popen(  # side by side: each mostly waits for its own core
-      command + [f"--base_path={tmp_path / name}"] + more, stdout=subprocess.PIPE,
+      [*command, f"--base_path={tmp_path / name}", *more], stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True, cwd=REPO) for name, more in flags.items()}
   results = {name: (process.communicate(timeout=300)[1], process.returncode)[::-1]
              for name, process in processes.items()}

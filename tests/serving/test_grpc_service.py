@@ -445,7 +445,7 @@ def test_both_protocols_under_load_through_a_version_swap_share_batches(tmp_path
       try:
         assert client.predict(instances=[1.0]) == {"predictions": [2.5]}
         answered["rest"] += 1
-      except Exception as error:  # noqa: BLE001 - any failure fails the test
+      except Exception as error:
         failures.append(error)
 
   def grpc_load():
@@ -454,7 +454,7 @@ def test_both_protocols_under_load_through_a_version_swap_share_batches(tmp_path
       try:
         assert client.predict({"x": [3.0]})["y"].tolist() == [3.5]
         answered["grpc"] += 1
-      except Exception as error:  # noqa: BLE001 - as above
+      except Exception as error:
         failures.append(error)
     client.close()
 

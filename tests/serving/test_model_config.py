@@ -74,7 +74,7 @@ def test_configs_tf_serving_refuses_are_refused_with_its_message(text, message):
 
 
 def test_an_unreadable_file_names_itself(tmp_path):
-  with pytest.raises(ConfigError, match="cannot read .*missing.config"):
+  with pytest.raises(ConfigError, match=r"cannot read .*missing\.config"):
     model_config.read_file(str(tmp_path / "missing.config"))
 
 

@@ -57,7 +57,7 @@ def _raw(port, method, path, body=None, headers=None):
 
 
 def test_status_and_metadata(served):
-  client, port = served
+  client, _ = served
   assert client.status() == {"model_version_status": [
       {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK",
                                                         "error_message": ""}}]}
@@ -242,7 +242,7 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
         try:
           client.predict(instances=["12"])
           answered[0] += 1
-        except Exception as error:  # noqa: BLE001 - any failure fails the test
+        except Exception as error:
           failures.append(error)
 
     threads = [threading.Thread(target=hammer) for _ in range(3)]

@@ -415,7 +415,7 @@ def test_status_reports_loading_while_a_version_warms_up(exported, monkeypatch):
     try:
       states = manager.status()["model_version_status"]
       break
-    except Exception:  # noqa: BLE001 - not listed yet
+    except Exception:
       time.sleep(0.05)
   assert [(s["version"], s["state"]) for s in states] == [("1", "LOADING")]
   release.set()

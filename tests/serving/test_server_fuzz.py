@@ -160,7 +160,7 @@ def _corpus(rng):
     requests.append((0, _request_bytes("GET", path, None), "GET"))
     requests.append((0, _request_bytes("POST", path + ":predict", b'{"instances": ["1"]}'),
                      "POST"))
-  for j in range(60):  # unknown labels: 400 on predict (the status URL ignores labels)
+  for _ in range(60):  # unknown labels: 400 on predict (the status URL ignores labels)
     label = urllib.parse.quote(bytes(rng.randrange(256) for _ in range(rng.randint(1, 20))),
                                safe="")
     requests.append((0, _request_bytes("POST", f"/v1/models/{NAME}/labels/{label}:predict",

@@ -89,7 +89,7 @@ def test_vocabularies_must_start_with_the_reserved_tokens(tmp_path, sentencepiec
                                  vocab_size=100, hard_vocab_limit=False, minloglevel=2)
   default_ids = tmp_path / "default.model"
   default_ids.write_bytes(model.getvalue())
-  with pytest.raises(ValueError, match="ids 0..3 must be"):
+  with pytest.raises(ValueError, match=r"ids 0\.\.3 must be"):
     text.load_tokenizer(str(default_ids))
 
 

@@ -111,7 +111,7 @@ def _prepare(setup, tmp, run, trained_run):
 
 
 def _run_program(argv):
-  return subprocess.run([sys.executable, "-m"] + argv, cwd=REPO, env=environment(),
+  return subprocess.run([sys.executable, "-m", *argv], cwd=REPO, env=environment(),
                         capture_output=True, text=True, timeout=180)
 
 
