@@ -35,6 +35,7 @@ test-fast: venv
 
 lint: venv
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 bench: venv
 	$(PY) benchmarks/train_throughput.py

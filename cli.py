@@ -19,8 +19,9 @@ import traceback
 
 from absl import app, flags
 
-flags.DEFINE_bool("verbose_errors", False,
-                  "On an error, print the Python traceback after the one-line message.")
+flags.DEFINE_bool(
+  "verbose_errors", False, "On an error, print the Python traceback after the one-line message."
+)
 
 
 class UsageError(Exception):
@@ -36,7 +37,7 @@ def program_name() -> str:
   main = sys.modules.get("__main__")
   spec = getattr(main, "__spec__", None)
   if spec is not None and spec.name:
-    return spec.name[:-len(".__main__")] if spec.name.endswith(".__main__") else spec.name
+    return spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
   return os.path.basename(sys.argv[0]) or "tfattn"
 
 
@@ -89,8 +90,9 @@ def run(main, arguments: str = "") -> None:
   app.run(guarded, flags_parser=_parse_flags)
 
 
-def define_flags(declared_class, *, unset: str = "", optional: bool = False,
-                 skip=(), flag_values=None) -> None:
+def define_flags(
+  declared_class, *, unset: str = "", optional: bool = False, skip=(), flag_values=None
+) -> None:
   """One absl flag per field of a dataclass declared with `tfattn.settings.setting`: its type,
   default, help, allowed values (an enum) and bounds (in the help; `settings.check` enforces
   them with one-line messages).
@@ -150,6 +152,7 @@ def flag_values(declared_class, *, only_present: bool = False, skip=(), parsed=N
   with `only_present`, just the flags given on the command line. `parsed`: the parsed
   `flags.FlagValues` (default: absl's global one)."""
   from tfattn import settings
+
   parsed, values = (flags.FLAGS if parsed is None else parsed), {}
   for field, _ in settings.declared(declared_class):
     name = settings.flag_name(field)
@@ -166,11 +169,13 @@ def _maybe_traceback():
 
 # Lines TensorFlow prints while it looks for a GPU. On a machine without an NVIDIA driver they
 # are noise (one even reads "E... failed call to cuInit"); with a GPU they are kept.
-_NO_GPU_NOISE = ("All log messages before absl::InitializeLog() is called",
-                 "Could not find cuda drivers on your machine",
-                 "failed call to cuInit",
-                 "cpu_feature_guard.cc",
-                 "To enable the following instructions:")
+_NO_GPU_NOISE = (
+  "All log messages before absl::InitializeLog() is called",
+  "Could not find cuda drivers on your machine",
+  "failed call to cuInit",
+  "cpu_feature_guard.cc",
+  "To enable the following instructions:",
+)
 
 
 def start_tensorflow_quietly() -> None:
@@ -185,6 +190,7 @@ def start_tensorflow_quietly() -> None:
     os.dup2(captured.fileno(), 2)
     try:
       import tensorflow as tf
+
       has_gpu = bool(tf.config.list_physical_devices("GPU"))
     finally:
       sys.stderr.flush()
@@ -192,8 +198,11 @@ def start_tensorflow_quietly() -> None:
       os.close(saved)
     captured.seek(0)
     text = captured.read().decode("utf-8", "replace")
-  kept = [line for line in text.splitlines()
-          if has_gpu or not any(noise in line for noise in _NO_GPU_NOISE)]
+  kept = [
+    line
+    for line in text.splitlines()
+    if has_gpu or not any(noise in line for noise in _NO_GPU_NOISE)
+  ]
   if kept:
     print("\n".join(kept), file=sys.stderr, flush=True)
   _drop_bookkeeping_logs()
@@ -201,8 +210,13 @@ def start_tensorflow_quietly() -> None:
 
 # Lines TensorFlow's Python side logs at INFO for every checkpoint or SavedModel it writes:
 # bookkeeping of its own, not progress of ours.
-_BOOKKEEPING = ("Sharding callback duration", "Assets written to", "Writing fingerprint to",
-                "Fingerprint not found", "contains input name(s)")
+_BOOKKEEPING = (
+  "Sharding callback duration",
+  "Assets written to",
+  "Writing fingerprint to",
+  "Fingerprint not found",
+  "contains input name(s)",
+)
 
 
 def _drop_bookkeeping_logs() -> None:

@@ -25,11 +25,26 @@ import numpy as np
 
 # Common Multi30k nouns, German -> English (singular and plural forms as separate pairs).
 NOUN_PAIRS = [
-    ("Mann", "man"), ("Frau", "woman"), ("Hund", "dog"), ("Junge", "boy"), ("Mädchen", "girl"),
-    ("Kind", "child"), ("Männer", "men"), ("Frauen", "women"), ("Straße", "street"),
-    ("Wasser", "water"), ("Ball", "ball"), ("Hemd", "shirt"), ("Hut", "hat"),
-    ("Gebäude", "building"), ("Strand", "beach"), ("Auto", "car"), ("Pferd", "horse"),
-    ("Schnee", "snow"), ("Jacke", "jacket"), ("Gruppe", "group"),
+  ("Mann", "man"),
+  ("Frau", "woman"),
+  ("Hund", "dog"),
+  ("Junge", "boy"),
+  ("Mädchen", "girl"),
+  ("Kind", "child"),
+  ("Männer", "men"),
+  ("Frauen", "women"),
+  ("Straße", "street"),
+  ("Wasser", "water"),
+  ("Ball", "ball"),
+  ("Hemd", "shirt"),
+  ("Hut", "hat"),
+  ("Gebäude", "building"),
+  ("Strand", "beach"),
+  ("Auto", "car"),
+  ("Pferd", "horse"),
+  ("Schnee", "snow"),
+  ("Jacke", "jacket"),
+  ("Gruppe", "group"),
 ]
 
 
@@ -74,11 +89,14 @@ def read_test_pairs(folder: str) -> List[Tuple[str, str]]:
 
 def _define_flags():
   from absl import flags
-  flags.DEFINE_string("model_base_path", None, "A Multi30k de->en export's base path (the "
-                      "newest version is used) or a version directory.")
+
+  flags.DEFINE_string(
+    "model_base_path",
+    None,
+    "A Multi30k de->en export's base path (the newest version is used) or a version directory.",
+  )
   flags.DEFINE_string("multi30k", None, "Folder with test_2016_flickr.de and .en.")
-  flags.DEFINE_string("picture", None, "Also draw one test sentence's cross-attention here "
-                      "(.png).")
+  flags.DEFINE_string("picture", None, "Also draw one test sentence's cross-attention here (.png).")
   flags.DEFINE_string("results", None, "Write the per-layer results as JSON here.")
   flags.DEFINE_integer("batch_size", 32, "Sentences per request to the signature.", lower_bound=1)
 
@@ -88,6 +106,7 @@ def main(argv):
   from absl import flags
 
   from serving import attention
+
   f = flags.FLAGS
   if not f.model_base_path or not f.multi30k:
     raise cli.UsageError("give --model_base_path and --multi30k")
@@ -100,18 +119,22 @@ def main(argv):
         cases.append((index, german, english))
   indices = sorted({index for index, _, _ in cases})
   print(f"device: {common.device_description()}")
-  print(f"{len(cases)} (sentence, noun pair) cases in {len(indices)} of {len(pairs)} test "
-        "sentences")
+  print(
+    f"{len(cases)} (sentence, noun pair) cases in {len(indices)} of {len(pairs)} test sentences"
+  )
 
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
   signature = tf.saved_model.load(path).signatures["attention"]
   rows: Dict[int, dict] = {}
   for start in range(0, len(indices), f.batch_size):
-    chunk = indices[start:start + f.batch_size]
-    outputs = signature(text=tf.constant([pairs[i][0] for i in chunk]),
-                        target=tf.constant([""] * len(chunk)),
-                        layer=tf.constant([-1] * len(chunk)))
+    chunk = indices[start : start + f.batch_size]
+    outputs = signature(
+      text=tf.constant([pairs[i][0] for i in chunk]),
+      target=tf.constant([""] * len(chunk)),
+      layer=tf.constant([-1] * len(chunk)),
+    )
     outputs = {name: value.numpy() for name, value in outputs.items()}
     for row, index in enumerate(chunk):
       rows[index] = attention.maps_from_outputs({k: v[row] for k, v in outputs.items()}, -1)
@@ -142,21 +165,34 @@ def main(argv):
   print("\n| decoder layer | largest attention on the German noun | chance |")
   print("|---|---|---|")
   for layer in range(layers):
-    print(f"| {layer} | {hits[layer] / max(judged, 1):.3f} ({int(hits[layer])}/{judged}) | "
-          f"{np.mean(chance):.3f} |")
+    print(
+      f"| {layer} | {hits[layer] / max(judged, 1):.3f} ({int(hits[layer])}/{judged}) | "
+      f"{np.mean(chance):.3f} |"
+    )
   if f.results:
     with open(f.results, "w") as out:
-      json.dump({"cases": len(cases), "judged": judged, "skipped": missing,
-                 "share_per_layer": (hits / max(judged, 1)).tolist(),
-                 "chance": float(np.mean(chance)), "export": path}, out, indent=2)
+      json.dump(
+        {
+          "cases": len(cases),
+          "judged": judged,
+          "skipped": missing,
+          "share_per_layer": (hits / max(judged, 1)).tolist(),
+          "chance": float(np.mean(chance)),
+          "export": path,
+        },
+        out,
+        indent=2,
+      )
   if f.picture and example is not None:
     maps, german, english = example
     last = layers - 1
     [(_, png)] = attention.draw(maps, "cross", [last], one_picture=True)
     with open(f.picture, "wb") as out:
       out.write(png)
-    print(f"\nwrote {f.picture}: layer {last} cross-attention of {attention.describe(maps)} "
-          f"({german} -> {english})")
+    print(
+      f"\nwrote {f.picture}: layer {last} cross-attention of {attention.describe(maps)} "
+      f"({german} -> {english})"
+    )
 
 
 if __name__ == "__main__":

@@ -27,10 +27,12 @@ def read_texts(path):
 
 def device_description():
   import tensorflow as tf
+
   gpus = tf.config.list_physical_devices("GPU")
   if gpus:
     return f"{len(gpus)} GPU(s): " + ", ".join(
-        tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus)
+      tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus
+    )
   return f"CPU only, {os.cpu_count()} cores"
 
 
@@ -38,6 +40,7 @@ def interleaved_medians(functions, rounds, repeats):
   """{name: median seconds per call}, timing the functions in turn, round after round, so a
   noisy machine slows all of them alike. Each function is called once first (compilation)."""
   import statistics
+
   for fn in functions.values():
     fn()
   samples = {name: [] for name in functions}

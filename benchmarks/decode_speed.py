@@ -26,9 +26,13 @@ from tfattn.decode_options import DecodeOptions
 
 
 def make_model(vocab=8000):
-  config = tfattn.TransformerConfig.preset("small", source_vocab_size=vocab,
-                                           target_vocab_size=vocab, tie_output_embedding=False,
-                                           max_length=256)
+  config = tfattn.TransformerConfig.preset(
+    "small",
+    source_vocab_size=vocab,
+    target_vocab_size=vocab,
+    tie_output_embedding=False,
+    max_length=256,
+  )
   model = tfattn.Transformer(config)
   bias = np.zeros([vocab], np.float32)
   bias[config.eos_id] = bias[config.pad_id] = -1e4  # never stop early
@@ -52,11 +56,19 @@ def compare_exports(args):
 
   from serving import export
   from serving.model_manager import Servable
+
   base = tempfile.mkdtemp(prefix="decode-speed-")
   options = DecodeOptions(beam_size=args.beam)
-  paths = {mode: export.export(args.run_dir, os.path.join(base, mode), options=options,
-                               decode=mode, warmup_batch_sizes=(1, 32))
-           for mode in ("graph", "xla")}
+  paths = {
+    mode: export.export(
+      args.run_dir,
+      os.path.join(base, mode),
+      options=options,
+      decode=mode,
+      warmup_batch_sizes=(1, 32),
+    )
+    for mode in ("graph", "xla")
+  }
   signatures, tokenizer = {}, None
   for mode, path in paths.items():
     servable = Servable(mode, 1, path)
@@ -69,12 +81,16 @@ def compare_exports(args):
     with open(os.path.join(paths["graph"], export.EXPORT_INFO_FILE)) as f:
       vocab_size = json.load(f)["model_config"]["source_vocab_size"]
     texts = _random_texts(tokenizer, vocab_size, 512)
-  print(f"\nexports of {args.run_dir} (beam {args.beam}), serving_default in-process, "
-        f"{len(texts)} texts in consecutive batches, ~{args.seconds:.0f} s per batch size")
+  print(
+    f"\nexports of {args.run_dir} (beam {args.beam}), serving_default in-process, "
+    f"{len(texts)} texts in consecutive batches, ~{args.seconds:.0f} s per batch size"
+  )
   print(f"{'batch':>5} {'decode':>6} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>8}")
   for batch in (1, 32):
-    batches = [tf.constant((texts * (batch // len(texts) + 2))[i:i + batch])
-               for i in range(0, len(texts), batch)]
+    batches = [
+      tf.constant((texts * (batch // len(texts) + 2))[i : i + batch])
+      for i in range(0, len(texts), batch)
+    ]
     latencies = {mode: [] for mode in signatures}
     deadline, i = time.time() + args.seconds, 0
     while time.time() < deadline or i < 2:
@@ -86,13 +102,19 @@ def compare_exports(args):
     summary = {}
     for mode, values in latencies.items():
       values.sort()
-      summary[mode] = (statistics.median(values) * 1000,
-                       values[min(len(values) - 1, int(0.99 * len(values)))] * 1000,
-                       batch * len(values) / sum(values))
-      print(f"{batch:>5} {mode:>6} {summary[mode][0]:8.1f} {summary[mode][1]:8.1f} "
-            f"{summary[mode][2]:8.1f}")
-    print(f"batch {batch}: XLA p50 {summary['graph'][0] / summary['xla'][0]:.2f}x lower, "
-          f"rows/s {summary['xla'][2] / summary['graph'][2]:.2f}x ({i} batches each)")
+      summary[mode] = (
+        statistics.median(values) * 1000,
+        values[min(len(values) - 1, int(0.99 * len(values)))] * 1000,
+        batch * len(values) / sum(values),
+      )
+      print(
+        f"{batch:>5} {mode:>6} {summary[mode][0]:8.1f} {summary[mode][1]:8.1f} "
+        f"{summary[mode][2]:8.1f}"
+      )
+    print(
+      f"batch {batch}: XLA p50 {summary['graph'][0] / summary['xla'][0]:.2f}x lower, "
+      f"rows/s {summary['xla'][2] / summary['graph'][2]:.2f}x ({i} batches each)"
+    )
 
 
 def main():
@@ -101,13 +123,14 @@ def main():
   parser.add_argument("--source_length", type=int, default=32)
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--run_dir", help="also compare the graph and XLA exports of this run")
-  parser.add_argument("--texts_file", help="inputs for the export comparison, one a line "
-                      "(TSV: the first column)")
+  parser.add_argument(
+    "--texts_file", help="inputs for the export comparison, one a line (TSV: the first column)"
+  )
   parser.add_argument("--beam", type=int, default=4, help="export beam size")
-  parser.add_argument("--seconds", type=float, default=20.0,
-                      help="export comparison: seconds per batch size")
-  parser.add_argument("--skip_model", action="store_true",
-                      help="only the export comparison")
+  parser.add_argument(
+    "--seconds", type=float, default=20.0, help="export comparison: seconds per batch size"
+  )
+  parser.add_argument("--skip_model", action="store_true", help="only the export comparison")
   args = parser.parse_args()
   print(f"device: {common.device_description()}")
   if not args.skip_model:
@@ -119,43 +142,57 @@ def main():
 def compare_decoders(args):
   model = make_model()
   spec = tf.TensorSpec([None, None], tf.int32)
-  source = tf.constant(np.random.default_rng(0).integers(3, 8000, [args.batch,
-                                                                   args.source_length]),
-                       tf.int32)
+  source = tf.constant(
+    np.random.default_rng(0).integers(3, 8000, [args.batch, args.source_length]), tf.int32
+  )
 
   def greedy(length, **kwargs):
-    return tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=length,
-                                                        **kwargs).ids,
-                       input_signature=[spec], jit_compile=kwargs.get("padded_decode", False))
+    return tf.function(
+      lambda s: decoding.greedy_decode(model, s, max_decode_length=length, **kwargs).ids,
+      input_signature=[spec],
+      jit_compile=kwargs.get("padded_decode", False),
+    )
 
   def call(fn):
     return lambda: fn(source).numpy()
 
-  print(f"model: small (4+4 layers, d_model 256), batch {args.batch}, source length "
-        f"{args.source_length}; output tokens/s (batch x length / seconds), median of "
-        f"{args.rounds} interleaved rounds\n")
+  print(
+    f"model: small (4+4 layers, d_model 256), batch {args.batch}, source length "
+    f"{args.source_length}; output tokens/s (batch x length / seconds), median of "
+    f"{args.rounds} interleaved rounds\n"
+  )
   print(f"{'tokens':>6} {'cached tok/s':>13} {'uncached tok/s':>15} {'speed-up':>9}")
   for length in (16, 64, 128):
     seconds = common.interleaved_medians(
-        {"cached": call(greedy(length)), "uncached": call(greedy(length, use_cache=False))},
-        args.rounds, 1)
+      {"cached": call(greedy(length)), "uncached": call(greedy(length, use_cache=False))},
+      args.rounds,
+      1,
+    )
     cached, uncached = (args.batch * length / seconds[k] for k in ("cached", "uncached"))
     print(f"{length:>6} {cached:13.0f} {uncached:15.0f} {cached / uncached:8.1f}x")
 
   length = 64
-  beam = tf.function(lambda s: decoding.beam_search(model, s, beam_size=4, alpha=0.6,
-                                                    max_decode_length=length).ids,
-                     input_signature=[spec])
+  beam = tf.function(
+    lambda s: decoding.beam_search(model, s, beam_size=4, alpha=0.6, max_decode_length=length).ids,
+    input_signature=[spec],
+  )
   seconds = common.interleaved_medians(
-      {"greedy": call(greedy(length)), "beam": call(beam),
-       "xla": call(greedy(length, padded_decode=True))}, args.rounds, 1)
+    {
+      "greedy": call(greedy(length)),
+      "beam": call(beam),
+      "xla": call(greedy(length, padded_decode=True)),
+    },
+    args.rounds,
+    1,
+  )
   rate = {k: args.batch * length / v for k, v in seconds.items()}
-  print(f"\nat {length} tokens: greedy {rate['greedy']:.0f} tok/s, beam 4 {rate['beam']:.0f} "
-        f"tok/s (beam costs {rate['greedy'] / rate['beam']:.1f}x greedy's time), padded greedy "
-        f"under XLA {rate['xla']:.0f} tok/s ({rate['xla'] / rate['greedy']:.2f}x graph-mode "
-        f"cached greedy)")
-  compare_sampling(args, model, source, greedy(length), greedy(length, padded_decode=True),
-                   length)
+  print(
+    f"\nat {length} tokens: greedy {rate['greedy']:.0f} tok/s, beam 4 {rate['beam']:.0f} "
+    f"tok/s (beam costs {rate['greedy'] / rate['beam']:.1f}x greedy's time), padded greedy "
+    f"under XLA {rate['xla']:.0f} tok/s ({rate['xla'] / rate['greedy']:.2f}x graph-mode "
+    f"cached greedy)"
+  )
+  compare_sampling(args, model, source, greedy(length), greedy(length, padded_decode=True), length)
 
 
 def compare_sampling(args, model, source, greedy, xla_greedy, length):
@@ -164,22 +201,35 @@ def compare_sampling(args, model, source, greedy, xla_greedy, length):
   seeds = tf.range(args.batch, dtype=tf.int64)
 
   def sample(padded_decode=False, **cut):
-    fn = tf.function(lambda s, seeds: decoding.sample_decode(
-        model, s, max_decode_length=length, seeds=seeds, padded_decode=padded_decode,
-        **cut).ids, input_signature=spec, jit_compile=padded_decode)
+    fn = tf.function(
+      lambda s, seeds: (
+        decoding.sample_decode(
+          model, s, max_decode_length=length, seeds=seeds, padded_decode=padded_decode, **cut
+        ).ids
+      ),
+      input_signature=spec,
+      jit_compile=padded_decode,
+    )
     return lambda: fn(source, seeds).numpy()
 
-  variants = {"greedy": lambda: greedy(source).numpy(), "sample": sample(),
-              "top-k 50, top-p 0.9": sample(top_k=50, top_p=0.9), "top-p 0.9": sample(top_p=0.9),
-              "XLA greedy": lambda: xla_greedy(source).numpy(),
-              "XLA sample": sample(padded_decode=True),
-              "XLA top-p 0.9": sample(padded_decode=True, top_p=0.9)}
+  variants = {
+    "greedy": lambda: greedy(source).numpy(),
+    "sample": sample(),
+    "top-k 50, top-p 0.9": sample(top_k=50, top_p=0.9),
+    "top-p 0.9": sample(top_p=0.9),
+    "XLA greedy": lambda: xla_greedy(source).numpy(),
+    "XLA sample": sample(padded_decode=True),
+    "XLA top-p 0.9": sample(padded_decode=True, top_p=0.9),
+  }
   seconds = common.interleaved_medians(variants, args.rounds, 1)
-  print(f"\nsampling at {length} tokens, time relative to greedy in the same mode (median of "
-        f"{args.rounds} interleaved rounds):")
+  print(
+    f"\nsampling at {length} tokens, time relative to greedy in the same mode (median of "
+    f"{args.rounds} interleaved rounds):"
+  )
   for name, value in seconds.items():
     base = seconds["XLA greedy" if name.startswith("XLA") else "greedy"]
     print(f"  {name:22s} {value * 1000:8.1f} ms  {value / base:5.2f}x")
+
 
 if __name__ == "__main__":
   main()

@@ -26,25 +26,31 @@ def where_mask(alg):
   def drop(x, seed):
     keep = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32, alg=alg) >= RATE
     return tf.where(keep, x * tf.cast(1.0 / (1.0 - RATE), x.dtype), tf.zeros_like(x))
+
   return drop
 
 
-VARIANTS = {"float mask, auto alg": float_mask, "where, auto alg": where_mask("auto_select"),
-            "where, threefry": where_mask("threefry"), "where, philox": where_mask("philox")}
+VARIANTS = {
+  "float mask, auto alg": float_mask,
+  "where, auto alg": where_mask("auto_select"),
+  "where, threefry": where_mask("threefry"),
+  "where, philox": where_mask("philox"),
+}
 
 
 def _define_flags():
   from absl import flags
+
   flags.DEFINE_integer("rows", 4096, "Rows of the input.", lower_bound=1)
   flags.DEFINE_integer("width", 1024, "Columns of the input.", lower_bound=1)
-  flags.DEFINE_integer("rounds", 5, "Interleaved rounds (the median is reported).",
-                       lower_bound=1)
+  flags.DEFINE_integer("rounds", 5, "Interleaved rounds (the median is reported).", lower_bound=1)
   flags.DEFINE_integer("repeats", 5, "Calls timed per round.", lower_bound=1)
 
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags
+
   args = flags.FLAGS
   x = tf.Variable(tf.random.normal([args.rows, args.width]))
   rng = tf.random.Generator.from_seed(0)
@@ -53,24 +59,30 @@ def main(argv):
     for name, drop in VARIANTS.items():
       if "threefry" in name and not jit:
         continue  # TensorFlow's CPU/GPU kernels implement ThreeFry only under XLA
+
       @tf.function(jit_compile=jit)
       def step(drop=drop):
         with tf.GradientTape() as tape:
           y = drop(x, rng.make_seeds(1)[:, 0])
           loss = tf.reduce_sum(y * y)
         return tf.reduce_sum(tape.gradient(loss, x))  # all of it: XLA prunes unused work
+
       functions[name, jit] = lambda step=step: step().numpy()
   seconds = common.interleaved_medians(functions, args.rounds, args.repeats)
-  print(f"device: {common.device_description()}; dropout {RATE} on [{args.rows}, {args.width}] "
-        f"float32, forward + backward; median of {args.rounds} interleaved rounds")
+  print(
+    f"device: {common.device_description()}; dropout {RATE} on [{args.rows}, {args.width}] "
+    f"float32, forward + backward; median of {args.rounds} interleaved rounds"
+  )
   for jit in (False, True):
     base = seconds[next(iter(VARIANTS)), jit]
     for name in VARIANTS:
       if (name, jit) not in seconds:
         continue
       value = seconds[name, jit]
-      print(f"XLA {'on ' if jit else 'off'}  {name:<22} {value * 1e3:8.2f} ms  "
-            f"{base / value:5.2f}x the first")
+      print(
+        f"XLA {'on ' if jit else 'off'}  {name:<22} {value * 1e3:8.2f} ms  "
+        f"{base / value:5.2f}x the first"
+      )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,10 @@ def aclimdb_rows(source, split):
   for label, name in ((0, "neg"), (1, "pos")):
     folder = os.path.join(source, split, name)
     if not os.path.isdir(folder):
-      raise cli.UsageError(f"{source} is neither an aclImdb folder ({folder} missing), a "
-                           "folder with train.tsv/test.tsv, nor a TFDS data_dir")
+      raise cli.UsageError(
+        f"{source} is neither an aclImdb folder ({folder} missing), a "
+        "folder with train.tsv/test.tsv, nor a TFDS data_dir"
+      )
     for file_name in sorted(os.listdir(folder)):
       with open(os.path.join(folder, file_name), encoding="utf-8") as f:
         rows.append((_one_line(f.read().strip()), label))
@@ -81,15 +83,21 @@ def imdb_data_flags(source, work_dir):
     train, test = aclimdb_rows(source, "train"), aclimdb_rows(source, "test")
   order = list(range(len(train)))
   random.Random(IMDB_VALIDATION_SEED).shuffle(order)
-  held_out = set(order[:round(len(train) * IMDB_VALIDATION_SHARE)])
-  paths = {role: os.path.join(work_dir, f"imdb_{role}.tsv")
-           for role in ("train", "validation", "test")}
+  held_out = set(order[: round(len(train) * IMDB_VALIDATION_SHARE)])
+  paths = {
+    role: os.path.join(work_dir, f"imdb_{role}.tsv") for role in ("train", "validation", "test")
+  }
   _write_tsv(paths["train"], [row for i, row in enumerate(train) if i not in held_out])
   _write_tsv(paths["validation"], [row for i, row in enumerate(train) if i in held_out])
   _write_tsv(paths["test"], test)
-  return ["--task=tsv", "--tsv_kind=classification", f"--train_file={paths['train']}",
-          f"--validation_file={paths['validation']}", f"--test_file={paths['test']}",
-          f"--eval_examples={len(held_out)}"]
+  return [
+    "--task=tsv",
+    "--tsv_kind=classification",
+    f"--train_file={paths['train']}",
+    f"--validation_file={paths['validation']}",
+    f"--test_file={paths['test']}",
+    f"--eval_examples={len(held_out)}",
+  ]
 
 
 def multi30k_data_flags(source, work_dir):
@@ -106,9 +114,13 @@ def multi30k_data_flags(source, work_dir):
     if len(sides[0]) != len(sides[1]):
       raise cli.UsageError(f"{split}.de and {split}.en differ in line count")
     paths[role] = _write_tsv(os.path.join(work_dir, f"multi30k_{role}.tsv"), zip(*sides))
-  return ["--task=tsv", f"--train_file={paths['train']}",
-          f"--validation_file={paths['validation']}", f"--test_file={paths['test']}",
-          f"--eval_examples={len(_read_tsv(paths['validation']))}"]
+  return [
+    "--task=tsv",
+    f"--train_file={paths['train']}",
+    f"--validation_file={paths['validation']}",
+    f"--test_file={paths['test']}",
+    f"--eval_examples={len(_read_tsv(paths['validation']))}",
+  ]
 
 
 DATA_FLAGS = {"imdb": imdb_data_flags, "multi30k": multi30k_data_flags}
@@ -136,22 +148,22 @@ def translate_with_export(run_dir, base_path, test_tsv, batch_size=64):
 
   from serving import export
   from train.evaluation import bleu_scores
+
   path = export.export(run_dir, base_path)
   translate = tf.saved_model.load(path).signatures["serving_default"]
   sources, references = zip(*_read_tsv(test_tsv))
   hypotheses = []
   for start in range(0, len(sources), batch_size):
-    out = translate(text=tf.constant(sources[start:start + batch_size]))
+    out = translate(text=tf.constant(sources[start : start + batch_size]))
     hypotheses += [t.decode() for t in out["translation"].numpy()]
   return path, bleu_scores(hypotheses, list(references)), hypotheses
 
 
 def summary(values):
-  """"mean ± sd (n seeds)" of a list of numbers ("value (1 seed)" for one)."""
+  """ "mean ± sd (n seeds)" of a list of numbers ("value (1 seed)" for one)."""
   if len(values) == 1:
     return f"{values[0]:.4g} (1 seed)"
-  return (f"{statistics.mean(values):.4g} ± {statistics.stdev(values):.2g} "
-          f"({len(values)} seeds)")
+  return f"{statistics.mean(values):.4g} ± {statistics.stdev(values):.2g} ({len(values)} seeds)"
 
 
 def run_recipe(recipe, data_flags, seed, args):
@@ -159,14 +171,21 @@ def run_recipe(recipe, data_flags, seed, args):
   run_dir = os.path.join(args.work_dir, f"{recipe.name}-seed{seed}")
   flags = [*data_flags, f"--recipe={recipe.name}", f"--seed={seed}", *args.extra_flag]
   metrics, seconds = train(run_dir, flags, run_dir + ".log")
-  measured = dict(recipe=recipe.name, seed=seed, train_seconds=round(seconds, 1),
-                  steps=metrics["step"], weights=metrics["weights"],
-                  validation=metrics["validation"], test=metrics.get("test"))
+  measured = dict(
+    recipe=recipe.name,
+    seed=seed,
+    train_seconds=round(seconds, 1),
+    steps=metrics["step"],
+    weights=metrics["weights"],
+    validation=metrics["validation"],
+    test=metrics.get("test"),
+  )
   if args.through_export and recipe.dataset == "multi30k":
     started = time.time()
     test_tsv = next(f.split("=", 1)[1] for f in data_flags if f.startswith("--test_file="))
     _, served, hypotheses = translate_with_export(
-        run_dir, os.path.join(args.work_dir, f"{recipe.name}-seed{seed}-models"), test_tsv)
+      run_dir, os.path.join(args.work_dir, f"{recipe.name}-seed{seed}-models"), test_tsv
+    )
     measured["test_through_export"] = dict(served, seconds=round(time.time() - started, 1))
     with open(run_dir + ".test.hypotheses", "w", encoding="utf-8") as f:
       f.writelines(h + "\n" for h in hypotheses)
@@ -185,40 +204,53 @@ def print_report(results):
       verdict = ""
       if test:
         verdict = " (above)" if statistics.mean(test) >= anchor.value else " (BELOW)"
-      print(f"| {name} | {anchor.metric} | {summary(validation)} | "
-            f"{summary(test) if test else 'no test data'} | {anchor.value}{verdict} | "
-            f"{anchor.source} |")
+      print(
+        f"| {name} | {anchor.metric} | {summary(validation)} | "
+        f"{summary(test) if test else 'no test data'} | {anchor.value}{verdict} | "
+        f"{anchor.source} |"
+      )
   for name, runs in results.items():
     seconds = [run["train_seconds"] for run in runs]
     signature = runs[0]["validation"].get("bleu_signature")
-    print(f"{name}: seeds {[run['seed'] for run in runs]}, {statistics.mean(seconds):.0f} s of "
-          f"training each (mean), {runs[0]['steps']} steps, final weights: "
-          f"{runs[0]['weights']['chosen_by']}" + (f"; sacreBLEU {signature}" if signature else ""))
+    print(
+      f"{name}: seeds {[run['seed'] for run in runs]}, {statistics.mean(seconds):.0f} s of "
+      f"training each (mean), {runs[0]['steps']} steps, final weights: "
+      f"{runs[0]['weights']['chosen_by']}" + (f"; sacreBLEU {signature}" if signature else "")
+    )
 
 
 def _define_flags():
   from absl import flags
+
   flags.DEFINE_string("imdb", None, "aclImdb folder, folder with train/test.tsv, or TFDS dir.")
   flags.DEFINE_string("multi30k", None, "Folder with the Multi30k task-1 raw files.")
   flags.DEFINE_list("recipes", list(RECIPES), "Recipes to train and judge.")
-  flags.DEFINE_string("work_dir", os.path.join(REPO, "runs", "quality"),
-                      "Where the runs, data files and results.jsonl go.")
+  flags.DEFINE_string(
+    "work_dir",
+    os.path.join(REPO, "runs", "quality"),
+    "Where the runs, data files and results.jsonl go.",
+  )
   flags.DEFINE_integer("seeds", 1, "Seeds to run: --seed, --seed + 1, ...", lower_bound=1)
   flags.DEFINE_integer("seed", 0, "The first seed.")
-  flags.DEFINE_bool("validation_only", False,
-                    "Train and judge validation only, no test set: for choosing a setting. The "
-                    "same command without it then resumes each finished run and judges its test "
-                    "set once.")
-  flags.DEFINE_bool("through_export", False,
-                    "Translation recipes: also translate the test set with the export.")
-  flags.DEFINE_multi_string("extra_flag", [],
-                            "Passed to every `python -m train` (e.g. "
-                            "--extra_flag=--train_steps=10).")
+  flags.DEFINE_bool(
+    "validation_only",
+    False,
+    "Train and judge validation only, no test set: for choosing a setting. The "
+    "same command without it then resumes each finished run and judges its test "
+    "set once.",
+  )
+  flags.DEFINE_bool(
+    "through_export", False, "Translation recipes: also translate the test set with the export."
+  )
+  flags.DEFINE_multi_string(
+    "extra_flag", [], "Passed to every `python -m train` (e.g. --extra_flag=--train_steps=10)."
+  )
 
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags
+
   args = flags.FLAGS
   for name in args.recipes:
     if name not in RECIPES:
@@ -235,8 +267,10 @@ def main(argv):
       if args.validation_only:
         flags_ = [flag for flag in flags_ if not flag.startswith("--test_file=")]
       data_flags[recipe.dataset] = flags_
-    results[name] = [run_recipe(recipe, data_flags[recipe.dataset], seed, args)
-                     for seed in range(args.seed, args.seed + args.seeds)]
+    results[name] = [
+      run_recipe(recipe, data_flags[recipe.dataset], seed, args)
+      for seed in range(args.seed, args.seed + args.seeds)
+    ]
     with open(os.path.join(args.work_dir, "results.jsonl"), "a") as f:
       f.writelines(json.dumps(run) + "\n" for run in results[name])
   print_report(results)

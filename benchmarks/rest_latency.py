@@ -44,12 +44,12 @@ ALLOWED_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 def load(protocol, port, model, batch, concurrency, seconds, texts):
   """Runs in the load-generating process: closed-loop clients, one connection each, each
   request the next `batch` texts, as REST JSON or as a gRPC PredictRequest."""
-  rows = [[texts[(start + i) % len(texts)] for i in range(batch)]
-          for start in range(0, len(texts), batch)]
+  rows = [
+    [texts[(start + i) % len(texts)] for i in range(batch)] for start in range(0, len(texts), batch)
+  ]
   latencies, errors = [], []
   deadline = time.time() + seconds
-  send = _grpc_sender(port, model, rows) if protocol == "grpc" else _rest_sender(port, model,
-                                                                                    rows)
+  send = _grpc_sender(port, model, rows) if protocol == "grpc" else _rest_sender(port, model, rows)
 
   def client(offset):
     request, close = send()
@@ -75,9 +75,14 @@ def load(protocol, port, model, batch, concurrency, seconds, texts):
   def pick(q):  # the q-quantile in milliseconds
     return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
 
-  return {"requests": len(latencies), "errors": len(errors), "p50_ms": pick(0.5),
-          "p99_ms": pick(0.99), "requests_per_s": len(latencies) / elapsed,
-          "rows_per_s": len(latencies) * batch / elapsed}
+  return {
+    "requests": len(latencies),
+    "errors": len(errors),
+    "p50_ms": pick(0.5),
+    "p99_ms": pick(0.99),
+    "requests_per_s": len(latencies) / elapsed,
+    "rows_per_s": len(latencies) * batch / elapsed,
+  }
 
 
 def _rest_sender(port, model, rows):
@@ -88,13 +93,15 @@ def _rest_sender(port, model, rows):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
     def request(i):
-      connection.request("POST", f"/v1/models/{model}:predict", bodies[i],
-                         {"Content-Type": "application/json"})
+      connection.request(
+        "POST", f"/v1/models/{model}:predict", bodies[i], {"Content-Type": "application/json"}
+      )
       response = connection.getresponse()
       response.read()
       return None if response.status == 200 else response.status
 
     return request, connection.close
+
   return connect
 
 
@@ -103,6 +110,7 @@ def _grpc_sender(port, model, rows):
   import grpc
   import tensorflow as tf
   from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
   requests = []
   for row in rows:
     request = predict_pb2.PredictRequest()
@@ -122,6 +130,7 @@ def _grpc_sender(port, model, rows):
       return None
 
     return request, channel.close
+
   return connect
 
 
@@ -142,14 +151,22 @@ def start_server(kind, base, model, batching_file, args):
   `python -m serving.server` of this tree or of --old_ref's (started by serving.launch), the
   others this tree's RestApp hosted by a candidate library."""
   from serving.client import ServingClient
+
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   base = os.path.abspath(base)
   if kind in ("new", "old"):
     flags = ["--enable_batching", f"--batching_parameters_file={batching_file}"] * bool(
-        batching_file)
+      batching_file
+    )
     process, ports = launch.start_subprocess(
-        model, base, grpc_port=0 if kind == "new" else None, extra_flags=flags, timeout=300,
-        cwd=args.old_tree if kind == "old" else REPO, env=env)
+      model,
+      base,
+      grpc_port=0 if kind == "new" else None,
+      extra_flags=flags,
+      timeout=300,
+      cwd=args.old_tree if kind == "old" else REPO,
+      env=env,
+    )
   else:
     process, ports = _start_candidate(kind, base, model, batching_file, args, env)
   try:
@@ -164,12 +181,19 @@ def _start_candidate(kind, base, model, batching_file, args, env):
   work_dir = tempfile.mkdtemp(prefix="rest-latency-")
   port_file = os.path.join(work_dir, "port")
   env["PYTHONPATH"] = os.pathsep.join([args.candidates_path, REPO])
-  command = [sys.executable, os.path.abspath(__file__), f"--host_app={kind}",
-             f"--model_base_path={base}", f"--model={model}", f"--port_file={port_file}"]
+  command = [
+    sys.executable,
+    os.path.abspath(__file__),
+    f"--host_app={kind}",
+    f"--model_base_path={base}",
+    f"--model={model}",
+    f"--port_file={port_file}",
+  ]
   if batching_file:
     command.append(f"--batching_file={batching_file}")
-  process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+  process = subprocess.Popen(
+    command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+  )
   try:
     deadline = time.time() + 300
     while not os.path.exists(port_file):
@@ -189,6 +213,7 @@ def host_app(stack, base, model, port_file, batching_file):
   from serving.model_manager import ModelManager
   from serving.server import RestApp
   from serving.server_core import ServerCore
+
   batcher = None
   if batching_file:
     with open(batching_file) as f:
@@ -198,6 +223,7 @@ def host_app(stack, base, model, port_file, batching_file):
   app = RestApp(core)
   if stack == "cheroot":
     from cheroot import wsgi
+
     server = wsgi.Server(("127.0.0.1", 0), app, numthreads=SERVER_THREADS)
     server.prepare()
     _write_port(port_file, server.bind_addr[1])
@@ -206,6 +232,7 @@ def host_app(stack, base, model, port_file, batching_file):
     import concurrent.futures
 
     from tornado import httpserver, ioloop, netutil, wsgi
+
     pool = concurrent.futures.ThreadPoolExecutor(SERVER_THREADS)
     sockets = netutil.bind_sockets(0, "127.0.0.1")
     httpserver.HTTPServer(wsgi.WSGIContainer(app, executor=pool)).add_sockets(sockets)
@@ -226,24 +253,30 @@ def measure(base, args, batching_file, label, kind="new", protocol="rest"):
   each."""
   results = {}
   for batching in (False, True):
-    process, ports = start_server(kind, base, args.model, batching_file if batching else None,
-                                  args)
+    process, ports = start_server(kind, base, args.model, batching_file if batching else None, args)
     port = ports.grpc if protocol == "grpc" else ports.rest
     try:
       for batch in (1, 32):
-        command = [sys.executable, os.path.abspath(__file__),
-                   f"--load={protocol},{port},{batch}",
-                   f"--model={args.model}", f"--seconds={args.seconds}",
-                   f"--concurrency={args.concurrency}"]
+        command = [
+          sys.executable,
+          os.path.abspath(__file__),
+          f"--load={protocol},{port},{batch}",
+          f"--model={args.model}",
+          f"--seconds={args.seconds}",
+          f"--concurrency={args.concurrency}",
+        ]
         if args.texts_file:
           command.append(f"--texts_file={args.texts_file}")
-        out = subprocess.run(command, capture_output=True, text=True,
-                             timeout=args.seconds * 10 + 120, check=True)
+        out = subprocess.run(
+          command, capture_output=True, text=True, timeout=args.seconds * 10 + 120, check=True
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results[batching, batch] = r
-        print(f"{label:<15} {'on' if batching else 'off':<9} {batch:>5} "
-              f"{r['requests_per_s']:8.1f} {r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} "
-              f"{r['p99_ms']:8.1f} {r['errors']:>6}")
+        print(
+          f"{label:<15} {'on' if batching else 'off':<9} {batch:>5} "
+          f"{r['requests_per_s']:8.1f} {r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} "
+          f"{r['p99_ms']:8.1f} {r['errors']:>6}"
+        )
     finally:
       launch.stop(process)
   return results
@@ -252,43 +285,75 @@ def measure(base, args, batching_file, label, kind="new", protocol="rest"):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--model_base_path", default="models/tfattn")
-  parser.add_argument("--run_dir", help="export this run with graph and with XLA decoding and "
-                      "compare the two (instead of --model_base_path)")
+  parser.add_argument(
+    "--run_dir",
+    help="export this run with graph and with XLA decoding and "
+    "compare the two (instead of --model_base_path)",
+  )
   parser.add_argument("--beam", type=int, default=4, help="--run_dir: export beam size")
-  parser.add_argument("--texts_file", help="request texts, one a line (TSV: the first column); "
-                      "default: numbers for the built-in task")
+  parser.add_argument(
+    "--texts_file",
+    help="request texts, one a line (TSV: the first column); "
+    "default: numbers for the built-in task",
+  )
   parser.add_argument("--model", default="tfattn")
   parser.add_argument("--seconds", type=float, default=8.0)
   parser.add_argument("--concurrency", type=int, default=8)
-  parser.add_argument("--echo_model", action="store_true",
-                      help="serve a model that only appends '!' to each text (instead of "
-                      "--model_base_path): measures the HTTP stack")
-  parser.add_argument("--servers", default="new",
-                      help="comma-separated HTTP stacks to compare: new, old, cheroot, tornado")
-  parser.add_argument("--protocols", default="rest,grpc",
-                      help="with the new server alone: measure REST, gRPC or both (rest,grpc)")
-  parser.add_argument("--rounds", type=int, default=1,
-                      help="with --servers: measure every server this many times, report "
-                      "medians")
-  parser.add_argument("--old_ref", default="ae5f38d",
-                      help="git commit whose serving.server is `old` (default: the last one "
-                      "on http.server)")
-  parser.add_argument("--candidates_path", default="",
-                      help="directory with cheroot/tornado installed (pip install --target)")
+  parser.add_argument(
+    "--echo_model",
+    action="store_true",
+    help="serve a model that only appends '!' to each text (instead of "
+    "--model_base_path): measures the HTTP stack",
+  )
+  parser.add_argument(
+    "--servers",
+    default="new",
+    help="comma-separated HTTP stacks to compare: new, old, cheroot, tornado",
+  )
+  parser.add_argument(
+    "--protocols",
+    default="rest,grpc",
+    help="with the new server alone: measure REST, gRPC or both (rest,grpc)",
+  )
+  parser.add_argument(
+    "--rounds",
+    type=int,
+    default=1,
+    help="with --servers: measure every server this many times, report medians",
+  )
+  parser.add_argument(
+    "--old_ref",
+    default="ae5f38d",
+    help="git commit whose serving.server is `old` (default: the last one on http.server)",
+  )
+  parser.add_argument(
+    "--candidates_path",
+    default="",
+    help="directory with cheroot/tornado installed (pip install --target)",
+  )
   parser.add_argument("--load", help=argparse.SUPPRESS)  # internal: run as the load process
   parser.add_argument("--host_app", help=argparse.SUPPRESS)  # internal: a candidate server
   parser.add_argument("--port_file", help=argparse.SUPPRESS)
   parser.add_argument("--batching_file", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.host_app:
-    host_app(args.host_app, args.model_base_path, args.model, args.port_file,
-             args.batching_file)
+    host_app(args.host_app, args.model_base_path, args.model, args.port_file, args.batching_file)
     return
   if args.load:
     protocol, port, batch = args.load.split(",")
-    print(json.dumps(load(protocol, int(port), args.model, int(batch), args.concurrency,
-                          args.seconds,
-                          common.read_texts(args.texts_file) if args.texts_file else TEXTS)))
+    print(
+      json.dumps(
+        load(
+          protocol,
+          int(port),
+          args.model,
+          int(batch),
+          args.concurrency,
+          args.seconds,
+          common.read_texts(args.texts_file) if args.texts_file else TEXTS,
+        )
+      )
+    )
     return
   scratch = tempfile.mkdtemp(prefix="rest-latency-")  # exports, batching file: removed at the end
   try:
@@ -302,28 +367,42 @@ def measure_all(args, scratch):
   if args.run_dir:
     from serving import export
     from tfattn.decode_options import DecodeOptions
+
     bases = {}
     for mode in ("graph", "xla"):
       bases[mode] = os.path.join(scratch, mode)
-      export.export(args.run_dir, bases[mode], options=DecodeOptions(beam_size=args.beam),
-                    decode=mode, model_name=args.model,
-                    warmup_batch_sizes=(1, *ALLOWED_BATCH_SIZES))
+      export.export(
+        args.run_dir,
+        bases[mode],
+        options=DecodeOptions(beam_size=args.beam),
+        decode=mode,
+        model_name=args.model,
+        warmup_batch_sizes=(1, *ALLOWED_BATCH_SIZES),
+      )
   elif args.echo_model:
     bases = {"echo": make_echo_model(os.path.join(scratch, "echo"))}
   elif os.path.isdir(args.model_base_path):
     bases = {"model": args.model_base_path}
   else:
-    sys.exit(f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir "
-             "or --echo_model")
+    sys.exit(
+      f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir "
+      "or --echo_model"
+    )
   batching_file = os.path.join(scratch, "batching.config")
   with open(batching_file, "w") as f:
-    f.write("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 2000 }\n"
-            "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\n" +
-            "".join(f"allowed_batch_sizes: {size}\n" for size in ALLOWED_BATCH_SIZES))
-  print(f"device: {common.device_description()}; {', '.join(bases.values())}; "
-        f"{args.concurrency} concurrent clients in a second process, {args.seconds:.0f} s each")
-  print(f"{'model/server':<15} {'batching':<9} {'batch':>5} {'req/s':>8} {'rows/s':>8} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
+    f.write(
+      "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 2000 }\n"
+      "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\n"
+      + "".join(f"allowed_batch_sizes: {size}\n" for size in ALLOWED_BATCH_SIZES)
+    )
+  print(
+    f"device: {common.device_description()}; {', '.join(bases.values())}; "
+    f"{args.concurrency} concurrent clients in a second process, {args.seconds:.0f} s each"
+  )
+  print(
+    f"{'model/server':<15} {'batching':<9} {'batch':>5} {'req/s':>8} {'rows/s':>8} "
+    f"{'p50 ms':>8} {'p99 ms':>8} {'errors':>6}"
+  )
   kinds = args.servers.split(",")
   if "old" in kinds:
     args.old_tree = extract_tree(args.old_ref)
@@ -344,29 +423,40 @@ def measure_all(args, scratch):
   for label, result in results.items():
     for batch in (1, 32):
       on, off = result[True, batch], result[False, batch]
-      print(f"{label} batch {batch}: batching on/off rows/s {on['rows_per_s']:.1f} / "
-            f"{off['rows_per_s']:.1f} = {on['rows_per_s'] / off['rows_per_s']:.2f}x; p50 "
-            f"{on['p50_ms']:.1f} / {off['p50_ms']:.1f} ms = {on['p50_ms'] / off['p50_ms']:.2f}x")
+      print(
+        f"{label} batch {batch}: batching on/off rows/s {on['rows_per_s']:.1f} / "
+        f"{off['rows_per_s']:.1f} = {on['rows_per_s'] / off['rows_per_s']:.2f}x; p50 "
+        f"{on['p50_ms']:.1f} / {off['p50_ms']:.1f} ms = {on['p50_ms'] / off['p50_ms']:.2f}x"
+      )
   if "xla" in results and "graph" in results:
     for (batching, batch), graph in results["graph"].items():
       xla = results["xla"][batching, batch]
-      print(f"XLA vs graph, batching {'on' if batching else 'off'}, batch {batch}: p50 "
-            f"{graph['p50_ms'] / xla['p50_ms']:.2f}x lower, p99 "
-            f"{graph['p99_ms'] / xla['p99_ms']:.2f}x lower, rows/s "
-            f"{xla['rows_per_s'] / graph['rows_per_s']:.2f}x")
+      print(
+        f"XLA vs graph, batching {'on' if batching else 'off'}, batch {batch}: p50 "
+        f"{graph['p50_ms'] / xla['p50_ms']:.2f}x lower, p99 "
+        f"{graph['p99_ms'] / xla['p99_ms']:.2f}x lower, rows/s "
+        f"{xla['rows_per_s'] / graph['rows_per_s']:.2f}x"
+      )
 
 
 def make_echo_model(base):
   """<base>/1: a TF1-style SavedModel whose serving_default appends "!" to each text, so the
   figures measure the HTTP stack and JSON handling rather than the model."""
   import tensorflow as tf
+
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
     text = tf.compat.v1.placeholder(tf.string, shape=[None], name="text")
     echo = tf.strings.join([text, "!"], name="echo")
     builder = tf.compat.v1.saved_model.Builder(os.path.join(base, "1"))
-    builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+    builder.add_meta_graph_and_variables(
+      session,
+      ["serve"],
+      signature_def_map={
         "serving_default": tf.compat.v1.saved_model.predict_signature_def(
-            {"text": text}, {"echo": echo})})
+          {"text": text}, {"echo": echo}
+        )
+      },
+    )
     builder.save()
   return base
 
@@ -383,26 +473,35 @@ def measure_rounds(bases, args, batching_file, kinds):
         name = f"{label}/{kind}"
         for key, row in measure(base, args, batching_file, name, kind).items():
           samples.setdefault(name, {}).setdefault(key, []).append(row)
-  results = {name: {key: {field: statistics.median(r[field] for r in rows) for field in rows[0]}
-                    for key, rows in by_key.items()} for name, by_key in samples.items()}
+  results = {
+    name: {
+      key: {field: statistics.median(r[field] for r in rows) for field in rows[0]}
+      for key, rows in by_key.items()
+    }
+    for name, by_key in samples.items()
+  }
   print(f"medians over {args.rounds} rounds:")
   for name in sorted(results, key=lambda n: (n.rsplit("/", 1)[0], kinds.index(n.rsplit("/")[-1]))):
     for (batching, batch), r in sorted(results[name].items()):
-      print(f"{name:<15} {'on' if batching else 'off':<9} {batch:>5} {r['requests_per_s']:8.1f} "
-            f"{r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['errors']:>6}")
+      print(
+        f"{name:<15} {'on' if batching else 'off':<9} {batch:>5} {r['requests_per_s']:8.1f} "
+        f"{r['rows_per_s']:8.1f} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['errors']:>6}"
+      )
   return results
 
 
 def compare_protocols(results):
   """gRPC against REST on the same server and model, row by row."""
   for label in [n for n in results if n.endswith("/grpc")]:
-    rest = results[label[:-len("/grpc")]]
+    rest = results[label[: -len("/grpc")]]
     for key, row in sorted(results[label].items()):
       base = rest[key]
-      print(f"{label[:-5]} batching {'on' if key[0] else 'off'} batch {key[1]}: gRPC vs REST "
-            f"p50 {row['p50_ms']:.1f} / {base['p50_ms']:.1f} ms = "
-            f"{row['p50_ms'] / base['p50_ms']:.2f}x, rows/s {row['rows_per_s']:.1f} / "
-            f"{base['rows_per_s']:.1f} = {row['rows_per_s'] / base['rows_per_s']:.2f}x")
+      print(
+        f"{label[:-5]} batching {'on' if key[0] else 'off'} batch {key[1]}: gRPC vs REST "
+        f"p50 {row['p50_ms']:.1f} / {base['p50_ms']:.1f} ms = "
+        f"{row['p50_ms'] / base['p50_ms']:.2f}x, rows/s {row['rows_per_s']:.1f} / "
+        f"{base['rows_per_s']:.1f} = {row['rows_per_s'] / base['rows_per_s']:.2f}x"
+      )
 
 
 def compare_servers(results, kinds):
@@ -414,10 +513,12 @@ def compare_servers(results, kinds):
       continue
     for key, row in results[label].items():
       base = results[f"{model}/{first}"][key]
-      print(f"{model} batching {'on' if key[0] else 'off'} batch {key[1]}: {kind} vs {first} "
-            f"p50 {row['p50_ms']:.1f} / {base['p50_ms']:.1f} ms = "
-            f"{row['p50_ms'] / base['p50_ms']:.2f}x, p99 {row['p99_ms']:.1f} / "
-            f"{base['p99_ms']:.1f} ms = {row['p99_ms'] / base['p99_ms']:.2f}x")
+      print(
+        f"{model} batching {'on' if key[0] else 'off'} batch {key[1]}: {kind} vs {first} "
+        f"p50 {row['p50_ms']:.1f} / {base['p50_ms']:.1f} ms = "
+        f"{row['p50_ms'] / base['p50_ms']:.2f}x, p99 {row['p99_ms']:.1f} / "
+        f"{base['p99_ms']:.1f} ms = {row['p99_ms'] / base['p99_ms']:.2f}x"
+      )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ from tfattn import flops, losses
 from train import performance
 
 CONFIGS = {
-    "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),
-    "base": dict(d_model=512, num_heads=8, dff=2048, num_layers=6, vocab=32000),
+  "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),
+  "base": dict(d_model=512, num_heads=8, dff=2048, num_layers=6, vocab=32000),
 }
 
 
@@ -40,7 +40,6 @@ def positional_encoding(length, depth):
 
 
 class PositionalEmbedding(keras.layers.Layer):
-
   def __init__(self, vocab_size, d_model):
     super().__init__()
     self.d_model = d_model
@@ -55,7 +54,6 @@ class PositionalEmbedding(keras.layers.Layer):
 
 
 class BaseAttention(keras.layers.Layer):
-
   def __init__(self, **kwargs):
     super().__init__()
     self.mha = keras.layers.MultiHeadAttention(**kwargs)
@@ -64,31 +62,31 @@ class BaseAttention(keras.layers.Layer):
 
 
 class CrossAttention(BaseAttention):
-
   def call(self, x, context, mask):
     attn_output = self.mha(query=x, key=context, value=context, attention_mask=mask)
     return self.layernorm(self.add([x, attn_output]))
 
 
 class GlobalSelfAttention(BaseAttention):
-
   def call(self, x, mask):
     return self.layernorm(self.add([x, self.mha(query=x, value=x, key=x, attention_mask=mask)]))
 
 
 class CausalSelfAttention(BaseAttention):
-
   def call(self, x):
-    return self.layernorm(self.add([x, self.mha(query=x, value=x, key=x,
-                                                use_causal_mask=True)]))
+    return self.layernorm(self.add([x, self.mha(query=x, value=x, key=x, use_causal_mask=True)]))
 
 
 class FeedForward(keras.layers.Layer):
-
   def __init__(self, d_model, dff, dropout_rate=0.1):
     super().__init__()
-    self.seq = keras.Sequential([keras.layers.Dense(dff, activation="relu"),
-                                 keras.layers.Dense(d_model), keras.layers.Dropout(dropout_rate)])
+    self.seq = keras.Sequential(
+      [
+        keras.layers.Dense(dff, activation="relu"),
+        keras.layers.Dense(d_model),
+        keras.layers.Dropout(dropout_rate),
+      ]
+    )
     self.add = keras.layers.Add()
     self.layer_norm = keras.layers.LayerNormalization()
 
@@ -97,11 +95,11 @@ class FeedForward(keras.layers.Layer):
 
 
 class KerasEncoderLayer(keras.layers.Layer):
-
   def __init__(self, d_model, num_heads, dff, dropout_rate=0.1):
     super().__init__()
-    self.self_attention = GlobalSelfAttention(num_heads=num_heads, key_dim=d_model // num_heads,
-                                              dropout=dropout_rate)
+    self.self_attention = GlobalSelfAttention(
+      num_heads=num_heads, key_dim=d_model // num_heads, dropout=dropout_rate
+    )
     self.ffn = FeedForward(d_model, dff)
 
   def call(self, x, mask):
@@ -109,14 +107,14 @@ class KerasEncoderLayer(keras.layers.Layer):
 
 
 class KerasDecoderLayer(keras.layers.Layer):
-
   def __init__(self, d_model, num_heads, dff, dropout_rate=0.1):
     super().__init__()
-    self.causal_self_attention = CausalSelfAttention(num_heads=num_heads,
-                                                     key_dim=d_model // num_heads,
-                                                     dropout=dropout_rate)
-    self.cross_attention = CrossAttention(num_heads=num_heads, key_dim=d_model // num_heads,
-                                          dropout=dropout_rate)
+    self.causal_self_attention = CausalSelfAttention(
+      num_heads=num_heads, key_dim=d_model // num_heads, dropout=dropout_rate
+    )
+    self.cross_attention = CrossAttention(
+      num_heads=num_heads, key_dim=d_model // num_heads, dropout=dropout_rate
+    )
     self.ffn = FeedForward(d_model, dff)
 
   def call(self, x, context, cross_mask):
@@ -124,15 +122,16 @@ class KerasDecoderLayer(keras.layers.Layer):
 
 
 class KerasTransformer(keras.Model):
-
   def __init__(self, num_layers, d_model, num_heads, dff, vocab, dropout_rate=0.1):
     super().__init__()
     self.source_embedding = PositionalEmbedding(vocab, d_model)
     self.target_embedding = PositionalEmbedding(vocab, d_model)
-    self.encoder_layers = [KerasEncoderLayer(d_model, num_heads, dff, dropout_rate)
-                           for _ in range(num_layers)]
-    self.decoder_layers = [KerasDecoderLayer(d_model, num_heads, dff, dropout_rate)
-                           for _ in range(num_layers)]
+    self.encoder_layers = [
+      KerasEncoderLayer(d_model, num_heads, dff, dropout_rate) for _ in range(num_layers)
+    ]
+    self.decoder_layers = [
+      KerasDecoderLayer(d_model, num_heads, dff, dropout_rate) for _ in range(num_layers)
+    ]
     self.dropout = keras.layers.Dropout(dropout_rate)
     self.final_layer = keras.layers.Dense(vocab)
 
@@ -140,8 +139,10 @@ class KerasTransformer(keras.Model):
     source, target = inputs
     source_valid = tf.not_equal(source, 0)
     encoder_mask = source_valid[:, tf.newaxis, :] & source_valid[:, :, tf.newaxis]
-    cross_mask = tf.broadcast_to(source_valid[:, tf.newaxis, :],
-                                 [tf.shape(target)[0], tf.shape(target)[1], tf.shape(source)[1]])
+    cross_mask = tf.broadcast_to(
+      source_valid[:, tf.newaxis, :],
+      [tf.shape(target)[0], tf.shape(target)[1], tf.shape(source)[1]],
+    )
     x = self.dropout(self.source_embedding(source), training=training)
     for layer in self.encoder_layers:
       x = layer(x, encoder_mask, training=training)
@@ -159,7 +160,8 @@ def make_step(model_fn, variables, optimizer, jit):
   def step(source, target_in, target_out):
     with tf.GradientTape() as tape:
       token_losses, weights = losses.label_smoothed_cross_entropy(  # sparse, float32
-          model_fn(source, target_in), target_out, 0.1)
+        model_fn(source, target_in), target_out, 0.1
+      )
       loss = tf.reduce_sum(token_losses) / tf.reduce_sum(weights)
     grads = tape.gradient(loss, variables)
     optimizer.apply_gradients(zip(grads, variables))
@@ -170,11 +172,11 @@ def make_step(model_fn, variables, optimizer, jit):
 
 def _define_flags():
   from absl import flags
+
   flags.DEFINE_enum("config", "small", sorted(CONFIGS), "Model size.")
   flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
   flags.DEFINE_integer("steps", 3, "Timed steps per round.", lower_bound=1)
-  flags.DEFINE_integer("rounds", 3, "Interleaved rounds (the median is reported).",
-                       lower_bound=1)
+  flags.DEFINE_integer("rounds", 3, "Interleaved rounds (the median is reported).", lower_bound=1)
   flags.DEFINE_integer("batch", 64, "Batch size.", lower_bound=1)
   flags.DEFINE_integer("length", 64, "Source and target length.", lower_bound=1)
 
@@ -182,17 +184,27 @@ def _define_flags():
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags
+
   args = flags.FLAGS
   c = CONFIGS[args.config]
   rng = np.random.default_rng(0)
-  batch = [tf.constant(rng.integers(3, c["vocab"], [args.batch, args.length]), tf.int32)
-           for _ in range(3)]
+  batch = [
+    tf.constant(rng.integers(3, c["vocab"], [args.batch, args.length]), tf.int32) for _ in range(3)
+  ]
 
   config = tfattn.TransformerConfig.preset(
-      "small", source_vocab_size=c["vocab"], target_vocab_size=c["vocab"], d_model=c["d_model"],
-      num_heads=c["num_heads"], dff=c["dff"], num_encoder_layers=c["num_layers"],
-      num_decoder_layers=c["num_layers"], dropout_rate=0.1, max_length=args.length,
-      compute_dtype=args.dtype)
+    "small",
+    source_vocab_size=c["vocab"],
+    target_vocab_size=c["vocab"],
+    d_model=c["d_model"],
+    num_heads=c["num_heads"],
+    dff=c["dff"],
+    num_encoder_layers=c["num_layers"],
+    num_decoder_layers=c["num_layers"],
+    dropout_rate=0.1,
+    max_length=args.length,
+    compute_dtype=args.dtype,
+  )
   ours = tfattn.Transformer(config)
   # The same model with tensor2tensor's extra dropout on the feed-forward hidden layer (our
   # placement before the paper's became the default): what that dropout costs.
@@ -202,21 +214,26 @@ def main(argv):
   peer = KerasTransformer(c["num_layers"], c["d_model"], c["num_heads"], c["dff"], c["vocab"])
   peer((batch[0], batch[1]))  # build
   models = {
-      "tfattn": (lambda s, t: ours(s, t, training=True), ours.trainable_variables),
-      "tfattn_ffd": (lambda s, t: ours_t2t(s, t, training=True), ours_t2t.trainable_variables),
-      "keras_mha": (lambda s, t: peer((s, t), training=True), peer.trainable_variables),
+    "tfattn": (lambda s, t: ours(s, t, training=True), ours.trainable_variables),
+    "tfattn_ffd": (lambda s, t: ours_t2t(s, t, training=True), ours_t2t.trainable_variables),
+    "keras_mha": (lambda s, t: peer((s, t), training=True), peer.trainable_variables),
   }
   step_flops = flops.training_flops(
-      flops.seq2seq_forward_flops(config, args.batch, args.length, args.length))
+    flops.seq2seq_forward_flops(config, args.batch, args.length, args.length)
+  )
   device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
   peak = performance.measure_matmul_peak(device, args.dtype, seconds=2.0)
   print(f"device: {common.device_description()}")
-  print(f"config: {args.config} ({c['num_layers']}+{c['num_layers']} layers, d_model "
-        f"{c['d_model']}, {c['num_heads']} heads, dff {c['dff']}, vocab {c['vocab']}), "
-        f"{args.dtype}, batch {args.batch}, length {args.length}; median of {args.rounds} "
-        f"interleaved rounds of {args.steps} steps")
-  print(f"measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s; "
-        f"training FLOPs/step: {step_flops / 1e9:.1f} GFLOP\n")
+  print(
+    f"config: {args.config} ({c['num_layers']}+{c['num_layers']} layers, d_model "
+    f"{c['d_model']}, {c['num_heads']} heads, dff {c['dff']}, vocab {c['vocab']}), "
+    f"{args.dtype}, batch {args.batch}, length {args.length}; median of {args.rounds} "
+    f"interleaved rounds of {args.steps} steps"
+  )
+  print(
+    f"measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s; "
+    f"training FLOPs/step: {step_flops / 1e9:.1f} GFLOP\n"
+  )
   steps = {}
   for jit in (False, True):
     for name, (model_fn, variables) in models.items():
@@ -225,21 +242,29 @@ def main(argv):
       step = make_step(model_fn, variables, optimizer, jit)
       steps[name, jit] = lambda step=step: step(*batch).numpy()
   seconds = common.interleaved_medians(steps, args.rounds, args.steps)
-  print(f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}   "
-        "(tfattn_ffd: + dropout on the feed-forward hidden layer)")
+  print(
+    f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}   "
+    "(tfattn_ffd: + dropout on the feed-forward hidden layer)"
+  )
   tokens = {}
   for (name, jit), value in seconds.items():
     tokens[name, jit] = args.batch * args.length / value
-    print(f"{name:<10} {'on' if jit else 'off':<5} {value:8.3f} {tokens[name, jit]:13.0f} "
-          f"{step_flops / value / peak:6.2f}")
+    print(
+      f"{name:<10} {'on' if jit else 'off':<5} {value:8.3f} {tokens[name, jit]:13.0f} "
+      f"{step_flops / value / peak:6.2f}"
+    )
   print()
   for jit in (False, True):
-    print(f"ratio tfattn / keras_mha, XLA {'on ' if jit else 'off'}: "
-          f"{tokens['tfattn', jit]:.0f} / {tokens['keras_mha', jit]:.0f} tok/s = "
-          f"{tokens['tfattn', jit] / tokens['keras_mha', jit]:.2f}x")
+    print(
+      f"ratio tfattn / keras_mha, XLA {'on ' if jit else 'off'}: "
+      f"{tokens['tfattn', jit]:.0f} / {tokens['keras_mha', jit]:.0f} tok/s = "
+      f"{tokens['tfattn', jit] / tokens['keras_mha', jit]:.2f}x"
+    )
   for jit in (False, True):
-    print(f"cost of feed-forward hidden dropout, XLA {'on ' if jit else 'off'}: tfattn_ffd / "
-          f"tfattn = {tokens['tfattn_ffd', jit] / tokens['tfattn', jit]:.2f}x tok/s")
+    print(
+      f"cost of feed-forward hidden dropout, XLA {'on ' if jit else 'off'}: tfattn_ffd / "
+      f"tfattn = {tokens['tfattn_ffd', jit] / tokens['tfattn', jit]:.2f}x tok/s"
+    )
 
 
 if __name__ == "__main__":

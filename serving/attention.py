@@ -25,8 +25,11 @@ from typing import Dict, List, Optional
 from serving import versions
 
 KINDS = ("cross", "encoder", "decoder")
-KIND_NAMES = {"cross": "cross-attention", "encoder": "encoder self-attention",
-              "decoder": "decoder self-attention"}
+KIND_NAMES = {
+  "cross": "cross-attention",
+  "encoder": "encoder self-attention",
+  "decoder": "decoder self-attention",
+}
 FORMATS = (".png", ".html")
 SIGNATURE = "attention"
 # assets.extra/tfattn.json (serving.export.EXPORT_INFO_FILE; read here without importing
@@ -45,6 +48,7 @@ class Maps:
     layers: the layer number of each returned layer.
     label: the classifier's label (None for seq2seq).
   """
+
   source_pieces: List[str]
   target_pieces: Optional[List[str]]
   weights: Dict[str, "object"]
@@ -70,8 +74,7 @@ def maps_from_outputs(outputs, layer) -> Maps:
   if "cross_attention" in outputs:
     t_len = int(outputs["target_length"])
     target = text(outputs["target_pieces"])[:t_len]
-    weights["decoder"] = np.asarray(outputs["decoder_attention"],
-                                    np.float32)[..., :t_len, :t_len]
+    weights["decoder"] = np.asarray(outputs["decoder_attention"], np.float32)[..., :t_len, :t_len]
     weights["cross"] = np.asarray(outputs["cross_attention"], np.float32)[..., :t_len, :s_len]
   count = weights["encoder"].shape[0]
   layers = list(range(count)) if layer < 0 else [layer]
@@ -89,7 +92,7 @@ def labels(maps: Maps, kind: str):
 
 
 def _shortened(text: str, limit: int = 60) -> str:
-  return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+  return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def describe(maps: Maps) -> str:
@@ -104,6 +107,7 @@ def describe(maps: Maps) -> str:
 def draw(maps: Maps, kind: str, draw_layers: List[int], one_picture: bool):
   """-> [(caption, PNG bytes)]: one picture with a row per layer, or one a layer."""
   from tfattn import attention_plot
+
   x_labels, y_labels = labels(maps, kind)
   weights = maps.weights[kind]  # [returned layers, heads, q, k]
   positions = {layer: i for i, layer in enumerate(maps.layers)}
@@ -111,11 +115,25 @@ def draw(maps: Maps, kind: str, draw_layers: List[int], one_picture: bool):
   title = f"{KIND_NAMES[kind]}: {describe(maps)}"
   if one_picture:
     chosen = weights[[positions[layer] for layer in draw_layers]]
-    return [(", ".join(names), attention_plot.render_png(chosen, x_labels, y_labels, title=title,
-                                                         layer_names=names))]
-  return [(name, attention_plot.render_png(weights[positions[layer]][None], x_labels, y_labels,
-                                           title=f"{title} ({name})", layer_names=[name]))
-          for name, layer in zip(names, draw_layers)]
+    return [
+      (
+        ", ".join(names),
+        attention_plot.render_png(chosen, x_labels, y_labels, title=title, layer_names=names),
+      )
+    ]
+  return [
+    (
+      name,
+      attention_plot.render_png(
+        weights[positions[layer]][None],
+        x_labels,
+        y_labels,
+        title=f"{title} ({name})",
+        layer_names=[name],
+      ),
+    )
+    for name, layer in zip(names, draw_layers)
+  ]
 
 
 def html_page(title: str, lines: List[str], pictures) -> str:
@@ -124,15 +142,21 @@ def html_page(title: str, lines: List[str], pictures) -> str:
   body += [f"<p>{html.escape(line)}</p>" for line in lines]
   for caption, png in pictures:
     data = base64.b64encode(png).decode("ascii")
-    body.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    body.append(
+      f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+      f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
   style = "body{font-family:sans-serif;margin:1em} img{max-width:100%;height:auto}"
-  return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-          f"<title>{html.escape(title)}</title><style>{style}</style></head>\n<body>\n"
-          + "\n".join(body) + "\n</body></html>\n")
+  return (
+    '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+    f"<title>{html.escape(title)}</title><style>{style}</style></head>\n<body>\n"
+    + "\n".join(body)
+    + "\n</body></html>\n"
+  )
 
 
 # ---- where the maps come from --------------------------------------------------------------
+
 
 def version_directory(base_path: str, version: Optional[int]) -> str:
   """The SavedModel to load: `base_path` itself when it is one, else its newest (or the given)
@@ -141,18 +165,23 @@ def version_directory(base_path: str, version: Optional[int]) -> str:
     raise cli.UsageError(f"--model_base_path {base_path} is not a directory")
   if os.path.isfile(os.path.join(base_path, versions.SAVED_MODEL_FILE)):
     if version is not None:
-      raise cli.UsageError(f"--model_base_path {base_path} is a version directory itself; "
-                           "drop --version or give its base path")
+      raise cli.UsageError(
+        f"--model_base_path {base_path} is a version directory itself; "
+        "drop --version or give its base path"
+      )
     return base_path
   found = versions.version_numbers(base_path)
   if not found:
-    raise cli.UsageError(f"--model_base_path {base_path} holds no version folder "
-                         "(<N>/saved_model.pb); export one with python -m serving.export")
+    raise cli.UsageError(
+      f"--model_base_path {base_path} holds no version folder "
+      "(<N>/saved_model.pb); export one with python -m serving.export"
+    )
   if version is None:
     return os.path.join(base_path, str(found[-1]))
   if version not in found:
-    raise cli.UsageError(f"--version={version} is not in {base_path} (versions: "
-                         f"{', '.join(map(str, found))})")
+    raise cli.UsageError(
+      f"--version={version} is not in {base_path} (versions: {', '.join(map(str, found))})"
+    )
   return os.path.join(base_path, str(version))
 
 
@@ -172,16 +201,21 @@ def check_against_info(info: Optional[dict], kind: Optional[str], layer: Optiona
   config = info.get("model_config", {})
   seq2seq = info.get("task", {}).get("kind") == "seq2seq"
   if not seq2seq and kind in ("cross", "decoder"):
-    raise cli.UsageError(f"--kind={kind}: this model is a classifier; its only attention is "
-                         "--kind=encoder")
+    raise cli.UsageError(
+      f"--kind={kind}: this model is a classifier; its only attention is --kind=encoder"
+    )
   if seq2seq:
     count = min(config.get("num_encoder_layers", 1), config.get("num_decoder_layers", 1))
   else:
-    count = (config.get("num_encoder_layers", 1)
-             if config.get("classifier_body", "transformer") == "transformer" else 1)
+    count = (
+      config.get("num_encoder_layers", 1)
+      if config.get("classifier_body", "transformer") == "transformer"
+      else 1
+    )
   if layer is not None and layer >= count:
-    raise cli.UsageError(f"--layer={layer}: this model has {count} layer"
-                         f"{'s' if count != 1 else ''} (0 to {count - 1})")
+    raise cli.UsageError(
+      f"--layer={layer}: this model has {count} layer{'s' if count != 1 else ''} (0 to {count - 1})"
+    )
 
 
 def from_export(path: str, text: str, target: str, layer: int) -> Dict:
@@ -189,10 +223,13 @@ def from_export(path: str, text: str, target: str, layer: int) -> Dict:
   cli.start_tensorflow_quietly()
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
   signatures = tf.saved_model.load(path).signatures
   if SIGNATURE not in signatures:
-    raise cli.UsageError(f"{path} has no '{SIGNATURE}' signature (exported before it "
-                         "existed?); export the run again with python -m serving.export")
+    raise cli.UsageError(
+      f"{path} has no '{SIGNATURE}' signature (exported before it "
+      "existed?); export the run again with python -m serving.export"
+    )
   function = signatures[SIGNATURE]
   inputs = {"text": tf.constant([text]), "layer": tf.constant([layer])}
   if "target" in function.structured_input_signature[1]:
@@ -203,12 +240,14 @@ def from_export(path: str, text: str, target: str, layer: int) -> Dict:
     outputs = function(**inputs)
   except tf.errors.InvalidArgumentError as error:
     from serving.model_manager import error_reason
+
     raise cli.UsageError(error_reason(error.message)) from None
   return {name: value.numpy()[0] for name, value in outputs.items()}
 
 
 def _client(server: str, model_name: str, timeout: float):
   from serving.client import ServingClient
+
   url = urllib.parse.urlsplit(server)
   if url.scheme != "http" or not url.hostname or url.path not in ("", "/"):
     raise cli.UsageError(f"--server={server}: give the REST address as http://HOST:PORT")
@@ -223,25 +262,31 @@ def from_server(client, text: str, target: str, layer: int, kind: Optional[str])
   """Asks a running server's `attention` signature over REST -> {output: JSON row}; the model's
   metadata is read first, so a kind the model lacks is refused before it computes anything."""
   from serving.client import ServingError
+
   try:
     signatures = client.metadata()["metadata"]["signature_def"]["signature_def"]
   except ServingError as error:
     raise cli.UsageError(f"{client.base} answered {error}") from None
   except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
     reason = getattr(error, "reason", error)
-    raise cli.UsageError(f"cannot reach {client.base} ({reason}); is the server running? "
-                         "start one with python -m serving.server") from None
+    raise cli.UsageError(
+      f"cannot reach {client.base} ({reason}); is the server running? "
+      "start one with python -m serving.server"
+    ) from None
   if SIGNATURE not in signatures:
-    raise cli.UsageError(f"{client.base} serves no '{SIGNATURE}' signature (exported before "
-                         "it existed?); export the run again with python -m serving.export")
+    raise cli.UsageError(
+      f"{client.base} serves no '{SIGNATURE}' signature (exported before "
+      "it existed?); export the run again with python -m serving.export"
+    )
   row = {"text": text, "layer": layer}
   if "target" in signatures[SIGNATURE]["inputs"]:
     row["target"] = target
   elif target:
     raise cli.UsageError("--target: this model is a classifier; it has no target")
   elif kind in ("cross", "decoder"):
-    raise cli.UsageError(f"--kind={kind}: this model is a classifier; its only attention is "
-                         "--kind=encoder")
+    raise cli.UsageError(
+      f"--kind={kind}: this model is a classifier; its only attention is --kind=encoder"
+    )
   try:
     return client.predict(instances=[row], signature_name=SIGNATURE)["predictions"][0]
   except ServingError as error:
@@ -252,39 +297,57 @@ def from_server(client, text: str, target: str, layer: int, kind: Optional[str])
 
 # ---- the program ---------------------------------------------------------------------------
 
+
 def _define_flags():
   from absl import flags
-  flags.DEFINE_string("model_base_path", None,
-                      "A local export: the base path (its newest version, or --version) or a "
-                      "version directory. Give this or --server.")
-  flags.DEFINE_integer("version", None, "With --model_base_path: the version to load.",
-                       lower_bound=1)
-  flags.DEFINE_string("server", None,
-                      "A running server's REST address, e.g. http://127.0.0.1:8501 "
-                      "(python -m serving.server or TF Serving). Give this or "
-                      "--model_base_path.")
+
+  flags.DEFINE_string(
+    "model_base_path",
+    None,
+    "A local export: the base path (its newest version, or --version) or a "
+    "version directory. Give this or --server.",
+  )
+  flags.DEFINE_integer(
+    "version", None, "With --model_base_path: the version to load.", lower_bound=1
+  )
+  flags.DEFINE_string(
+    "server",
+    None,
+    "A running server's REST address, e.g. http://127.0.0.1:8501 "
+    "(python -m serving.server or TF Serving). Give this or "
+    "--model_base_path.",
+  )
   flags.DEFINE_string("model_name", "tfattn", "With --server: the model's name.")
   flags.DEFINE_string("text", None, "The input text (required).")
-  flags.DEFINE_string("target", "",
-                      "Seq2seq: the target text to attend with (default: the model's own "
-                      "translation).")
-  flags.DEFINE_string("out", None, "Where to write: a .png picture or a self-contained .html "
-                      "page (required).")
-  flags.DEFINE_integer("layer", None, "The layer to draw, 0 = the first (default: the last).",
-                       lower_bound=0)
+  flags.DEFINE_string(
+    "target", "", "Seq2seq: the target text to attend with (default: the model's own translation)."
+  )
+  flags.DEFINE_string(
+    "out", None, "Where to write: a .png picture or a self-contained .html page (required)."
+  )
+  flags.DEFINE_integer(
+    "layer", None, "The layer to draw, 0 = the first (default: the last).", lower_bound=0
+  )
   flags.DEFINE_bool("all_layers", False, "Draw every layer (a row of heads each).")
-  flags.DEFINE_enum("kind", None, list(KINDS),
-                    "Which attention: cross (decoder to source), encoder or decoder "
-                    "self-attention (default: cross for seq2seq, encoder for a classifier).")
-  flags.DEFINE_float("timeout", 120.0, "With --server: seconds to wait for an answer.",
-                     lower_bound=0.0)
+  flags.DEFINE_enum(
+    "kind",
+    None,
+    list(KINDS),
+    "Which attention: cross (decoder to source), encoder or decoder "
+    "self-attention (default: cross for seq2seq, encoder for a classifier).",
+  )
+  flags.DEFINE_float(
+    "timeout", 120.0, "With --server: seconds to wait for an answer.", lower_bound=0.0
+  )
 
 
 def _check_flags(f):
   """Every mistake that needs no model, before anything is loaded."""
   if bool(f.model_base_path) == bool(f.server):
-    raise cli.UsageError("give --model_base_path=DIR (a local export) or --server=http://HOST:"
-                         "PORT (a running server), one of them")
+    raise cli.UsageError(
+      "give --model_base_path=DIR (a local export) or --server=http://HOST:"
+      "PORT (a running server), one of them"
+    )
   if f.text is None:
     raise cli.UsageError("--text is required: the text whose attention to draw")
   if not f.out:
@@ -303,6 +366,7 @@ def _check_flags(f):
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags
+
   f = flags.FLAGS
   _check_flags(f)
   # One layer when asked for, else every layer (the last is drawn unless --all_layers).
@@ -319,16 +383,19 @@ def main(argv):
   maps = maps_from_outputs(outputs, wanted)
   kind = f.kind or ("cross" if maps.seq2seq else "encoder")
   if kind not in maps.weights:
-    raise cli.UsageError(f"--kind={kind}: this model is a classifier; its only attention is "
-                         "--kind=encoder")
+    raise cli.UsageError(
+      f"--kind={kind}: this model is a classifier; its only attention is --kind=encoder"
+    )
   draw_layers = maps.layers if f.all_layers else maps.layers[-1:]
   as_html = f.out.lower().endswith(".html")
   pictures = draw(maps, kind, draw_layers, one_picture=not as_html)
   if as_html:
     lines = [f"model: {where}", f"source pieces: {' | '.join(maps.source_pieces)}"]
     if maps.seq2seq:
-      lines.append(f"target pieces: {' | '.join(maps.target_pieces)}"
-                   + ("" if f.target else " (the model's own translation)"))
+      lines.append(
+        f"target pieces: {' | '.join(maps.target_pieces)}"
+        + ("" if f.target else " (the model's own translation)")
+      )
     else:
       lines.append(f"label: {maps.label}")
     page = html_page(f"{KIND_NAMES[kind]}: {describe(maps)}", lines, pictures)
@@ -337,8 +404,7 @@ def main(argv):
   else:
     with open(f.out, "wb") as file:
       file.write(pictures[0][1])
-  print(f"wrote {f.out}: {KIND_NAMES[kind]}, {', '.join(c for c, _ in pictures)}; "
-        f"{describe(maps)}")
+  print(f"wrote {f.out}: {KIND_NAMES[kind]}, {', '.join(c for c, _ in pictures)}; {describe(maps)}")
 
 
 if __name__ == "__main__":

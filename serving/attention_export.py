@@ -62,16 +62,21 @@ def target_ids(source_ids, given, translate):
   Returns int32 `[batch, t_len]`, each row its pieces up to and including END (or the length
   limit), then PAD."""
   own = tf.where(tf.equal(given[:, 0], tfattn_text.END_ID))[:, 0]  # rows to translate
-  translated = tf.cond(tf.size(own) > 0,
-                       lambda: translate(tf.gather(source_ids, own)),
-                       lambda: tf.zeros([0, 1], tf.int32))
+  translated = tf.cond(
+    tf.size(own) > 0,
+    lambda: translate(tf.gather(source_ids, own)),
+    lambda: tf.zeros([0, 1], tf.int32),
+  )
   # Cut each translation after its first END (decoding pads after it; this makes sure).
-  is_end = tf.cumsum(tf.cast(tf.equal(translated, tfattn_text.END_ID), tf.int32), axis=1,
-                     exclusive=True) > 0
+  is_end = (
+    tf.cumsum(tf.cast(tf.equal(translated, tfattn_text.END_ID), tf.int32), axis=1, exclusive=True)
+    > 0
+  )
   translated = tf.where(is_end, tfattn_text.PAD_ID, translated)
   width = tf.maximum(tf.shape(given)[1], tf.shape(translated)[1])
-  return tf.tensor_scatter_nd_update(_pad_to(given, width), own[:, tf.newaxis],
-                                     _pad_to(translated, width))
+  return tf.tensor_scatter_nd_update(
+    _pad_to(given, width), own[:, tf.newaxis], _pad_to(translated, width)
+  )
 
 
 def _check_layers(layer, batch, num_layers):
@@ -79,29 +84,40 @@ def _check_layers(layer, batch, num_layers):
   every = tf.less(layer, 0)
   every_layer = tf.reduce_all(every)
   return every_layer, [
-      tf.debugging.assert_equal(
-          tf.size(layer), batch,
-          message="attention: give one layer a row (layer: -1 = every layer, 0 = the first)"),
-      tf.debugging.assert_equal(
-          tf.logical_or(every_layer, tf.reduce_all(tf.logical_not(every))), True,
-          message="attention: every row must ask for -1 (every layer) or every row for one "
-                  "layer"),
-      tf.debugging.assert_less(
-          layer, num_layers,
-          message=f"attention: layer must be -1 (every layer) or 0 to {num_layers - 1}: this "
-                  f"model has {num_layers} layers"),
+    tf.debugging.assert_equal(
+      tf.size(layer),
+      batch,
+      message="attention: give one layer a row (layer: -1 = every layer, 0 = the first)",
+    ),
+    tf.debugging.assert_equal(
+      tf.logical_or(every_layer, tf.reduce_all(tf.logical_not(every))),
+      True,
+      message="attention: every row must ask for -1 (every layer) or every row for one layer",
+    ),
+    tf.debugging.assert_less(
+      layer,
+      num_layers,
+      message=f"attention: layer must be -1 (every layer) or 0 to {num_layers - 1}: this "
+      f"model has {num_layers} layers",
+    ),
   ]
 
 
 def _check_budget(batch, layers, heads, query_key_products):
   """Fails with InvalidArgument naming MAX_WEIGHTS when the response would hold more weights."""
-  count = (tf.cast(batch, tf.int64) * tf.cast(layers, tf.int64) * heads *
-           tf.cast(query_key_products, tf.int64))
+  count = (
+    tf.cast(batch, tf.int64)
+    * tf.cast(layers, tf.int64)
+    * heads
+    * tf.cast(query_key_products, tf.int64)
+  )
   message = tf.strings.format(
-      "attention: this request asks for {} weights, more than the limit of " + str(MAX_WEIGHTS)
-      + " a response may hold (up to 15 bytes each in JSON, under the 64 MiB body limit): send "
-      "fewer or shorter texts, or one layer (layer=N) instead of every layer (layer=-1)",
-      [count])
+    "attention: this request asks for {} weights, more than the limit of "
+    + str(MAX_WEIGHTS)
+    + " a response may hold (up to 15 bytes each in JSON, under the 64 MiB body limit): send "
+    "fewer or shorter texts, or one layer (layer=N) instead of every layer (layer=-1)",
+    [count],
+  )
   return tf.debugging.Assert(count <= MAX_WEIGHTS, [message])
 
 
@@ -109,13 +125,17 @@ def _select(weights, layer, every_layer, query_lengths, key_lengths):
   """Tuple of `[batch, heads, q, k]` (one a layer) -> `[batch, layers or 1, heads, q, k]`, the
   layers asked for, 0 outside each row's query and key lengths."""
   stacked = tf.stack(weights, axis=1)  # [batch, layers, heads, q, k]
-  chosen = tf.cond(every_layer, lambda: stacked,
-                   lambda: tf.gather(stacked, tf.maximum(layer, 0), axis=1,
-                                     batch_dims=1)[:, tf.newaxis])
+  chosen = tf.cond(
+    every_layer,
+    lambda: stacked,
+    lambda: tf.gather(stacked, tf.maximum(layer, 0), axis=1, batch_dims=1)[:, tf.newaxis],
+  )
   queries = tf.sequence_mask(query_lengths, tf.shape(stacked)[3], tf.float32)
   keys = tf.sequence_mask(key_lengths, tf.shape(stacked)[4], tf.float32)
-  inside = queries[:, tf.newaxis, tf.newaxis, :, tf.newaxis] * keys[:, tf.newaxis, tf.newaxis,
-                                                                   tf.newaxis, :]
+  inside = (
+    queries[:, tf.newaxis, tf.newaxis, :, tf.newaxis]
+    * keys[:, tf.newaxis, tf.newaxis, tf.newaxis, :]
+  )
   return chosen * inside
 
 
@@ -126,10 +146,14 @@ def seq2seq_maps(model, source_tokenizer, target_tokenizer, source_ids, targets,
   batch, s_len, t_len = tf.shape(source_ids)[0], tf.shape(source_ids)[1], tf.shape(targets)[1]
   num_layers = min(config.num_encoder_layers, config.num_decoder_layers)
   every_layer, checks = _check_layers(layer, batch, num_layers)
-  returned_layers = tf.where(every_layer, max(config.num_encoder_layers,
-                                              config.num_decoder_layers), 1)
-  checks.append(_check_budget(batch, returned_layers, config.num_heads,
-                              s_len * s_len + t_len * t_len + t_len * s_len))
+  returned_layers = tf.where(
+    every_layer, max(config.num_encoder_layers, config.num_decoder_layers), 1
+  )
+  checks.append(
+    _check_budget(
+      batch, returned_layers, config.num_heads, s_len * s_len + t_len * t_len + t_len * s_len
+    )
+  )
   with tf.control_dependencies(checks):  # nothing runs before the request is known to fit
     source_ids = tf.identity(source_ids)
   decoder_input = tf.concat([tf.fill([batch, 1], config.bos_id), targets[:, :-1]], axis=1)
@@ -137,16 +161,13 @@ def seq2seq_maps(model, source_tokenizer, target_tokenizer, source_ids, targets,
   source_length = tfattn_text.row_lengths(source_ids)
   target_length = tfattn_text.row_lengths(targets)
   return {
-      "source_pieces": tfattn_text.piece_texts(source_tokenizer, source_ids, source_length),
-      "source_length": source_length,
-      "target_pieces": tfattn_text.piece_texts(target_tokenizer, targets, target_length),
-      "target_length": target_length,
-      "encoder_attention": _select(weights.encoder, layer, every_layer, source_length,
-                                   source_length),
-      "decoder_attention": _select(weights.decoder, layer, every_layer, target_length,
-                                   target_length),
-      "cross_attention": _select(weights.cross, layer, every_layer, target_length,
-                                 source_length),
+    "source_pieces": tfattn_text.piece_texts(source_tokenizer, source_ids, source_length),
+    "source_length": source_length,
+    "target_pieces": tfattn_text.piece_texts(target_tokenizer, targets, target_length),
+    "target_length": target_length,
+    "encoder_attention": _select(weights.encoder, layer, every_layer, source_length, source_length),
+    "decoder_attention": _select(weights.decoder, layer, every_layer, target_length, target_length),
+    "cross_attention": _select(weights.cross, layer, every_layer, target_length, source_length),
   }
 
 
@@ -157,18 +178,18 @@ def classifier_maps(model, source_tokenizer, source_ids, layer):
   num_layers = config.num_encoder_layers if config.classifier_body == "transformer" else 1
   batch, s_len = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
   every_layer, checks = _check_layers(layer, batch, num_layers)
-  checks.append(_check_budget(batch, tf.where(every_layer, num_layers, 1), config.num_heads,
-                              s_len * s_len))
+  checks.append(
+    _check_budget(batch, tf.where(every_layer, num_layers, 1), config.num_heads, s_len * s_len)
+  )
   with tf.control_dependencies(checks):
     source_ids = tf.identity(source_ids)
   logits, weights = model(source_ids, return_attention=True)
   probabilities = tf.nn.softmax(logits)
   source_length = tfattn_text.row_lengths(source_ids)
   return {
-      "source_pieces": tfattn_text.piece_texts(source_tokenizer, source_ids, source_length),
-      "source_length": source_length,
-      "encoder_attention": _select(weights.encoder, layer, every_layer, source_length,
-                                   source_length),
-      "label": tf.argmax(probabilities, axis=-1),
-      "probabilities": probabilities,
+    "source_pieces": tfattn_text.piece_texts(source_tokenizer, source_ids, source_length),
+    "source_length": source_length,
+    "encoder_attention": _select(weights.encoder, layer, every_layer, source_length, source_length),
+    "label": tf.argmax(probabilities, axis=-1),
+    "probabilities": probabilities,
   }

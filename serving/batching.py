@@ -16,6 +16,7 @@ from serving.tensor_json import RestError
 @dataclasses.dataclass
 class BatchingParameters:
   """TF Serving's batching_parameters_file fields."""
+
   max_batch_size: int = 32
   batch_timeout_micros: int = 1000
   max_enqueued_batches: int = 100
@@ -30,15 +31,22 @@ class BatchingParameters:
     TF Serving's pool; large-batch splitting is not done here (a request over max_batch_size
     runs alone), so its two fields are read and logged as not applied."""
     proto = config_protos.parse(text, config_protos.BatchingParameters)
-    values = {field.name: getattr(proto, field.name).value
-              for field in dataclasses.fields(cls)
-              if field.name not in ("allowed_batch_sizes", "pad_variable_length_inputs")
-              and proto.HasField(field.name)}
+    values = {
+      field.name: getattr(proto, field.name).value
+      for field in dataclasses.fields(cls)
+      if field.name not in ("allowed_batch_sizes", "pad_variable_length_inputs")
+      and proto.HasField(field.name)
+    }
     if proto.enable_large_batch_splitting.value:
-      logging.warning("batching: enable_large_batch_splitting is not applied: requests larger "
-                      "than max_batch_size run alone")
-    params = cls(**values, allowed_batch_sizes=tuple(sorted(proto.allowed_batch_sizes)),
-                 pad_variable_length_inputs=proto.pad_variable_length_inputs)
+      logging.warning(
+        "batching: enable_large_batch_splitting is not applied: requests larger "
+        "than max_batch_size run alone"
+      )
+    params = cls(
+      **values,
+      allowed_batch_sizes=tuple(sorted(proto.allowed_batch_sizes)),
+      pad_variable_length_inputs=proto.pad_variable_length_inputs,
+    )
     for name in ("max_batch_size", "num_batch_threads", "max_enqueued_batches"):
       if getattr(params, name) < 1:
         raise ValueError(f"{name} must be at least 1, got {getattr(params, name)}")
@@ -48,14 +56,17 @@ class BatchingParameters:
 
 
 class _Task:
-
   def __init__(self, servable, signature_name, arrays, timeout_seconds, output_names):
     self.servable, self.signature_name, self.arrays = servable, signature_name, arrays
     self.output_names = tuple(output_names or ())
     self.deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     self.rows = next(iter(arrays.values())).shape[0] if arrays else 0
-    self.key = (id(servable), signature_name, self.output_names,
-                tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(arrays.items())))
+    self.key = (
+      id(servable),
+      signature_name,
+      self.output_names,
+      tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(arrays.items())),
+    )
     self.done = threading.Event()
     self.outputs = self.error = None
 
@@ -63,8 +74,7 @@ class _Task:
     return None if self.deadline is None else self.deadline - time.monotonic()
 
   def run_alone(self):
-    return self.servable.run(self.signature_name, self.arrays, self.remaining(),
-                             self.output_names)
+    return self.servable.run(self.signature_name, self.arrays, self.remaining(), self.output_names)
 
 
 class Batcher:
@@ -76,8 +86,10 @@ class Batcher:
     self._queued_rows = 0
     self._cond = threading.Condition()
     self._closed = False
-    self._threads = [threading.Thread(target=self._work, daemon=True, name=f"batch-{i}")
-                     for i in range(params.num_batch_threads)]
+    self._threads = [
+      threading.Thread(target=self._work, daemon=True, name=f"batch-{i}")
+      for i in range(params.num_batch_threads)
+    ]
     for thread in self._threads:
       thread.start()
 
@@ -85,14 +97,18 @@ class Batcher:
     """Servable.run's answer for this request, computed in a batch with compatible ones (same
     version, signature, outputs, and input shapes past the batch axis)."""
     task = _Task(servable, signature_name, arrays, timeout_seconds, output_names)
-    if task.rows == 0 or task.rows > self.params.max_batch_size or any(
-        a.ndim == 0 for a in arrays.values()):
+    if (
+      task.rows == 0
+      or task.rows > self.params.max_batch_size
+      or any(a.ndim == 0 for a in arrays.values())
+    ):
       return task.run_alone()  # cannot be merged
     with self._cond:
       limit = self.params.max_enqueued_batches * self.params.max_batch_size
       if self._queued_rows + task.rows > limit:
-        raise RestError("UNAVAILABLE", "The batch scheduling queue to which this task was "
-                        "submitted is full")
+        raise RestError(
+          "UNAVAILABLE", "The batch scheduling queue to which this task was submitted is full"
+        )
       self._queue.append(task)
       self._queued_rows += task.rows
       self._cond.notify()
@@ -111,8 +127,14 @@ class Batcher:
       batch, rows = [first], first.rows
       deadline = time.monotonic() + self.params.batch_timeout_micros / 1e6
       while rows < self.params.max_batch_size:
-        compatible = next((t for t in self._queue if t.key == first.key and
-                           rows + t.rows <= self.params.max_batch_size), None)
+        compatible = next(
+          (
+            t
+            for t in self._queue
+            if t.key == first.key and rows + t.rows <= self.params.max_batch_size
+          ),
+          None,
+        )
         if compatible is not None:
           self._queue.remove(compatible)
           batch.append(compatible)
@@ -137,8 +159,9 @@ class Batcher:
       if batch is None:
         return
       for task in [t for t in batch if t.deadline is not None and t.remaining() <= 0]:
-        task.error = RestError("DEADLINE_EXCEEDED", "Deadline exceeded while the request waited "
-                               "for its batch")
+        task.error = RestError(
+          "DEADLINE_EXCEEDED", "Deadline exceeded while the request waited for its batch"
+        )
         task.done.set()
         batch.remove(task)
       if batch:
@@ -150,12 +173,12 @@ class Batcher:
     first = batch[0]
     rows = sum(t.rows for t in batch)
     try:
-      merged = {name: np.concatenate([t.arrays[name] for t in batch])
-                for name in first.arrays}
+      merged = {name: np.concatenate([t.arrays[name] for t in batch]) for name in first.arrays}
       padding = self._padded_size(rows) - rows
       if padding:
-        merged = {n: np.concatenate([a, np.repeat(a[:1], padding, axis=0)])
-                  for n, a in merged.items()}
+        merged = {
+          n: np.concatenate([a, np.repeat(a[:1], padding, axis=0)]) for n, a in merged.items()
+        }
       remaining = [t.remaining() for t in batch]
       timeout = None if None in remaining else max(remaining)
       outputs = first.servable.run(first.signature_name, merged, timeout, first.output_names)
@@ -163,7 +186,7 @@ class Batcher:
         raise RestError("INTERNAL", "batched outputs lost their batch dimension")
       start = 0
       for task in batch:
-        task.outputs = {n: o[start:start + task.rows] for n, o in outputs.items()}
+        task.outputs = {n: o[start : start + task.rows] for n, o in outputs.items()}
         start += task.rows
     except RestError as error:
       if len(batch) == 1:

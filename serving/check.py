@@ -20,33 +20,55 @@ if __name__ == "__main__":
   cli.start_tensorflow_quietly()
 
 # TF-Text ops that TF Serving 2.12-2.19 links (TF-Text 2.12.1's ops_lib).
-SERVING_TEXT_OPS = frozenset({
-    "CaseFoldUTF8", "NormalizeUTF8", "NormalizeUTF8WithOffsetsMap", "RegexSplitWithOffsets",
-    "WordpieceTokenizeWithOffsets", "FastWordpieceTokenizeWithOffsets",
-    "TFText>FastWordpieceDetokenize", "FastBertNormalize", "WhitespaceTokenizeWithOffsets",
-    "UnicodeScriptTokenizeWithOffsets", "SentencepieceOp", "SentencepieceTokenizeOp",
-    "SentencepieceTokenizeWithOffsetsOp", "SentencepieceDetokenizeOp",
-    "SentencepieceVocabSizeOp", "SentencepieceIdToStringOp", "SentencepieceStringToIdOp",
-    "SplitMergeTokenizeWithOffsets", "SplitMergeFromLogitsTokenizeWithOffsets",
-    "TokenizerFromLogits", "NgramsStringJoin", "SentenceFragments", "ConstrainedSequence",
-    "MaxSpanningTree", "RougeL", "TFText>WhitespaceTokenizeWithOffsetsV2",
+SERVING_TEXT_OPS = frozenset(
+  {
+    "CaseFoldUTF8",
+    "NormalizeUTF8",
+    "NormalizeUTF8WithOffsetsMap",
+    "RegexSplitWithOffsets",
+    "WordpieceTokenizeWithOffsets",
+    "FastWordpieceTokenizeWithOffsets",
+    "TFText>FastWordpieceDetokenize",
+    "FastBertNormalize",
+    "WhitespaceTokenizeWithOffsets",
+    "UnicodeScriptTokenizeWithOffsets",
+    "SentencepieceOp",
+    "SentencepieceTokenizeOp",
+    "SentencepieceTokenizeWithOffsetsOp",
+    "SentencepieceDetokenizeOp",
+    "SentencepieceVocabSizeOp",
+    "SentencepieceIdToStringOp",
+    "SentencepieceStringToIdOp",
+    "SplitMergeTokenizeWithOffsets",
+    "SplitMergeFromLogitsTokenizeWithOffsets",
+    "TokenizerFromLogits",
+    "NgramsStringJoin",
+    "SentenceFragments",
+    "ConstrainedSequence",
+    "MaxSpanningTree",
+    "RougeL",
+    "TFText>WhitespaceTokenizeWithOffsetsV2",
     "TFText>WhitespaceTokenizerConfigBuilder",
-})
+  }
+)
 # In TF-Text after 2.12.1 only: a SavedModel using them fails to load in TF Serving < 2.20.
-UNSAFE_BEFORE_2_20 = frozenset({"TFText>RoundRobinTrim", "TFText>RoundRobinGenerateMasks",
-                                "TFText>Utf8Binarize"})
+UNSAFE_BEFORE_2_20 = frozenset(
+  {"TFText>RoundRobinTrim", "TFText>RoundRobinGenerateMasks", "TFText>Utf8Binarize"}
+)
 # Graph-construction pseudo-ops that appear in function bodies but are not kernels.
 _PSEUDO_OPS = frozenset({"_Arg", "_Retval", "NoOp"})
 
 
 def core_ops():
   import tensorflow as tf
+
   return set(dir(tf.raw_ops)) | _PSEUDO_OPS
 
 
 def read_saved_model(saved_model_dir):
   """The `saved_model.pb` of a SavedModel directory, parsed."""
   from tensorflow.core.protobuf import saved_model_pb2
+
   proto = saved_model_pb2.SavedModel()
   with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
     proto.ParseFromString(f.read())
@@ -68,11 +90,13 @@ def saved_model_ops(saved_model_dir):
 def _tensor_text(name, info):
   """`text: string [None]` for a signature's TensorInfo (-1 dimensions shown as None)."""
   from tensorflow.python.framework import dtypes
+
   if info.tensor_shape.unknown_rank:
     shape = "[?]"
   else:
-    shape = "[" + ", ".join("None" if d.size < 0 else str(d.size)
-                            for d in info.tensor_shape.dim) + "]"
+    shape = (
+      "[" + ", ".join("None" if d.size < 0 else str(d.size) for d in info.tensor_shape.dim) + "]"
+    )
   return f"{name}: {dtypes.as_dtype(info.dtype).name} {shape}"
 
 
@@ -97,10 +121,14 @@ def must_compile_functions(saved_model_dir):
   """Names of the functions marked `jit_compile=True` (attribute `_XlaMustCompile`). TF
   Serving's GPU builds compile them; its CPU builds refuse them unless started with
   XLA_CPU_FLAG (tensorflow_serving/model_servers/main.cc, default false)."""
-  return sorted({function.signature.name
-                 for meta_graph in read_saved_model(saved_model_dir).meta_graphs
-                 for function in meta_graph.graph_def.library.function
-                 if function.attr["_XlaMustCompile"].b})
+  return sorted(
+    {
+      function.signature.name
+      for meta_graph in read_saved_model(saved_model_dir).meta_graphs
+      for function in meta_graph.graph_def.library.function
+      if function.attr["_XlaMustCompile"].b
+    }
+  )
 
 
 def problems(saved_model_dir):
@@ -118,8 +146,7 @@ def problems(saved_model_dir):
 def _version_dirs(path):
   """`path` itself when it is a SavedModel, else its versions, newest first."""
   if not os.path.isdir(path):
-    raise ValueError(f"{path} is not a directory: give a SavedModel directory or a model base "
-                     "path")
+    raise ValueError(f"{path} is not a directory: give a SavedModel directory or a model base path")
   if os.path.exists(os.path.join(path, versions.SAVED_MODEL_FILE)):
     return [path]
   dirs = [os.path.join(path, str(v)) for v in reversed(versions.version_numbers(path))]
@@ -130,8 +157,9 @@ def _version_dirs(path):
 
 def main(argv):
   if len(argv) != 2:
-    raise cli.UsageError("give one SavedModel directory or model base path: "
-                         "python -m serving.check DIR")
+    raise cli.UsageError(
+      "give one SavedModel directory or model base path: python -m serving.check DIR"
+    )
   try:
     dirs = _version_dirs(argv[1])
   except ValueError as error:
@@ -147,17 +175,30 @@ def main(argv):
       print(f"  {line}")
     # The module, not the console script: the script is missing where TensorFlow was
     # installed with `pip --target` or is not beside sys.executable.
-    shown = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli",
-                            "show", "--dir", directory, "--all"], capture_output=True, text=True)
+    shown = subprocess.run(
+      [
+        sys.executable,
+        "-m",
+        "tensorflow.python.tools.saved_model_cli",
+        "show",
+        "--dir",
+        directory,
+        "--all",
+      ],
+      capture_output=True,
+      text=True,
+    )
     print(shown.stdout)
     if shown.returncode:
       print(f"saved_model_cli failed:\n{shown.stderr[-2000:]}")
       failed = True
     compiled = must_compile_functions(directory)
     if compiled:
-      print(f"XLA: {len(compiled)} function(s) must be compiled with XLA ({', '.join(compiled)}). "
-            f"TF Serving's GPU builds compile them; on CPU start tensorflow_model_server with "
-            f"{XLA_CPU_FLAG}, or it answers every request with an error.")
+      print(
+        f"XLA: {len(compiled)} function(s) must be compiled with XLA ({', '.join(compiled)}). "
+        f"TF Serving's GPU builds compile them; on CPU start tensorflow_model_server with "
+        f"{XLA_CPU_FLAG}, or it answers every request with an error."
+      )
     else:
       print("XLA: no function must be compiled; any TF Serving build runs this model as is.")
     for problem in problems(directory):

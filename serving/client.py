@@ -22,7 +22,6 @@ class ServingError(Exception):
 
 
 class ServingClient:
-
   def __init__(self, model, host="127.0.0.1", port=8501, timeout=60.0):
     self.model, self.timeout = model, timeout
     self.base = f"http://{host}:{port}/v1/models/{model}"
@@ -36,8 +35,12 @@ class ServingClient:
 
   def _request(self, url, body=None):
     data = None if body is None else json.dumps(body).encode("utf-8")
-    request = urllib.request.Request(url, data=data, method="GET" if data is None else "POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+      url,
+      data=data,
+      method="GET" if data is None else "POST",
+      headers={"Content-Type": "application/json"},
+    )
     try:
       with urllib.request.urlopen(request, timeout=self.timeout) as response:
         return json.loads(response.read())
@@ -84,6 +87,7 @@ class GrpcServingClient:
   def __init__(self, model, host="127.0.0.1", port=8500, timeout=60.0):
     import grpc
     from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
+
     self.model, self.timeout = model, timeout
     self.channel = grpc.insecure_channel(f"{host}:{port}")
     self.prediction = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
@@ -98,10 +102,12 @@ class GrpcServingClient:
     elif label is not None:
       spec.version_label = label
 
-  def predict(self, inputs, signature_name=None, version=None, label=None, output_filter=(),
-              timeout=None):
+  def predict(
+    self, inputs, signature_name=None, version=None, label=None, output_filter=(), timeout=None
+  ):
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2
+
     request = predict_pb2.PredictRequest(output_filter=list(output_filter))
     self._spec(request.model_spec, signature_name, version, label)
     for name, value in inputs.items():
@@ -111,6 +117,7 @@ class GrpcServingClient:
 
   def status(self, version=None):
     from tensorflow_serving.apis import get_model_status_pb2
+
     request = get_model_status_pb2.GetModelStatusRequest()
     self._spec(request.model_spec, version=version)
     return self.models.GetModelStatus(request, timeout=self.timeout)
@@ -118,6 +125,7 @@ class GrpcServingClient:
   def metadata(self, version=None, label=None):
     """The GetModelMetadataResponse (its signature_def field) of the version that answers."""
     from tensorflow_serving.apis import get_model_metadata_pb2
+
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     self._spec(request.model_spec, version=version, label=label)
     return self.prediction.GetModelMetadata(request, timeout=self.timeout)
@@ -125,6 +133,7 @@ class GrpcServingClient:
   def signature_defs(self, version=None, label=None):
     """{signature name: SignatureDef} of the version that answers."""
     from tensorflow_serving.apis import get_model_metadata_pb2
+
     signatures = get_model_metadata_pb2.SignatureDefMap()
     self.metadata(version, label).metadata["signature_def"].Unpack(signatures)
     return dict(signatures.signature_def)
@@ -132,6 +141,7 @@ class GrpcServingClient:
   def reload_config(self, model_server_config):
     """ModelService.HandleReloadConfigRequest with a ModelServerConfig message."""
     from tensorflow_serving.apis import model_management_pb2
+
     request = model_management_pb2.ReloadConfigRequest(config=model_server_config)
     return self.models.HandleReloadConfigRequest(request, timeout=self.timeout)
 
@@ -141,10 +151,16 @@ class GrpcServingClient:
 
 def _define_flags():
   from absl import flags
+
   flags.DEFINE_string("host", "127.0.0.1", "Server host.")
   flags.DEFINE_enum("protocol", "rest", ["rest", "grpc"], "TF Serving API to use.")
-  flags.DEFINE_integer("port", None, "Server port (default: 8501 for REST, 8500 for gRPC).",
-                       lower_bound=1, upper_bound=65535)
+  flags.DEFINE_integer(
+    "port",
+    None,
+    "Server port (default: 8501 for REST, 8500 for gRPC).",
+    lower_bound=1,
+    upper_bound=65535,
+  )
   flags.DEFINE_string("model", "tfattn", "Model name.")
   flags.DEFINE_multi_string("text", [], "Texts to send to serving_default (repeat the flag).")
   flags.DEFINE_bool("metadata", False, "Print the model's metadata instead.")
@@ -154,6 +170,7 @@ def _define_flags():
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags
+
   f = flags.FLAGS
   if not f.metadata and not f.text:
     raise cli.UsageError("nothing to send: give --text=... (repeatable) or --metadata")
@@ -168,8 +185,10 @@ def main(argv):
     raise cli.RunError(f"the server answered {error}") from None
   except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
     reason = getattr(error, "reason", error)
-    raise cli.RunError(f"cannot reach {client.base} ({reason}); is the server running on "
-                       f"{f.host}:{port}? start one with python -m serving.server") from None
+    raise cli.RunError(
+      f"cannot reach {client.base} ({reason}); is the server running on "
+      f"{f.host}:{port}? start one with python -m serving.server"
+    ) from None
   print(json.dumps(answer, indent=2, ensure_ascii=False, sort_keys=True))
 
 
@@ -180,18 +199,20 @@ def _grpc_answer(f):
   import grpc
 
   from serving.tensor_json import format_predict_response, metadata_json
+
   port = f.port or 8500
   client = GrpcServingClient(f.model, f.host, port, timeout=f.timeout)
   try:
     if f.metadata:
       spec = client.metadata().model_spec
       return metadata_json(spec.name, spec.version.value, client.signature_defs())
-    return json.loads(format_predict_response(client.predict({"text": f.text}),
-                                              row_format=True))
+    return json.loads(format_predict_response(client.predict({"text": f.text}), row_format=True))
   except grpc.RpcError as error:
     if error.code() == grpc.StatusCode.UNAVAILABLE:
-      raise cli.RunError(f"cannot reach {f.host}:{port} over gRPC ({error.details()}); is the "
-                         "server running? start one with python -m serving.server") from None
+      raise cli.RunError(
+        f"cannot reach {f.host}:{port} over gRPC ({error.details()}); is the "
+        "server running? start one with python -m serving.server"
+      ) from None
     raise cli.RunError(f"the server answered {error.code().name}: {error.details()}") from None
   finally:
     client.close()

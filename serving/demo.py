@@ -20,16 +20,18 @@ def _define_flags():
   flags.DEFINE_string("run_dir", "runs/default", "Training run (for its eval.json).")
   flags.DEFINE_string("model_base_path", "models/tfattn", "Exported model base path.")
   flags.DEFINE_string("model_name", "tfattn", "Model name to serve under.")
-  flags.DEFINE_integer("port", 8501, "REST port (0 picks a free one).", lower_bound=0,
-                       upper_bound=65535)
+  flags.DEFINE_integer(
+    "port", 8501, "REST port (0 picks a free one).", lower_bound=0, upper_bound=65535
+  )
   flags.DEFINE_multi_string("text", DEFAULT_TEXTS, "Texts to translate.")
 
 
 def _start_server():
   """(process, REST port) of a server child; its one-line error if it could not start."""
   try:
-    process, ports = launch.start_subprocess(FLAGS.model_name, FLAGS.model_base_path,
-                                             rest_port=FLAGS.port)
+    process, ports = launch.start_subprocess(
+      FLAGS.model_name, FLAGS.model_base_path, rest_port=FLAGS.port
+    )
     return process, ports.rest
   except RuntimeError as error:
     lines = [line for line in str(error).splitlines() if "error:" in line]
@@ -49,11 +51,15 @@ def _print_evaluation(path):
     metrics = result.get(role)
     if not metrics:
       continue
-    shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                      for k, v in sorted(metrics.items())
-                      if not k.endswith("_signature") and not isinstance(v, dict))
-    print(f"\n{role} numbers of this model (from training, {result['weights']['chosen_by']} "
-          f"weights of step {result['step']}): {shown}")
+    shown = ", ".join(
+      f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+      for k, v in sorted(metrics.items())
+      if not k.endswith("_signature") and not isinstance(v, dict)
+    )
+    print(
+      f"\n{role} numbers of this model (from training, {result['weights']['chosen_by']} "
+      f"weights of step {result['step']}): {shown}"
+    )
   signature = (result.get("test") or result.get("validation") or {}).get("bleu_signature")
   if signature:
     print(f"sacreBLEU signature: {signature}")
@@ -67,13 +73,19 @@ def main(argv):
     try:
       status = client.wait_until_available()
     except TimeoutError:
-      raise cli.RunError(f"no version under {f.model_base_path} became AVAILABLE: export one "
-                         "first (python -m serving.export)") from None
-    print(f"\nserving {f.model_name} version {status[0]['version']} at "
-          f"http://127.0.0.1:{port}/v1/models/{f.model_name}")
+      raise cli.RunError(
+        f"no version under {f.model_base_path} became AVAILABLE: export one "
+        "first (python -m serving.export)"
+      ) from None
+    print(
+      f"\nserving {f.model_name} version {status[0]['version']} at "
+      f"http://127.0.0.1:{port}/v1/models/{f.model_name}"
+    )
     body = json.dumps({"instances": f.text})
-    print(f"request:  curl -s -X POST http://127.0.0.1:{port}/v1/models/{f.model_name}:predict "
-          f"-d '{body}'")
+    print(
+      f"request:  curl -s -X POST http://127.0.0.1:{port}/v1/models/{f.model_name}:predict "
+      f"-d '{body}'"
+    )
     try:
       answer = client.predict(instances=f.text)
     except ServingError as error:

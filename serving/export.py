@@ -42,8 +42,14 @@ class ExportKind(kinds.ModelKind, Protocol):
   """What the export needs of a task kind: `tfattn.kinds`' model and vocabularies (ModelKind),
   plus the exported module. Every entry of `EXPORT_KINDS` satisfies it (tested)."""
 
-  def export_module(self, model: tf.Module, tokenizers: Mapping[str, tf.Module],
-                    task_info: Mapping, options: DecodeOptions, decode_mode: str) -> tf.Module:
+  def export_module(
+    self,
+    model: tf.Module,
+    tokenizers: Mapping[str, tf.Module],
+    task_info: Mapping,
+    options: DecodeOptions,
+    decode_mode: str,
+  ) -> tf.Module:
     """The module to save (`serving.modules`): its `signatures()`, `warmup_requests(texts,
     compiled_only)`, and, when it decodes, `decode_mode` ("graph" or "xla"; None when it
     does not decode), `length_buckets` and the `options` it decodes with.
@@ -58,23 +64,24 @@ class ExportKind(kinds.ModelKind, Protocol):
 
 
 class _Seq2SeqExportKind(kinds.Seq2SeqModel):
-
   def export_module(self, model, tokenizers, task_info, options, decode_mode):
     del task_info  # nothing beyond the model config
-    return Seq2SeqExport(model, tokenizers["source"], tokenizers["target"], options,
-                         decode=decode_mode)
+    return Seq2SeqExport(
+      model, tokenizers["source"], tokenizers["target"], options, decode=decode_mode
+    )
 
 
 class _ClassifierExportKind(kinds.ClassifierModel):
-
   def export_module(self, model, tokenizers, task_info, options, decode_mode):
     del options, decode_mode  # one forward pass: nothing to decode
-    return ClassifierExport(model, tokenizers["source"],
-                            truncate=task_info.get("truncate", "right"))
+    return ClassifierExport(
+      model, tokenizers["source"], truncate=task_info.get("truncate", "right")
+    )
 
 
 EXPORT_KINDS: Dict[str, ExportKind] = {
-    kind.name: kind for kind in (_Seq2SeqExportKind(), _ClassifierExportKind())}
+  kind.name: kind for kind in (_Seq2SeqExportKind(), _ClassifierExportKind())
+}
 
 
 def run_decode_options(run_dir: str) -> DecodeOptions:
@@ -112,22 +119,25 @@ class TrainedRun(NamedTuple):
     tokenizers: {side: in-graph tokenizer}.
     checkpoints: the checkpoint prefixes whose (mean) weights the model holds.
   """
+
   task_info: Dict
   model: tf.Module
   tokenizers: Dict
   checkpoints: List[str]
 
 
-def load_trained(run_dir: str, checkpoint: Optional[str] = None,
-                 average_last: Optional[int] = None) -> TrainedRun:
+def load_trained(
+  run_dir: str, checkpoint: Optional[str] = None, average_last: Optional[int] = None
+) -> TrainedRun:
   """Rebuilds the model of a run directory and restores the weights its final evaluation
   judged (or the latest checkpoint of an unfinished run), or the given checkpoint, or the
   average of the last `average_last` checkpoints."""
   layout = RunDir(run_dir)
   for required in (layout.task, layout.model_config):
     if not os.path.exists(required):
-      raise ValueError(f"{run_dir} is not a training run directory (missing "
-                       f"{os.path.basename(required)})")
+      raise ValueError(
+        f"{run_dir} is not a training run directory (missing {os.path.basename(required)})"
+      )
   with open(layout.task) as f:
     task_info = json.load(f)
   with open(layout.model_config) as f:
@@ -138,8 +148,10 @@ def load_trained(run_dir: str, checkpoint: Optional[str] = None,
   if chosen is None:
     chosen = checkpoints_to_average(layout.checkpoints, checkpoint, average_last or 1)
   restore_average(model, chosen)
-  tokenizers = {side: text.load_tokenizer(text.tokenizer_path(layout.vocab, side))
-                for side in kind.vocabulary_sides}
+  tokenizers = {
+    side: text.load_tokenizer(text.tokenizer_path(layout.vocab, side))
+    for side in kind.vocabulary_sides
+  }
   return TrainedRun(task_info, model, tokenizers, chosen)
 
 
@@ -150,8 +162,10 @@ def bucket_warmup_texts(tokenizer, buckets):
   measured tokens of 1 and 2 repeats, and the resulting counts are checked."""
   reserved = len(text.RESERVED_TOKENS)
   lower_bounds = (0, *tuple(buckets[:-1]))
+
   def count(texts):
     return tokenizer.tokenize(tf.constant(texts)).row_lengths().numpy()
+
   for piece in range(reserved, min(tokenizer.vocab_size, reserved + 200)):
     word = tokenizer.detokenize(tf.constant([[piece]]))[0].numpy().decode().strip()
     if not word:
@@ -162,15 +176,19 @@ def bucket_warmup_texts(tokenizer, buckets):
       if per_repeat < 1:
         continue
       texts = [joiner.join([word] * max(1, (bucket - base) // per_repeat)) for bucket in buckets]
-      if all(low < min(length, buckets[-1]) <= high
-             for low, length, high in zip(lower_bounds, count(texts), buckets)):
+      if all(
+        low < min(length, buckets[-1]) <= high
+        for low, length, high in zip(lower_bounds, count(texts), buckets)
+      ):
         return texts
-  raise ValueError("found no vocabulary word whose repetitions fill every source length bucket "
-                   f"{buckets}; export with --decode=graph")
+  raise ValueError(
+    "found no vocabulary word whose repetitions fill every source length bucket "
+    f"{buckets}; export with --decode=graph"
+  )
 
 
 def resolve_decode(decode):
-  """"auto" -> "xla" where this machine has a GPU (TF Serving's GPU builds compile XLA by
+  """ "auto" -> "xla" where this machine has a GPU (TF Serving's GPU builds compile XLA by
   default), else "graph" (its CPU builds refuse XLA unless --xla_cpu_compilation_enabled)."""
   if decode == "auto":
     return "xla" if tf.config.list_physical_devices("GPU") else "graph"
@@ -179,11 +197,19 @@ def resolve_decode(decode):
   return decode
 
 
-def export(run_dir: str, base_path: str, *, options: Optional[DecodeOptions] = None,
-           version: Optional[int] = None, checkpoint: Optional[str] = None,
-           model_name: str = "tfattn", warmup_texts: Optional[Sequence[str]] = None,
-           average_last: Optional[int] = None, decode: str = "auto",
-           warmup_batch_sizes: Sequence[int] = (1,)) -> str:
+def export(
+  run_dir: str,
+  base_path: str,
+  *,
+  options: Optional[DecodeOptions] = None,
+  version: Optional[int] = None,
+  checkpoint: Optional[str] = None,
+  model_name: str = "tfattn",
+  warmup_texts: Optional[Sequence[str]] = None,
+  average_last: Optional[int] = None,
+  decode: str = "auto",
+  warmup_batch_sizes: Sequence[int] = (1,),
+) -> str:
   """Exports the run's model as `<base_path>/<version>`; returns that directory.
 
   Args:
@@ -217,8 +243,7 @@ def export(run_dir: str, base_path: str, *, options: Optional[DecodeOptions] = N
     options = run_decode_options(run_dir)
   task, model, tokenizers, averaged = load_trained(run_dir, checkpoint, average_last)
   module = EXPORT_KINDS[task["kind"]].export_module(model, tokenizers, task, options, decode)
-  warmup_requests = _warmup_requests(module, tokenizers["source"], warmup_texts,
-                                     warmup_batch_sizes)
+  warmup_requests = _warmup_requests(module, tokenizers["source"], warmup_texts, warmup_batch_sizes)
   created_base = not os.path.exists(base_path)
   os.makedirs(base_path, exist_ok=True)
   temp = os.path.join(base_path, f".tmp-export-{version}-{os.getpid()}")
@@ -230,13 +255,19 @@ def export(run_dir: str, base_path: str, *, options: Optional[DecodeOptions] = N
     warmup.write_warmup_file(os.path.join(temp, warmup.WARMUP_FILE), model_name, warmup_requests)
     decodes = module.decode_mode is not None
     with open(os.path.join(temp, EXPORT_INFO_FILE), "w") as f:
-      json.dump({"task": task, "model_config": json.loads(model.config.to_json()),
-                 "decode_options": module.options.to_dict() if decodes else None,
-                 "decode": module.decode_mode,
-                 "length_buckets": list(module.length_buckets) if module.length_buckets
-                 else None,
-                 "signatures": sorted(signatures),
-                 "checkpoints": [os.path.basename(p) for p in averaged]}, f, indent=2)
+      json.dump(
+        {
+          "task": task,
+          "model_config": json.loads(model.config.to_json()),
+          "decode_options": module.options.to_dict() if decodes else None,
+          "decode": module.decode_mode,
+          "length_buckets": list(module.length_buckets) if module.length_buckets else None,
+          "signatures": sorted(signatures),
+          "checkpoints": [os.path.basename(p) for p in averaged],
+        },
+        f,
+        indent=2,
+      )
     os.rename(temp, final)  # atomic on one file system
   except BaseException:
     shutil.rmtree(temp, ignore_errors=True)
@@ -255,73 +286,113 @@ def _warmup_requests(module, source_tokenizer, texts, batch_sizes):
   requests = module.warmup_requests(texts)
   if module.decode_mode == "xla":
     bucket_texts = bucket_warmup_texts(source_tokenizer, module.length_buckets)
-    requests += [request for size in sorted(set(batch_sizes)) for one in bucket_texts
-                 for request in module.warmup_requests([one] * size, compiled_only=True)]
+    requests += [
+      request
+      for size in sorted(set(batch_sizes))
+      for one in bucket_texts
+      for request in module.warmup_requests([one] * size, compiled_only=True)
+    ]
   return requests
 
 
 def _define_flags():
   from absl import flags
+
   flags.DEFINE_string("run_dir", None, "Training run directory (uses its latest checkpoint).")
-  flags.DEFINE_string("checkpoint", None,
-                      "A checkpoint prefix, e.g. runs/default/checkpoints/ckpt-4000; its run "
-                      "directory is two levels up unless --run_dir is given.")
-  flags.DEFINE_string("base_path", None,
-                      "Model base path (required): versions go in <base_path>/<N>.")
+  flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "A checkpoint prefix, e.g. runs/default/checkpoints/ckpt-4000; its run "
+    "directory is two levels up unless --run_dir is given.",
+  )
+  flags.DEFINE_string(
+    "base_path", None, "Model base path (required): versions go in <base_path>/<N>."
+  )
   flags.DEFINE_integer("version", None, "Version number (default: one above the newest).")
   flags.DEFINE_string("model_name", "tfattn", "Model name recorded in the warm-up requests.")
   cli.define_flags(DecodeOptions, optional=True, unset="the run's")
   flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
-  flags.DEFINE_integer("average_last", None, "Average the weights of the last N kept "
-                       "checkpoints (default: the weights the run's final evaluation judged: "
-                       "its last, averaged or best-on-validation checkpoints).",
-                       lower_bound=1)
-  flags.DEFINE_enum("decode", "auto", ["auto", *list(DECODE_MODES)],
-                    "How the signatures run their searches: xla = padded search compiled "
-                    "with XLA per source length bucket (TF Serving on CPU then needs "
-                    "--xla_cpu_compilation_enabled=true); graph = graph-mode cached search; "
-                    "auto = xla where this machine has a GPU, else graph.")
-  flags.DEFINE_list("warmup_batch_sizes", ["1"],
-                    "With --decode=xla: batch sizes the warm-up requests compile for every "
-                    "length bucket (list TF Serving's allowed_batch_sizes here).")
+  flags.DEFINE_integer(
+    "average_last",
+    None,
+    "Average the weights of the last N kept "
+    "checkpoints (default: the weights the run's final evaluation judged: "
+    "its last, averaged or best-on-validation checkpoints).",
+    lower_bound=1,
+  )
+  flags.DEFINE_enum(
+    "decode",
+    "auto",
+    ["auto", *list(DECODE_MODES)],
+    "How the signatures run their searches: xla = padded search compiled "
+    "with XLA per source length bucket (TF Serving on CPU then needs "
+    "--xla_cpu_compilation_enabled=true); graph = graph-mode cached search; "
+    "auto = xla where this machine has a GPU, else graph.",
+  )
+  flags.DEFINE_list(
+    "warmup_batch_sizes",
+    ["1"],
+    "With --decode=xla: batch sizes the warm-up requests compile for every "
+    "length bucket (list TF Serving's allowed_batch_sizes here).",
+  )
 
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags, logging
+
   f = flags.FLAGS
   if not f.base_path:
     raise cli.UsageError("--base_path is required: the directory that holds the versions")
-  run_dir = f.run_dir or (os.path.dirname(os.path.dirname(f.checkpoint)) if f.checkpoint
-                          else None)
+  run_dir = f.run_dir or (os.path.dirname(os.path.dirname(f.checkpoint)) if f.checkpoint else None)
   if not run_dir:
-    raise cli.UsageError("give --run_dir (the training run) or --checkpoint (one of its "
-                         "checkpoints)")
+    raise cli.UsageError(
+      "give --run_dir (the training run) or --checkpoint (one of its checkpoints)"
+    )
   try:
     batch_sizes = [int(size) for size in f.warmup_batch_sizes]
   except ValueError:
-    raise cli.UsageError("--warmup_batch_sizes must be a comma-separated list of integers, got "
-                         f"{','.join(f.warmup_batch_sizes)}") from None
+    raise cli.UsageError(
+      "--warmup_batch_sizes must be a comma-separated list of integers, got "
+      f"{','.join(f.warmup_batch_sizes)}"
+    ) from None
   try:
     run_options = run_decode_options(run_dir)
   except ValueError as error:
     raise cli.UsageError(f"{RunDir(run_dir).run_config}: {error}") from None
-  given = {name: value for name, value in cli.flag_values(DecodeOptions).items()
-           if value is not None}  # unset decoding flags keep the run's values
+  given = {
+    name: value for name, value in cli.flag_values(DecodeOptions).items() if value is not None
+  }  # unset decoding flags keep the run's values
   try:
     options = run_options.replace(**given)
   except ValueError as error:  # "beam_size must be >= 1, got 0": named by its flag
     raise cli.UsageError(f"--{error}") from None
-  logging.info("exporting %s to %s: version=%s checkpoint=%s average_last=%s decode=%s "
-               "warmup_batch_sizes=%s decode options (%s): %s", run_dir, f.base_path,
-               f.version or "next", f.checkpoint or "latest", f.average_last,
-               resolve_decode(f.decode), batch_sizes,
-               "the run's" if not given else f"the run's, with {sorted(given)} from flags",
-               options)
+  logging.info(
+    "exporting %s to %s: version=%s checkpoint=%s average_last=%s decode=%s "
+    "warmup_batch_sizes=%s decode options (%s): %s",
+    run_dir,
+    f.base_path,
+    f.version or "next",
+    f.checkpoint or "latest",
+    f.average_last,
+    resolve_decode(f.decode),
+    batch_sizes,
+    "the run's" if not given else f"the run's, with {sorted(given)} from flags",
+    options,
+  )
   try:
-    path = export(run_dir, f.base_path, options=options, version=f.version,
-                  checkpoint=f.checkpoint, model_name=f.model_name, warmup_texts=f.warmup_text,
-                  average_last=f.average_last, decode=f.decode, warmup_batch_sizes=batch_sizes)
+    path = export(
+      run_dir,
+      f.base_path,
+      options=options,
+      version=f.version,
+      checkpoint=f.checkpoint,
+      model_name=f.model_name,
+      warmup_texts=f.warmup_text,
+      average_last=f.average_last,
+      decode=f.decode,
+      warmup_batch_sizes=batch_sizes,
+    )
   except ValueError as error:
     raise cli.UsageError(str(error)) from error
   print(f"exported {path}")

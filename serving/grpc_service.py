@@ -58,10 +58,12 @@ def _to_array(alias, proto, spec, index):
   dtype is not the signature's."""
   if spec is not None and proto.dtype != spec.dtype.as_datatype_enum:
     got = tf.dtypes.as_dtype(proto.dtype) if proto.dtype else None
-    raise RestError("INVALID_ARGUMENT",
-                    f"Expects arg[{index}] to be {dtype_name(spec.dtype)} but "
-                    f"{dtype_name(got) if got else 'an unset dtype'} is provided "
-                    f"(input {alias})")
+    raise RestError(
+      "INVALID_ARGUMENT",
+      f"Expects arg[{index}] to be {dtype_name(spec.dtype)} but "
+      f"{dtype_name(got) if got else 'an unset dtype'} is provided "
+      f"(input {alias})",
+    )
   try:
     return tf.make_ndarray(proto)
   except (TypeError, ValueError):
@@ -73,9 +75,11 @@ def _output_names(signature, output_filter):
   names = []
   for alias in output_filter:
     if alias not in signature.output_tensors:
-      raise RestError("INVALID_ARGUMENT",
-                      f"output tensor alias not found in signature: {alias} Outputs expected "
-                      f"to be in the set {{{','.join(sorted(signature.output_tensors))}}}.")
+      raise RestError(
+        "INVALID_ARGUMENT",
+        f"output tensor alias not found in signature: {alias} Outputs expected "
+        f"to be in the set {{{','.join(sorted(signature.output_tensors))}}}.",
+      )
     if alias in names:
       raise RestError("INVALID_ARGUMENT", f"duplicate output tensor alias: {alias}")
     names.append(alias)
@@ -99,8 +103,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
       _abort(context, error)
     finally:
       if self.metrics is not None:
-        self.metrics.record_request(request.model_spec.name, api, "GRPC", code,
-                                    time.perf_counter() - started)
+        self.metrics.record_request(
+          request.model_spec.name, api, "GRPC", code, time.perf_counter() - started
+        )
 
   def Predict(self, request, context):
     return self._counted("Predict", request, context, self._predict)
@@ -113,16 +118,26 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     signature_name = request.model_spec.signature_name or "serving_default"
     signature = servable.signatures.get(signature_name)
     if signature is None:  # RunPredict
-      raise RestError("FAILED_PRECONDITION",
-                      f'Serving signature key "{signature_name}" not found.')
+      raise RestError("FAILED_PRECONDITION", f'Serving signature key "{signature_name}" not found.')
     order = sorted(signature.input_specs)
-    arrays = {alias: _to_array(alias, proto, signature.input_specs.get(alias),
-                               order.index(alias) if alias in order else len(order))
-              for alias, proto in request.inputs.items()}
+    arrays = {
+      alias: _to_array(
+        alias,
+        proto,
+        signature.input_specs.get(alias),
+        order.index(alias) if alias in order else len(order),
+      )
+      for alias, proto in request.inputs.items()
+    }
     # The client's deadline (None when it set none) bounds the run.
-    outputs = self.core.run(servable, signature_name, arrays, "Predict",
-                            context.time_remaining(),
-                            _output_names(signature, request.output_filter))
+    outputs = self.core.run(
+      servable,
+      signature_name,
+      arrays,
+      "Predict",
+      context.time_remaining(),
+      _output_names(signature, request.output_filter),
+    )
     response = predict_pb2.PredictResponse()
     response.model_spec.name = servable.name
     response.model_spec.version.value = servable.version
@@ -142,8 +157,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     if not request.HasField("model_spec"):
       raise RestError("INVALID_ARGUMENT", "Missing ModelSpec")
     if not request.metadata_field:
-      raise RestError("INVALID_ARGUMENT",
-                      "GetModelMetadataRequest must specify at least one metadata_field")
+      raise RestError(
+        "INVALID_ARGUMENT", "GetModelMetadataRequest must specify at least one metadata_field"
+      )
     for field in request.metadata_field:
       if field != _SIGNATURE_DEF:
         raise RestError("INVALID_ARGUMENT", f"Metadata field {field} is not supported")
@@ -166,13 +182,15 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
   def _example_api(self, api):
     def handler(request, context):
       servable = self.core.servable(*_spec(request.model_spec))
-      raise example_api_error(servable, request.model_spec.signature_name or "serving_default",
-                              api)
+      raise example_api_error(servable, request.model_spec.signature_name or "serving_default", api)
+
     return handler
 
   def MultiInference(self, request, context):
-    _abort(context, RestError("UNIMPLEMENTED", "MultiInference is not implemented by this "
-                              "server: use Predict"))
+    _abort(
+      context,
+      RestError("UNIMPLEMENTED", "MultiInference is not implemented by this server: use Predict"),
+    )
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
@@ -192,8 +210,9 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     response = get_model_status_pb2.GetModelStatusResponse()
     for entry in status["model_version_status"]:
       version_status = response.model_version_status.add(
-          version=int(entry["version"]),
-          state=get_model_status_pb2.ModelVersionStatus.State.Value(entry["state"]))
+        version=int(entry["version"]),
+        state=get_model_status_pb2.ModelVersionStatus.State.Value(entry["state"]),
+      )
       version_status.status.error_code = _error_code(entry["status"]["error_code"])
       version_status.status.error_message = entry["status"]["error_message"]
     return response
@@ -204,8 +223,11 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     response = model_management_pb2.ReloadConfigResponse()
     try:
       if request.config.WhichOneof("config") != "model_config_list":
-        raise RestError("INVALID_ARGUMENT", "ServerModelConfig type not supported by "
-                        "HandleReloadConfigRequest. Only ModelConfigList is currently supported")
+        raise RestError(
+          "INVALID_ARGUMENT",
+          "ServerModelConfig type not supported by "
+          "HandleReloadConfigRequest. Only ModelConfigList is currently supported",
+        )
       try:
         configs = model_config.from_proto(request.config)
       except model_config.ConfigError as error:
@@ -240,8 +262,10 @@ class _MalformedRequests(grpc.ServerInterceptor):
       try:
         return parse(data)
       except DecodeError as error:
-        return _Malformed(f"{handler_call_details.method}: the request is not a "
-                          f"{parse.__self__.DESCRIPTOR.full_name} ({error})")
+        return _Malformed(
+          f"{handler_call_details.method}: the request is not a "
+          f"{parse.__self__.DESCRIPTOR.full_name} ({error})"
+        )
 
     def call(request, context):
       if isinstance(request, _Malformed):
@@ -258,21 +282,28 @@ def _error_code(name):
   return error_codes_pb2.Code.Value(name) if name in known else error_codes_pb2.UNKNOWN
 
 
-def make_server(core, addresses, max_threads, metrics=None, max_receive_bytes=_INT32_MAX,
-                channel_arguments=()):
+def make_server(
+  core, addresses, max_threads, metrics=None, max_receive_bytes=_INT32_MAX, channel_arguments=()
+):
   """A started grpc.Server serving both services on `addresses` ("host:port" or
   "unix:path"); returns (server, {address: bound port}). A port that cannot be bound raises
   RuntimeError. Requests up to max_receive_bytes are accepted (larger: RESOURCE_EXHAUSTED),
   answers of any size are sent."""
-  options = [("grpc.max_receive_message_length", max_receive_bytes),
-             ("grpc.max_send_message_length", _INT32_MAX),
-             # Without this, gRPC's default SO_REUSEPORT lets a second server share a busy port.
-             ("grpc.so_reuseport", 0), *channel_arguments]
-  server = grpc.server(concurrent.futures.ThreadPoolExecutor(
-      max_workers=max_threads, thread_name_prefix="grpc"), options=options,
-      interceptors=[_MalformedRequests()])
+  options = [
+    ("grpc.max_receive_message_length", max_receive_bytes),
+    ("grpc.max_send_message_length", _INT32_MAX),
+    # Without this, gRPC's default SO_REUSEPORT lets a second server share a busy port.
+    ("grpc.so_reuseport", 0),
+    *channel_arguments,
+  ]
+  server = grpc.server(
+    concurrent.futures.ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="grpc"),
+    options=options,
+    interceptors=[_MalformedRequests()],
+  )
   prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-      PredictionService(core, metrics), server)
+    PredictionService(core, metrics), server
+  )
   model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)
   ports = {}
   for address in addresses:

@@ -35,8 +35,9 @@ class _LogTail:
     return "".join(self._lines)
 
 
-def server_command(model_name=None, model_base_path=None, rest_port=0, grpc_port=0,
-                   port_file=None, extra_flags=()):
+def server_command(
+  model_name=None, model_base_path=None, rest_port=0, grpc_port=0, port_file=None, extra_flags=()
+):
   """The command line of a server on the given ports (0: free ones); with no model, the
   models come from a --model_config_file in extra_flags."""
   command = [sys.executable, "-m", "serving.server", f"--rest_api_port={rest_port}"]
@@ -51,8 +52,16 @@ def server_command(model_name=None, model_base_path=None, rest_port=0, grpc_port
   return command + list(extra_flags)
 
 
-def start_subprocess(model_name=None, model_base_path=None, rest_port=0, grpc_port=0,
-                     extra_flags=(), timeout=180, cwd=REPO_ROOT, env=None):
+def start_subprocess(
+  model_name=None,
+  model_base_path=None,
+  rest_port=0,
+  grpc_port=0,
+  extra_flags=(),
+  timeout=180,
+  cwd=REPO_ROOT,
+  env=None,
+):
   """Starts a server child; returns (process, Ports(rest, grpc)) once both ports listen. The
   tail of its log is in the RuntimeError raised if it exits or does not start in time (with
   the exit status as `returncode`: 2 is the user's mistake, see cli.py), and in
@@ -61,17 +70,22 @@ def start_subprocess(model_name=None, model_base_path=None, rest_port=0, grpc_po
   port_file = os.path.join(work_dir, "ports.json")
   try:
     process = subprocess.Popen(
-        server_command(model_name, model_base_path, rest_port, grpc_port, port_file,
-                       extra_flags), cwd=cwd, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT)
+      server_command(model_name, model_base_path, rest_port, grpc_port, port_file, extra_flags),
+      cwd=cwd,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+    )
     process.log_tail = _LogTail(process.stdout).text
     deadline = time.time() + timeout
     while not os.path.exists(port_file):
       if process.poll() is not None or time.time() > deadline:
         process.kill()
         process.wait()
-        error = RuntimeError(f"the server did not start (exit status {process.returncode}):"
-                             f"\n{process.log_tail()[-3000:]}")
+        error = RuntimeError(
+          f"the server did not start (exit status {process.returncode}):"
+          f"\n{process.log_tail()[-3000:]}"
+        )
         error.returncode = process.returncode
         raise error
       time.sleep(0.1)

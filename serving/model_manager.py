@@ -31,8 +31,13 @@ from serving import versions, warmup
 from serving.tensor_json import RestError, invalid, metadata_json
 
 # Lines of a TensorFlow error that frame the reason rather than state it.
-_ERROR_FRAMING = ("Graph execution error", "Detected at node", "<stack traces unavailable>",
-                  "[[{{", "File \"")
+_ERROR_FRAMING = (
+  "Graph execution error",
+  "Detected at node",
+  "<stack traces unavailable>",
+  "[[{{",
+  'File "',
+)
 _ASSERTION = re.compile(r"assertion failed: \[(.*?)\](?: \[|$)")
 
 
@@ -53,7 +58,7 @@ def error_code(error):
   """The canonical code of a TensorFlow error: InvalidArgumentError -> INVALID_ARGUMENT."""
   name = type(error).__name__
   if isinstance(error, tf.errors.OpError) and name.endswith("Error"):
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name[:-len("Error")]).upper()
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name[: -len("Error")]).upper()
   return "INVALID_ARGUMENT"  # ValueError/TypeError: the inputs did not fit the signature
 
 
@@ -69,8 +74,9 @@ class Signature:
         if info.WhichOneof("encoding") != "name":
           continue  # sparse or composite: refused below when a request names it
         if side == "input":
-          self.input_specs[alias] = tf.TensorSpec(tf.TensorShape(info.tensor_shape),
-                                                  tf.as_dtype(info.dtype))
+          self.input_specs[alias] = tf.TensorSpec(
+            tf.TensorShape(info.tensor_shape), tf.as_dtype(info.dtype)
+          )
           self.input_tensors[alias] = info.name
         else:
           self.output_tensors[alias] = info.name
@@ -88,7 +94,8 @@ class Servable:
     self.graph = tf.Graph()
     # Soft placement: an export made on a GPU machine still loads on a CPU-only one.
     self.session = tf.compat.v1.Session(
-        graph=self.graph, config=tf.compat.v1.ConfigProto(allow_soft_placement=True))
+      graph=self.graph, config=tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    )
     with self.graph.as_default(), _quiet_deprecation():
       meta_graph = tf.compat.v1.saved_model.load(self.session, ["serve"], path)
     self.signature_defs = meta_graph.signature_def
@@ -108,15 +115,19 @@ class Servable:
     A run past `timeout_seconds` is stopped: DEADLINE_EXCEEDED."""
     signature = self.signature(signature_name)
     if signature.unsupported:
-      raise invalid(f"Signature {signature_name} has sparse or composite inputs "
-                    f"({', '.join(signature.unsupported)}): only dense tensors are served")
+      raise invalid(
+        f"Signature {signature_name} has sparse or composite inputs "
+        f"({', '.join(signature.unsupported)}): only dense tensors are served"
+      )
     missing = sorted(set(signature.input_tensors) - set(arrays))
     extra = sorted(set(arrays) - set(signature.input_tensors))
     if missing or extra:  # VerifyRequestInputsSize
-      raise invalid(f"input size does not match signature: {len(arrays)}!="
-                    f"{len(signature.input_tensors)} len({{{','.join(sorted(arrays))}}}) != "
-                    f"len({{{','.join(sorted(signature.input_tensors))}}}). Sent extra: "
-                    f"{{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}.")
+      raise invalid(
+        f"input size does not match signature: {len(arrays)}!="
+        f"{len(signature.input_tensors)} len({{{','.join(sorted(arrays))}}}) != "
+        f"len({{{','.join(sorted(signature.input_tensors))}}}). Sent extra: "
+        f"{{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
+      )
     names = list(output_names) if output_names else sorted(signature.output_tensors)
     fetches = {name: signature.output_tensors[name] for name in names}
     feeds = {signature.input_tensors[name]: value for name, value in arrays.items()}
@@ -160,8 +171,10 @@ def _quiet_deprecation():
 
 def version_directories(base_path):
   """{version: path} of the versions under base_path that hold a SavedModel."""
-  return {version: os.path.join(base_path, str(version))
-          for version in versions.version_numbers(base_path)}
+  return {
+    version: os.path.join(base_path, str(version))
+    for version in versions.version_numbers(base_path)
+  }
 
 
 _OK = {"error_code": "OK", "error_message": ""}
@@ -170,8 +183,17 @@ _OK = {"error_code": "OK", "error_message": ""}
 class ModelManager:
   """Keeps the wanted versions of one model loaded; thread-safe lookups for requests."""
 
-  def __init__(self, name, base_path, policy="latest", versions=(), labels=None,
-               poll_seconds=1.0, num_versions=1, metrics=None):
+  def __init__(
+    self,
+    name,
+    base_path,
+    policy="latest",
+    versions=(),
+    labels=None,
+    poll_seconds=1.0,
+    num_versions=1,
+    metrics=None,
+  ):
     self.name, self.base_path, self.metrics = name, base_path, metrics
     self._configure(policy, versions, num_versions, labels)
     self.poll_seconds = poll_seconds
@@ -187,8 +209,16 @@ class ModelManager:
   @classmethod
   def from_config(cls, config, poll_seconds=1.0, metrics=None):
     """A manager for a model_config.ModelConfig."""
-    return cls(config.name, config.base_path, config.policy, config.versions, config.labels,
-               poll_seconds, config.num_versions, metrics)
+    return cls(
+      config.name,
+      config.base_path,
+      config.policy,
+      config.versions,
+      config.labels,
+      poll_seconds,
+      config.num_versions,
+      metrics,
+    )
 
   def _configure(self, policy, versions, num_versions, labels):
     if policy not in ("latest", "all", "specific"):
@@ -212,7 +242,7 @@ class ModelManager:
       return available
     if self.policy == "specific":
       return self.versions & available
-    return set(sorted(available)[-self.num_versions:])
+    return set(sorted(available)[-self.num_versions :])
 
   def _set_state(self, version, state, status=None):
     with self._lock:
@@ -231,8 +261,7 @@ class ModelManager:
       self._failed[version] = str(error)
       code = error_code(error) if isinstance(error, tf.errors.OpError) else "UNKNOWN"
       message = error.message if isinstance(error, RestError) else str(error)
-      self._set_state(version, "END", {"error_code": code,
-                                       "error_message": error_reason(message)})
+      self._set_state(version, "END", {"error_code": code, "error_message": error_reason(message)})
       return False
     with self._lock:
       self._servables[version] = servable
@@ -294,8 +323,7 @@ class ModelManager:
         except Exception:  # keep serving whatever is loaded
           logging.exception("polling %s failed", self.base_path)
 
-    self._thread = threading.Thread(target=loop, name=f"version-poller-{self.name}",
-                                    daemon=True)
+    self._thread = threading.Thread(target=loop, name=f"version-poller-{self.name}", daemon=True)
     self._thread.start()
 
   def stop(self):
@@ -329,8 +357,9 @@ class ModelManager:
         raise RestError("NOT_FOUND", f"Servable not found for request: Latest({self.name})")
       if version in self._servables:
         return self._servables[version]
-    raise RestError("NOT_FOUND",
-                    f"Servable not found for request: Specific({self.name}, {version})")
+    raise RestError(
+      "NOT_FOUND", f"Servable not found for request: Specific({self.name}, {version})"
+    )
 
   def states(self):
     """{version: (state, status dict)} of every version this manager has seen."""
@@ -346,6 +375,9 @@ class ModelManager:
       states = {version: states[version]}
     elif not states:
       raise RestError("NOT_FOUND", f"Could not find any versions of model {self.name}")
-    return {"model_version_status": [
+    return {
+      "model_version_status": [
         {"version": str(v), "state": state, "status": dict(status)}
-        for v, (state, status) in sorted(states.items(), reverse=True)]}
+        for v, (state, status) in sorted(states.items(), reverse=True)
+      ]
+    }

@@ -54,21 +54,27 @@ class _Exportable(tf.Module):
     text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="strict")
     ragged = self.source_tokenizer.tokenize(text)
     return tfattn_text.truncate_tokens(ragged, self.max_length, self.truncate).to_tensor(
-        default_value=tfattn_text.PAD_ID)
+      default_value=tfattn_text.PAD_ID
+    )
 
   def _checked_ids(self, ids, vocab_size, name):
     """Token-level inputs are checked, not trusted: an id outside `[0, vocab_size)` or more than
     max_length tokens fails with InvalidArgument (HTTP 400). Without the check a graph-mode GPU
     gather returns zeros and an XLA gather clamps the id: a wrong answer instead of an error."""
     checks = [
-        tf.debugging.assert_non_negative(
-            ids, message=f"{name} holds a negative token id; ids must be in [0, {vocab_size})"),
-        tf.debugging.assert_less(
-            ids, tf.constant(vocab_size, ids.dtype),
-            message=f"{name} holds a token id >= the vocabulary size {vocab_size}"),
-        tf.debugging.assert_less_equal(
-            tf.shape(ids)[1], self.max_length,
-            message=f"{name} has more tokens than max_length={self.max_length}"),
+      tf.debugging.assert_non_negative(
+        ids, message=f"{name} holds a negative token id; ids must be in [0, {vocab_size})"
+      ),
+      tf.debugging.assert_less(
+        ids,
+        tf.constant(vocab_size, ids.dtype),
+        message=f"{name} holds a token id >= the vocabulary size {vocab_size}",
+      ),
+      tf.debugging.assert_less_equal(
+        tf.shape(ids)[1],
+        self.max_length,
+        message=f"{name} has more tokens than max_length={self.max_length}",
+      ),
     ]
     with tf.control_dependencies(checks):
       return tf.identity(ids)
@@ -104,8 +110,9 @@ class Seq2SeqExport(_Exportable):
   export is translate_nbest's first beam; `sample` is serving_default with the caller's seeds).
   """
 
-  def __init__(self, model, source_tokenizer, target_tokenizer, options: DecodeOptions,
-               decode="graph"):
+  def __init__(
+    self, model, source_tokenizer, target_tokenizer, options: DecodeOptions, decode="graph"
+  ):
     super().__init__(model, source_tokenizer, name="seq2seq_export")
     if decode not in DECODE_MODES:
       raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
@@ -115,13 +122,14 @@ class Seq2SeqExport(_Exportable):
     # A beam export's best hypothesis is the n-best search's first: one search, one program.
     self._best_is_first_beam = options.strategy == BEAM and options.beam_size > 1
     if decode == "xla":  # only then: a graph export holds no must-compile function
-      self.length_buckets = tuple(shapes.length_buckets(self.max_length,
-                                                        SMALLEST_SOURCE_BUCKET))
-      self._nbest_padded = tf.function(self._search_nbest_padded, input_signature=[IDS],
-                                       jit_compile=True)
+      self.length_buckets = tuple(shapes.length_buckets(self.max_length, SMALLEST_SOURCE_BUCKET))
+      self._nbest_padded = tf.function(
+        self._search_nbest_padded, input_signature=[IDS], jit_compile=True
+      )
       if not self._best_is_first_beam:
-        self._best_padded = tf.function(self._search_best_padded, input_signature=[IDS, SEEDS],
-                                        jit_compile=True)
+        self._best_padded = tf.function(
+          self._search_best_padded, input_signature=[IDS, SEEDS], jit_compile=True
+        )
     if options.strategy == SAMPLE:  # the signature exists only where it samples
       self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS])
 
@@ -144,9 +152,12 @@ class Seq2SeqExport(_Exportable):
     buckets = tf.constant(self.length_buckets)
     bucket = tf.reduce_min(tf.boolean_mask(buckets, buckets >= length))
     found = search(tf.pad(source_ids, [[0, 0], [0, bucket - length]]), *args)
-    width = decoding.decode_length(self.model, source_ids,
-                                   extra_decode_length=self.options.extra_decode_length,
-                                   max_decode_length=self.options.max_decode_length)
+    width = decoding.decode_length(
+      self.model,
+      source_ids,
+      extra_decode_length=self.options.extra_decode_length,
+      max_decode_length=self.options.max_decode_length,
+    )
     return found._replace(ids=found.ids[..., :width])
 
   def _nbest(self, source_ids) -> decoding.Hypotheses:
@@ -196,8 +207,10 @@ class Seq2SeqExport(_Exportable):
     """Raw text `[batch]` and int64 seeds `[batch]` -> {"translation", "score", "log_prob"}
     `[batch]`: row i drawn with seed[i] (the same seed and text, the same answer)."""
     check = tf.debugging.assert_equal(
-        tf.shape(seed), tf.shape(text),
-        message="seed must hold one int64 per text (a [batch] tensor like text)")
+      tf.shape(seed),
+      tf.shape(text),
+      message="seed must hold one int64 per text (a [batch] tensor like text)",
+    )
     with tf.control_dependencies([check]):
       seed = tf.identity(seed)
     return self._translations(self._best(self._source_ids(text), seed))
@@ -207,7 +220,8 @@ class Seq2SeqExport(_Exportable):
     """Token ids -> {"ids": int32 `[batch, length]` ending in END, "score": float32 `[batch]`,
     "log_prob": float32 `[batch]`}."""
     found = self._best(
-        self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids"))
+      self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
+    )
     return {"ids": found.ids, "score": found.scores, "log_prob": found.log_probs}
 
   @tf.function(input_signature=[IDS, TARGET_IDS])
@@ -237,13 +251,19 @@ class Seq2SeqExport(_Exportable):
     source_ids = self._source_ids(text)
     given = attention_export.given_targets(self.target_tokenizer, target, self.max_length)
     targets = attention_export.target_ids(source_ids, given, lambda ids: self._best(ids).ids)
-    return attention_export.seq2seq_maps(self.model, self.source_tokenizer,
-                                         self.target_tokenizer, source_ids, targets, layer)
+    return attention_export.seq2seq_maps(
+      self.model, self.source_tokenizer, self.target_tokenizer, source_ids, targets, layer
+    )
 
   def signatures(self):
-    signatures = {"serving_default": self.serve_text, "translate_nbest": self.translate_nbest,
-                  "translate_ids": self.translate_ids, "encode": self.encode,
-                  "score": self.score, "attention": self.attention}
+    signatures = {
+      "serving_default": self.serve_text,
+      "translate_nbest": self.translate_nbest,
+      "translate_ids": self.translate_ids,
+      "encode": self.encode,
+      "score": self.score,
+      "attention": self.attention,
+    }
     if self.options.strategy == SAMPLE:
       signatures["sample"] = self.sample
     return signatures
@@ -280,7 +300,8 @@ class ClassifierExport(_Exportable):
   def classify_ids(self, source_ids):
     """Token ids -> {"label": int64 `[batch]`, "probabilities": `[batch, classes]`}."""
     return self._classify(
-        self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids"))
+      self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
+    )
 
   @tf.function(input_signature=[TEXT])
   def __call__(self, text):
@@ -291,9 +312,14 @@ class ClassifierExport(_Exportable):
   def attention(self, text, layer):
     """Attention maps: text `[batch]`, layer int32 `[batch]` (-1 = every layer) -> pieces,
     self-attention weights, label and probabilities (`serving/attention_export.py`)."""
-    return attention_export.classifier_maps(self.model, self.source_tokenizer,
-                                            self._source_ids(text), layer)
+    return attention_export.classifier_maps(
+      self.model, self.source_tokenizer, self._source_ids(text), layer
+    )
 
   def signatures(self):
-    return {"serving_default": self.serve_text, "classify_ids": self.classify_ids,
-            "encode": self.encode, "attention": self.attention}
+    return {
+      "serving_default": self.serve_text,
+      "classify_ids": self.classify_ids,
+      "encode": self.encode,
+      "attention": self.attention,
+    }

@@ -26,7 +26,7 @@ from serving import config_protos
 DEFAULT_PATH = "/monitoring/prometheus/metrics"  # PrometheusExporter::kPrometheusPath
 # Buckets::Exponential(10, 1.8, 33), microseconds, printed with 6 significant digits as
 # TF Serving's exporter prints them.
-LATENCY_BUCKETS = tuple(float(f"{10 * 1.8 ** i:.6g}") for i in range(33))
+LATENCY_BUCKETS = tuple(float(f"{10 * 1.8**i:.6g}") for i in range(33))
 
 
 def read_config(path):
@@ -36,8 +36,7 @@ def read_config(path):
     with open(path, encoding="utf-8") as f:
       text = f.read()
   except (OSError, UnicodeDecodeError) as error:
-    raise ValueError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}"
-                     ) from None
+    raise ValueError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
   prometheus = config_protos.parse(text, config_protos.MonitoringConfig).prometheus_config
   if not prometheus.enable:
     return None
@@ -83,29 +82,36 @@ class Metrics:
     prometheus_client.disable_created_metrics()
     self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
     self._counters = _ExactCounters()
-    self._counters.declare(self.REQUEST_COUNT, "The total number of requests.",
-                           ("model_name", "status"))
-    self._counters.declare(self.WARMUP_RECORDS,
-                           "Total number of warmup records read during model warmup.",
-                           ("model_path", "status"))
+    self._counters.declare(
+      self.REQUEST_COUNT, "The total number of requests.", ("model_name", "status")
+    )
+    self._counters.declare(
+      self.WARMUP_RECORDS,
+      "Total number of warmup records read during model warmup.",
+      ("model_path", "status"),
+    )
     self.registry.register(self._counters)
 
     def histogram(name, documentation, labels):
-      return prometheus_client.Histogram(name, documentation, labels, registry=self.registry,
-                                         buckets=LATENCY_BUCKETS)
+      return prometheus_client.Histogram(
+        name, documentation, labels, registry=self.registry, buckets=LATENCY_BUCKETS
+      )
 
     self._request_latency = histogram(
-        ":tensorflow:serving:request_latency",
-        "Distribution of wall time (in microseconds) for Tensorflow Serving request.",
-        ("model_name", "API", "entrypoint"))
+      ":tensorflow:serving:request_latency",
+      "Distribution of wall time (in microseconds) for Tensorflow Serving request.",
+      ("model_name", "API", "entrypoint"),
+    )
     self._runtime_latency = histogram(
-        ":tensorflow:serving:runtime_latency",
-        "Distribution of wall time (in microseconds) for Tensorflow runtime.",
-        ("model_name", "API", "runtime"))
+      ":tensorflow:serving:runtime_latency",
+      "Distribution of wall time (in microseconds) for Tensorflow runtime.",
+      ("model_name", "API", "runtime"),
+    )
     self._warmup_latency = histogram(
-        ":tensorflow:serving:model_warmup_latency",
-        "Distribution of wall time (in microseconds) for warming up the model.",
-        ("model_path", "status"))
+      ":tensorflow:serving:model_warmup_latency",
+      "Distribution of wall time (in microseconds) for warming up the model.",
+      ("model_path", "status"),
+    )
 
   def record_request(self, model_name, api, entrypoint, code, seconds):
     """One finished request (http_server.cc / prediction_service_impl.cc): counted by its
@@ -125,4 +131,5 @@ class Metrics:
   def page(self):
     """(content type, body bytes) of the Prometheus text page."""
     return prometheus_client.CONTENT_TYPE_PLAIN_0_0_4, prometheus_client.generate_latest(
-        self.registry)
+      self.registry
+    )

@@ -15,8 +15,10 @@ from serving import model_config, versions
 from serving.model_manager import ModelManager
 from serving.tensor_json import RestError
 
-_EXAMPLE_APIS = {"classify": ("classification", "tensorflow/serving/classify"),
-                 "regress": ("regression", "tensorflow/serving/regress")}
+_EXAMPLE_APIS = {
+  "classify": ("classification", "tensorflow/serving/classify"),
+  "regress": ("regression", "tensorflow/serving/regress"),
+}
 
 
 def example_api_error(servable, signature_name, api):
@@ -27,26 +29,37 @@ def example_api_error(servable, signature_name, api):
   kind, method = _EXAMPLE_APIS[api]
   signature = servable.signatures.get(signature_name)
   if signature is None:
-    return RestError("INVALID_ARGUMENT", f"No signature was found with the name: "
-                     f"{signature_name}")
+    return RestError("INVALID_ARGUMENT", f"No signature was found with the name: {signature_name}")
   if signature.method_name != method:
-    return RestError("INVALID_ARGUMENT", f"Expected {kind} signature method_name to be "
-                     f"{method}. Was: {signature.method_name}")
-  return RestError("UNIMPLEMENTED", f"{api.capitalize()} over tf.Example inputs is not "
-                   "implemented by this server: use Predict")
+    return RestError(
+      "INVALID_ARGUMENT",
+      f"Expected {kind} signature method_name to be {method}. Was: {signature.method_name}",
+    )
+  return RestError(
+    "UNIMPLEMENTED",
+    f"{api.capitalize()} over tf.Example inputs is not implemented by this server: use Predict",
+  )
 
 
 def _not_available(model, version):
-  return RestError("FAILED_PRECONDITION",
-                   f"Request to assign label to version {version} of model {model}, which is "
-                   "not currently available for inference")
+  return RestError(
+    "FAILED_PRECONDITION",
+    f"Request to assign label to version {version} of model {model}, which is "
+    "not currently available for inference",
+  )
 
 
 class ServerCore:
   """Models by name, each kept loaded by its ModelManager."""
 
-  def __init__(self, managers, poll_seconds=1.0, allow_version_labels_for_unavailable_models=False,
-               batcher=None, metrics=None):
+  def __init__(
+    self,
+    managers,
+    poll_seconds=1.0,
+    allow_version_labels_for_unavailable_models=False,
+    batcher=None,
+    metrics=None,
+  ):
     self.poll_seconds = poll_seconds
     self.allow_unavailable_labels = allow_version_labels_for_unavailable_models
     self.batcher, self.metrics = batcher, metrics
@@ -76,10 +89,11 @@ class ServerCore:
       for label, version in sorted(manager.labels.items()):
         if version not in served:
           raise model_config.ConfigError(
-              f"Request to assign label {label} to version {version} of model {name}, which is "
-              f"not currently available for inference (served: "
-              f"{','.join(map(str, sorted(served))) or 'none'}): serve it with the specific "
-              "(or all) version policy, or pass --allow_version_labels_for_unavailable_models")
+            f"Request to assign label {label} to version {version} of model {name}, which is "
+            f"not currently available for inference (served: "
+            f"{','.join(map(str, sorted(served))) or 'none'}): serve it with the specific "
+            "(or all) version policy, or pass --allow_version_labels_for_unavailable_models"
+          )
 
   def start(self):
     """Loads every model's wanted versions (in config order), then each polls its base path."""
@@ -95,6 +109,7 @@ class ServerCore:
     """--model_config_file_poll_wait_seconds: re-reads the file every `seconds` and reloads
     when it changed from `served` (Server::PollFilesystemAndReloadConfig). A file that does not
     parse or a config that fails is logged; the models served stay."""
+
     def loop(last):
       while not self._stopped.wait(seconds):
         try:
@@ -106,8 +121,7 @@ class ServerCore:
         except (model_config.ConfigError, RestError) as error:
           logging.error("model config %s not applied: %s", path, error)
 
-    threading.Thread(target=loop, args=(served,), name="model-config-poller",
-                     daemon=True).start()
+    threading.Thread(target=loop, args=(served,), name="model-config-poller", daemon=True).start()
 
   def model_names(self):
     with self._lock:
@@ -145,14 +159,14 @@ class ServerCore:
       raise RestError("NOT_FOUND", f"Could not find any versions of model {name}")
     return manager.status(version)
 
-  def run(self, servable, signature_name, arrays, api="Predict", timeout_seconds=None,
-          output_names=None):
+  def run(
+    self, servable, signature_name, arrays, api="Predict", timeout_seconds=None, output_names=None
+  ):
     """Runs one signature of `servable` (merged with concurrent requests when batching is on)
     and records TF Serving's runtime_latency for it."""
     started = time.perf_counter()
     if self.batcher is not None:
-      outputs = self.batcher.run(servable, signature_name, arrays, timeout_seconds,
-                                 output_names)
+      outputs = self.batcher.run(servable, signature_name, arrays, timeout_seconds, output_names)
     else:
       outputs = servable.run(signature_name, arrays, timeout_seconds, output_names)
     if self.metrics is not None:
@@ -209,8 +223,12 @@ class ServerCore:
       return
     parts = []
     for manager in failed:
-      errors = [f"{{name: {manager.name} version: {v}}} due to error: {s['error_message']}"
-                for v, (state, s) in sorted(manager.states().items()) if s["error_message"]]
+      errors = [
+        f"{{name: {manager.name} version: {v}}} due to error: {s['error_message']}"
+        for v, (state, s) in sorted(manager.states().items())
+        if s["error_message"]
+      ]
       parts.append(", ".join(errors) or f"{{name: {manager.name}}} (no version on disk)")
-    raise RestError("UNKNOWN", f"{len(failed)} model(s) did not become available: "
-                    f"{{{', '.join(parts)}}}")
+    raise RestError(
+      "UNKNOWN", f"{len(failed)} model(s) did not become available: {{{', '.join(parts)}}}"
+    )

@@ -14,12 +14,24 @@ import numpy as np
 
 # HTTP status for each canonical error code, as TF Serving maps them.
 HTTP_STATUS = {
-    "INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400, "NOT_FOUND": 404,
-    "DEADLINE_EXCEEDED": 504, "UNIMPLEMENTED": 501, "RESOURCE_EXHAUSTED": 429,
-    "UNAVAILABLE": 503, "ALREADY_EXISTS": 409, "ABORTED": 409, "PERMISSION_DENIED": 403,
-    "UNAUTHENTICATED": 401, "CANCELLED": 499, "UNKNOWN": 500, "INTERNAL": 500, "DATA_LOSS": 500,
-    # Not a TF status: the server's own request-size cap.
-    "PAYLOAD_TOO_LARGE": 413,
+  "INVALID_ARGUMENT": 400,
+  "FAILED_PRECONDITION": 400,
+  "OUT_OF_RANGE": 400,
+  "NOT_FOUND": 404,
+  "DEADLINE_EXCEEDED": 504,
+  "UNIMPLEMENTED": 501,
+  "RESOURCE_EXHAUSTED": 429,
+  "UNAVAILABLE": 503,
+  "ALREADY_EXISTS": 409,
+  "ABORTED": 409,
+  "PERMISSION_DENIED": 403,
+  "UNAUTHENTICATED": 401,
+  "CANCELLED": 499,
+  "UNKNOWN": 500,
+  "INTERNAL": 500,
+  "DATA_LOSS": 500,
+  # Not a TF status: the server's own request-size cap.
+  "PAYLOAD_TOO_LARGE": 413,
 }
 
 
@@ -40,14 +52,21 @@ def invalid(message):
   return RestError("INVALID_ARGUMENT", message)
 
 
-_INT32 = (-2**31, 2**31 - 1)
-_INT64 = (-2**63, 2**63 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 # Which JSON integers each integer dtype takes, as rapidjson's IsInt/IsInt64/IsUint/IsUint64
 # decide in TF Serving; int8/int16/uint8 take any int32 and wrap as TensorFlow's proto copy does.
 # Keyed by tf.DType.name: this module needs no TensorFlow import (the server checks its flags
 # and port before TensorFlow loads).
-_INT_RANGES = {"int8": _INT32, "int16": _INT32, "int32": _INT32, "uint8": _INT32,
-               "int64": _INT64, "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1)}
+_INT_RANGES = {
+  "int8": _INT32,
+  "int16": _INT32,
+  "int32": _INT32,
+  "uint8": _INT32,
+  "int64": _INT64,
+  "uint32": (0, 2**32 - 1),
+  "uint64": (0, 2**64 - 1),
+}
 # TensorFlow's DataTypeString names, used in TF Serving's messages.
 _DTYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half"}
 # numpy holds at most 64 dimensions; no model input needs more than this many.
@@ -80,8 +99,10 @@ def _json_type(value):
 
 
 def _type_error(value, dtype):
-  return invalid(f"JSON Value: {debug_string(value)} Type: {_json_type(value)} is not of "
-                 f"expected type: {dtype_name(dtype)}")
+  return invalid(
+    f"JSON Value: {debug_string(value)} Type: {_json_type(value)} is not of "
+    f"expected type: {dtype_name(dtype)}"
+  )
 
 
 _TOO_BIG = "Number too big to be stored in double."  # rapidjson's kParseErrorNumberTooBig
@@ -109,8 +130,9 @@ def _first_key_wins(pairs):
   return obj
 
 
-_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float,
-                            object_pairs_hook=_first_key_wins)
+_DECODER = json.JSONDecoder(
+  parse_int=_parse_int, parse_float=_parse_float, object_pairs_hook=_first_key_wins
+)
 # kParseNanAndInfFlag also reads Inf, -Inf and -NaN, which Python's json does not: rewritten to
 # the spellings it reads, outside strings.
 _NAN_AND_INF = re.compile(r'"(?:[^"\\]|\\.)*"|-?Inf(?:inity)?|-NaN')
@@ -118,17 +140,17 @@ _SPELLINGS = {"Inf": "Infinity", "-Inf": "-Infinity", "-NaN": "NaN"}
 
 
 # Python's json messages -> rapidjson's (GetParseError_En), which TF Serving's tests assert.
-_PARSE_MESSAGES = {"Expecting value": "Invalid value.",
-                   "Extra data": "The document root must not be followed by other values.",
-                   "Unterminated string starting at": "Missing a closing quotation mark in "
-                                                      "string.",
-                   "Invalid control character at": "Invalid encoding in string.",
-                   "Invalid \\escape": "Invalid escape character in string.",
-                   "Invalid \\uXXXX escape": "Incorrect hex digit after \\u escape in string.",
-                   "Expecting property name enclosed in double quotes":
-                       "Missing a name for object member.",
-                   "Expecting ':' delimiter": "Missing a colon after a name of object member.",
-                   "Expecting ',' delimiter": "Missing a comma or ']' after an array element."}
+_PARSE_MESSAGES = {
+  "Expecting value": "Invalid value.",
+  "Extra data": "The document root must not be followed by other values.",
+  "Unterminated string starting at": "Missing a closing quotation mark in string.",
+  "Invalid control character at": "Invalid encoding in string.",
+  "Invalid \\escape": "Invalid escape character in string.",
+  "Invalid \\uXXXX escape": "Incorrect hex digit after \\u escape in string.",
+  "Expecting property name enclosed in double quotes": "Missing a name for object member.",
+  "Expecting ':' delimiter": "Missing a colon after a name of object member.",
+  "Expecting ',' delimiter": "Missing a comma or ']' after an array element.",
+}
 
 
 def parse_json(data):
@@ -189,8 +211,7 @@ def _convert_scalar(value, dtype):
     if dtype.name != "string":
       raise _type_error(value, dtype)
     if not is_b64_object(value):
-      raise invalid(f"JSON Value: {debug_string(value)} not formatted correctly for base64 "
-                    "data")
+      raise invalid(f"JSON Value: {debug_string(value)} not formatted correctly for base64 data")
     return _b64decode(value["b64"])
   if dtype.name == "string":
     if not isinstance(value, str):
@@ -209,8 +230,9 @@ def _convert_scalar(value, dtype):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
       raise _type_error(value, dtype)
     return value
-  raise RestError("UNIMPLEMENTED", f"Conversion of JSON Value: {debug_string(value)} to type: "
-                  f"{dtype_name(dtype)}")
+  raise RestError(
+    "UNIMPLEMENTED", f"Conversion of JSON Value: {debug_string(value)} to type: {dtype_name(dtype)}"
+  )
 
 
 def _shape_of(value):
@@ -219,8 +241,10 @@ def _shape_of(value):
   while isinstance(value, list):
     shape.append(len(value))
     if len(shape) > MAX_RANK:
-      raise invalid(f"JSON Value: {debug_string(value)} nested more than {MAX_RANK} lists "
-                    f"deep: a tensor here has at most {MAX_RANK} dimensions")
+      raise invalid(
+        f"JSON Value: {debug_string(value)} nested more than {MAX_RANK} lists "
+        f"deep: a tensor here has at most {MAX_RANK} dimensions"
+      )
     if not value:
       break
     value = value[0]
@@ -232,15 +256,19 @@ def _flatten(value, shape, level, dtype, out):
   (recursion depth <= MAX_RANK)."""
   if not isinstance(value, list):
     if level != len(shape):
-      raise invalid(f"JSON Value: {debug_string(value)} found at incorrect level: "
-                    f"{level + 1} in the JSON DOM. Expected at level: {len(shape)}")
+      raise invalid(
+        f"JSON Value: {debug_string(value)} found at incorrect level: "
+        f"{level + 1} in the JSON DOM. Expected at level: {len(shape)}"
+      )
     out.append(_convert_scalar(value, dtype))
     return
   if level >= len(shape):
     raise invalid(f"Encountered list at unexpected level: {level} expected < {len(shape)}")
   if len(value) != shape[level]:
-    raise invalid(f"Encountered list at unexpected size: {len(value)} at level: {level} "
-                  f"expected size: {shape[level]}")
+    raise invalid(
+      f"Encountered list at unexpected size: {len(value)} at level: {level} "
+      f"expected size: {shape[level]}"
+    )
   for item in value:
     _flatten(item, shape, level + 1, dtype, out)
 
@@ -271,10 +299,10 @@ def _check_rank(array, spec, name):
   if spec.shape.rank is None:
     return
   want = spec.shape.as_list()
-  if array.ndim != len(want) or any(w is not None and g != w
-                                    for g, w in zip(array.shape, want)):
-    raise invalid(f"Input '{name}': expected shape {want} (rank {len(want)}), got shape "
-                  f"{list(array.shape)}")
+  if array.ndim != len(want) or any(w is not None and g != w for g, w in zip(array.shape, want)):
+    raise invalid(
+      f"Input '{name}': expected shape {want} (rank {len(want)}), got shape {list(array.shape)}"
+    )
 
 
 class _RowColumn:
@@ -289,8 +317,9 @@ class _RowColumn:
       if array.size != self.rows[0].size:
         raise invalid(f"Expecting tensor size: {self.rows[0].size} but got: {array.size}")
       if array.shape != self.shape:
-        raise invalid(f"Expecting shape {_shape_text(self.shape)} but got: "
-                      f"{_shape_text(array.shape)}")
+        raise invalid(
+          f"Expecting shape {_shape_text(self.shape)} but got: {_shape_text(array.shape)}"
+        )
     self.shape = array.shape
     self.rows.append(array)
 
@@ -304,8 +333,10 @@ def _is_named_object(value):
 
 def _failed(index, error, key=None):
   where = f"{index} key: {key}" if key is not None else f"{index}"
-  return RestError(error.code, f"Failed to process element: {where} of 'instances' list. "
-                   f"Error: {error.code}: {error.message}")
+  return RestError(
+    error.code,
+    f"Failed to process element: {where} of 'instances' list. Error: {error.code}: {error.message}",
+  )
 
 
 def _parse_instances(instances, input_specs):
@@ -314,8 +345,10 @@ def _parse_instances(instances, input_specs):
   names = set(input_specs)
   objects = _is_named_object(instances[0])
   if not isinstance(instances[0], dict) and len(names) > 1:
-    raise invalid("instances is a plain list, but expecting list of objects as multiple "
-                  "input tensors required as per tensorinfo_map")
+    raise invalid(
+      "instances is a plain list, but expecting list of objects as multiple "
+      "input tensors required as per tensorinfo_map"
+    )
   columns = {name: _RowColumn(spec.dtype) for name, spec in input_specs.items()}
   only_name = min(names)  # TF Serving takes the first input of its (sorted) map
   for index, instance in enumerate(instances):
@@ -330,9 +363,11 @@ def _parse_instances(instances, input_specs):
         except RestError as error:
           raise _failed(index, error, key) from None
       if set(instance) != names:
-        raise invalid(f"Failed to process element: {index} of 'instances' list. JSON object: "
-                      f"{debug_string(instance)} keys must be equal to: "
-                      f"{','.join(sorted(names))}")
+        raise invalid(
+          f"Failed to process element: {index} of 'instances' list. JSON object: "
+          f"{debug_string(instance)} keys must be equal to: "
+          f"{','.join(sorted(names))}"
+        )
     else:
       if _is_named_object(instance):
         raise invalid(f"Expecting value/list but got object at item {index} of input list")
@@ -348,9 +383,11 @@ def _parse_inputs(inputs, input_specs):
   input (extra keys ignored)."""
   if not isinstance(inputs, dict) or is_b64_object(inputs):
     if len(input_specs) > 1:
-      raise invalid("inputs is a plain value/list, but expecting an object as multiple input "
-                    "tensors required as per tensorinfo_map")
-    (name, spec), = input_specs.items()
+      raise invalid(
+        "inputs is a plain value/list, but expecting an object as multiple input "
+        "tensors required as per tensorinfo_map"
+      )
+    ((name, spec),) = input_specs.items()
     return {name: to_array(inputs, spec.dtype)}
   arrays = {}
   for name in sorted(input_specs):
@@ -365,14 +402,18 @@ def signature_name_of(body):
   FillSignature."""
   name = body.get("signature_name", "")
   if not isinstance(name, str):
-    raise invalid(f"JSON Value: {debug_string(body)} not formatted correctly. "
-                  "'signature_name' key must be a string value.")
+    raise invalid(
+      f"JSON Value: {debug_string(body)} not formatted correctly. "
+      "'signature_name' key must be a string value."
+    )
   return name or "serving_default"
 
 
 def _one_of_error(body):
-  return invalid(f"JSON Value: {debug_string(body)} Not formatted correctly expecting only "
-                 "one of 'inputs' or 'instances' keys to exist ")
+  return invalid(
+    f"JSON Value: {debug_string(body)} Not formatted correctly expecting only "
+    "one of 'inputs' or 'instances' keys to exist "
+  )
 
 
 def parse_predict_request(body, input_specs, signature_name=""):
@@ -385,8 +426,7 @@ def parse_predict_request(body, input_specs, signature_name=""):
       raise _one_of_error(body)
     instances = body["instances"]
     if not isinstance(instances, list):
-      raise invalid(f"JSON Value: {debug_string(body)} Expecting 'instances' to be an "
-                    "list/array")
+      raise invalid(f"JSON Value: {debug_string(body)} Expecting 'instances' to be an list/array")
     if not instances:
       raise invalid(f"JSON Value: {debug_string(body)} No values in 'instances' array")
     arrays, row_format = _parse_instances(instances, input_specs), True
@@ -425,8 +465,21 @@ def _string_text(value, as_b64):
 
 # The output dtypes AddSingleValueAndAdvance writes; others (half, bfloat16, uint16, complex,
 # ...) fail the answer as TF Serving's does.
-_WRITABLE = {"float32", "float64", "int32", "int16", "int8", "uint8", "string", "object",
-             "bytes", "int64", "bool", "uint32", "uint64"}
+_WRITABLE = {
+  "float32",
+  "float64",
+  "int32",
+  "int16",
+  "int8",
+  "uint8",
+  "string",
+  "object",
+  "bytes",
+  "int64",
+  "bool",
+  "uint32",
+  "uint64",
+}
 
 
 def _check_writable(name, value):
@@ -434,8 +487,7 @@ def _check_writable(name, value):
   if kind.startswith(("bytes", "str")):
     return
   if kind not in _WRITABLE:
-    raise invalid("Failed to write JSON value for tensor type: "
-                  f"{_DTYPE_NAMES.get(kind, kind)}")
+    raise invalid(f"Failed to write JSON value for tensor type: {_DTYPE_NAMES.get(kind, kind)}")
 
 
 def _tensor_text(value, name):
@@ -463,23 +515,28 @@ def format_predict_response(outputs, row_format):
   if not row_format:
     if len(names) == 1:
       return '{"outputs": ' + _tensor_text(outputs[names[0]], names[0]) + "}"
-    return '{"outputs": {' + ",".join(
-        f"{json.dumps(n)}: {_tensor_text(outputs[n], n)}" for n in names) + "}}"
+    return (
+      '{"outputs": {'
+      + ",".join(f"{json.dumps(n)}: {_tensor_text(outputs[n], n)}" for n in names)
+      + "}}"
+    )
   batch_size = None
   for name in names:  # MakeRowFormatJsonFromTensors
     if np.ndim(outputs[name]) == 0:
       raise invalid(f"Tensor name: {name} has no shape information ")
     size = outputs[name].shape[0]
     if batch_size is not None and size != batch_size:
-      raise invalid(f"Tensor name: {name} has inconsistent batch size: {size} expecting: "
-                    f"{batch_size}")
+      raise invalid(
+        f"Tensor name: {name} has inconsistent batch size: {size} expecting: {batch_size}"
+      )
     batch_size = size
   if len(names) == 1:
     return '{"predictions": ' + _tensor_text(outputs[names[0]], names[0]) + "}"
   rows = []
   for i in range(batch_size):
-    rows.append("{" + ",".join(f"{json.dumps(n)}: {_tensor_text(outputs[n][i], n)}"
-                               for n in names) + "}")
+    rows.append(
+      "{" + ",".join(f"{json.dumps(n)}: {_tensor_text(outputs[n][i], n)}" for n in names) + "}"
+    )
   return '{"predictions": [' + ",".join(rows) + "]}"
 
 
@@ -487,11 +544,17 @@ def metadata_json(name, version, signature_defs):
   """GetModelMetadata's REST answer (protobuf's JSON mapping; int64 as strings) for the
   {name: SignatureDef} of one version."""
   from google.protobuf import json_format
-  signatures = {key: json_format.MessageToDict(signature, preserving_proto_field_name=True,
-                                               always_print_fields_with_no_presence=True)
-                for key, signature in signature_defs.items()}
-  return {"model_spec": {"name": name, "signature_name": "", "version": str(version)},
-          "metadata": {"signature_def": {"signature_def": signatures}}}
+
+  signatures = {
+    key: json_format.MessageToDict(
+      signature, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    for key, signature in signature_defs.items()
+  }
+  return {
+    "model_spec": {"name": name, "signature_name": "", "version": str(version)},
+    "metadata": {"signature_def": {"signature_def": signatures}},
+  }
 
 
 def error_body(message):

@@ -19,8 +19,9 @@ def version_numbers(base_path: str, servable_only: bool = True) -> List[int]:
     if not (name.isascii() and name.isdigit()):
       continue
     folder = os.path.join(base_path, name)
-    if os.path.isdir(folder) and (not servable_only or
-                                  os.path.isfile(os.path.join(folder, SAVED_MODEL_FILE))):
+    if os.path.isdir(folder) and (
+      not servable_only or os.path.isfile(os.path.join(folder, SAVED_MODEL_FILE))
+    ):
       found.append(int(name))
   return sorted(found)
 

@@ -29,8 +29,9 @@ def parse_prediction_log(record: bytes):
   """-> (signature_name, {input name: numpy array}) of a predict_log record."""
   log = prediction_log_pb2.PredictionLog.FromString(record)
   if log.WhichOneof("log_type") != "predict_log":
-    raise ValueError(f"warm-up record of type {log.WhichOneof('log_type')}: only predict_log "
-                     "records are replayed")
+    raise ValueError(
+      f"warm-up record of type {log.WhichOneof('log_type')}: only predict_log records are replayed"
+    )
   request = log.predict_log.request
   inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
   return request.model_spec.signature_name or "serving_default", inputs

@@ -19,8 +19,9 @@ tf.config.experimental.enable_tensor_float_32_execution(False)
 
 @pytest.fixture
 def tiny_config():
-  return tfattn.TransformerConfig.preset("tiny", source_vocab_size=40, target_vocab_size=40,
-                                         max_length=64)
+  return tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=40, target_vocab_size=40, max_length=64
+  )
 
 
 @pytest.fixture
@@ -42,17 +43,31 @@ def trained_run(tmp_path_factory):
   from tfattn import text
   from tfattn.run_dir import RunDir
   from train import tasks, tokenizer
+
   run_dir = tmp_path_factory.mktemp("run")
   layout = RunDir(run_dir)
   task = tasks.builtin_task("numbers", num_train=400, num_eval=20)
   source, target = (
-      text.load_tokenizer(tokenizer.learn_and_write(
-          tokenizer.SENTENCEPIECE, task.train().map(lambda *pair, i=index: pair[i]), 200,
-          os.path.join(layout.vocab, side)))
-      for side, index in (("source", 0), ("target", 1)))
+    text.load_tokenizer(
+      tokenizer.learn_and_write(
+        tokenizer.SENTENCEPIECE,
+        task.train().map(lambda *pair, i=index: pair[i]),
+        200,
+        os.path.join(layout.vocab, side),
+      )
+    )
+    for side, index in (("source", 0), ("target", 1))
+  )
   config = tfattn.TransformerConfig.preset(
-      "tiny", source_vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
-      d_model=32, dff=64, num_encoder_layers=1, num_decoder_layers=1, max_length=24)
+    "tiny",
+    source_vocab_size=source.vocab_size,
+    target_vocab_size=target.vocab_size,
+    d_model=32,
+    dff=64,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    max_length=24,
+  )
   with open(layout.model_config, "w") as f:
     f.write(config.to_json())
   with open(layout.task, "w") as f:
@@ -67,6 +82,7 @@ def exported(trained_run, tmp_path_factory):
   """`<base>/1` exported from `trained_run` with greedy decoding (fast)."""
   from serving import export
   from tfattn.decode_options import DecodeOptions
+
   base = tmp_path_factory.mktemp("models")
   path = export.export(str(trained_run), str(base), options=DecodeOptions(strategy="greedy"))
   return base, path

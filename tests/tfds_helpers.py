@@ -5,22 +5,21 @@ import tensorflow_datasets as tfds
 
 # Splits each builder defines, as (name, rows) with rows in supervised-key order.
 FAKE_ROWS = {
-    "imdb_reviews": {
-        "train": [("A wonderful, moving film. Loved it!", 1), ("Dull and far too long.", 0)] * 8,
-        "test": [("Great acting, great story.", 1), ("Terrible. Avoid it.", 0)] * 4,
-        "unsupervised": [("No label here.", -1)],
-    },
-    "ted_hrlr_translate/pt_to_en": {
-        "train": [("Olá, mundo!", "Hello, world!"), ("A casa é azul.", "The house is blue.")] * 8,
-        "validation": [("Obrigado.", "Thank you.")] * 4,
-        "test": [("Sim.", "Yes.")] * 2,
-    },
-    "wmt14_translate/de-en": {
-        "train": [("Guten Morgen!", "Good morning!"), ("Das Haus ist blau.",
-                                                      "The house is blue.")] * 8,
-        "validation": [("Danke schön.", "Thank you very much.")] * 4,
-        "test": [("Ja.", "Yes.")] * 2,
-    },
+  "imdb_reviews": {
+    "train": [("A wonderful, moving film. Loved it!", 1), ("Dull and far too long.", 0)] * 8,
+    "test": [("Great acting, great story.", 1), ("Terrible. Avoid it.", 0)] * 4,
+    "unsupervised": [("No label here.", -1)],
+  },
+  "ted_hrlr_translate/pt_to_en": {
+    "train": [("Olá, mundo!", "Hello, world!"), ("A casa é azul.", "The house is blue.")] * 8,
+    "validation": [("Obrigado.", "Thank you.")] * 4,
+    "test": [("Sim.", "Yes.")] * 2,
+  },
+  "wmt14_translate/de-en": {
+    "train": [("Guten Morgen!", "Good morning!"), ("Das Haus ist blau.", "The house is blue.")] * 8,
+    "validation": [("Danke schön.", "Thank you very much.")] * 4,
+    "test": [("Ja.", "Yes.")] * 2,
+  },
 }
 
 
@@ -32,8 +31,10 @@ def prepare_fake_tfds(name, data_dir, rows_by_split=None):
 
   def split_generators(dl_manager):
     del dl_manager  # nothing is downloaded
-    return {split: ((f"{split}-{i}", dict(zip(keys, row))) for i, row in enumerate(rows))
-            for split, rows in rows_by_split.items()}
+    return {
+      split: ((f"{split}-{i}", dict(zip(keys, row))) for i, row in enumerate(rows))
+      for split, rows in rows_by_split.items()
+    }
 
   builder._split_generators = split_generators  # pylint: disable=protected-access
   builder.download_and_prepare(file_format="tfrecord")

@@ -13,10 +13,22 @@ import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A model and task small enough that a run takes seconds.
-SMALL_RUN = ["--task=copy", "--model=tiny", "--d_model=32", "--dff=64", "--num_heads=4",
-             "--num_layers=1", "--vocab_examples=300", "--batch_size=16", "--max_length=16",
-             "--log_every=1", "--eval_examples=16", "--test_examples=16", "--warmup_steps=10",
-             "--decode_strategy=greedy"]
+SMALL_RUN = [
+  "--task=copy",
+  "--model=tiny",
+  "--d_model=32",
+  "--dff=64",
+  "--num_heads=4",
+  "--num_layers=1",
+  "--vocab_examples=300",
+  "--batch_size=16",
+  "--max_length=16",
+  "--log_every=1",
+  "--eval_examples=16",
+  "--test_examples=16",
+  "--warmup_steps=10",
+  "--decode_strategy=greedy",
+]
 
 
 def train_command(run_dir, *flags):
@@ -31,15 +43,27 @@ def environment(**extra):
 
 
 def run_train(run_dir, *flags, timeout=300, **env):
-  result = subprocess.run(train_command(run_dir, *flags), cwd=REPO, env=environment(**env),
-                          capture_output=True, text=True, timeout=timeout)
+  result = subprocess.run(
+    train_command(run_dir, *flags),
+    cwd=REPO,
+    env=environment(**env),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
   assert result.returncode == 0, result.stderr[-4000:]
   return result
 
 
 def start_train(run_dir, *flags, **env):
-  return subprocess.Popen(train_command(run_dir, *flags), cwd=REPO, env=environment(**env),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return subprocess.Popen(
+    train_command(run_dir, *flags),
+    cwd=REPO,
+    env=environment(**env),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
 
 
 def run_trains(*runs, timeout=300):
@@ -57,6 +81,7 @@ def snapshot(directory):
   """{relative path: (mtime_ns, sha256)} of every file under `directory` (symlinked folders
   not followed): equal before and after means no file was added, removed or rewritten."""
   import hashlib
+
   found = {}
   for root, _, files in os.walk(directory):
     for name in files:
@@ -90,8 +115,11 @@ def wait_for_step(run_dir, step, process, timeout=240):
 def latest_variables(run_dir):
   """name -> value of every variable in the latest checkpoint (model, optimizer, RNG)."""
   reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints"))
-  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-          if not name.startswith("data/") and name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+  return {
+    name: reader.get_tensor(name)
+    for name in reader.get_variable_to_shape_map()
+    if not name.startswith("data/") and name != "_CHECKPOINTABLE_OBJECT_GRAPH"
+  }
 
 
 def free_ports(count):
@@ -118,6 +146,7 @@ def assert_same_variables(a, b, atol=0.0):
 def image_summaries(run_dir):
   """{tag: [steps]} of the image summaries in a run's TensorBoard event files."""
   import glob
+
   found = {}
   for path in glob.glob(os.path.join(str(run_dir), "logs", "events.out.tfevents.*")):
     for record in tf.data.TFRecordDataset(path):

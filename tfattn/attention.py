@@ -32,8 +32,9 @@ def merge_heads(x: tf.Tensor) -> tf.Tensor:
   return tf.reshape(x, [shape[0], shape[2], shape[1] * shape[3]])
 
 
-def scaled_dot_product_attention(query, key, value, bias=None, dropout_rate=0.0, rng=None,
-                                 training=False) -> Tuple[tf.Tensor, tf.Tensor]:
+def scaled_dot_product_attention(
+  query, key, value, bias=None, dropout_rate=0.0, rng=None, training=False
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """softmax(Q K^T / sqrt(depth) + bias) V, with the softmax in float32.
 
   Args:
@@ -63,6 +64,7 @@ class KeyValue(NamedTuple):
     key: `[batch, heads, length, depth]`.
     value: `[batch, heads, length, depth]`.
   """
+
   key: tf.Tensor
   value: tf.Tensor
 
@@ -74,6 +76,7 @@ class GrowingCache(NamedTuple):
     key: `[batch, heads, steps_so_far, depth]`.
     value: `[batch, heads, steps_so_far, depth]`.
   """
+
   key: tf.Tensor
   value: tf.Tensor
 
@@ -85,8 +88,10 @@ class GrowingCache(NamedTuple):
   def add(self, key: tf.Tensor, value: tf.Tensor, step) -> "GrowingCache":
     """key, value: `[batch, heads, 1, depth]` of position `step` (the cache's length)."""
     del step  # the new slot is simply the next one
-    return GrowingCache(tf.concat([tf.cast(self.key, key.dtype), key], axis=2),
-                        tf.concat([tf.cast(self.value, value.dtype), value], axis=2))
+    return GrowingCache(
+      tf.concat([tf.cast(self.key, key.dtype), key], axis=2),
+      tf.concat([tf.cast(self.value, value.dtype), value], axis=2),
+    )
 
   def unwritten_bias(self, step) -> None:
     """No slot is empty: the newest query may see every cached key."""
@@ -101,6 +106,7 @@ class PaddedCache(NamedTuple):
     key: `[batch, heads, max_length, depth]`.
     value: `[batch, heads, max_length, depth]`.
   """
+
   key: tf.Tensor
   value: tf.Tensor
 
@@ -114,8 +120,10 @@ class PaddedCache(NamedTuple):
     # A one-hot select rather than a scatter keeps every shape static.
     slot = tf.one_hot(step, tf.shape(self.key)[2], dtype=key.dtype)
     slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]  # [1, 1, max_length, 1]
-    return PaddedCache(tf.cast(self.key, key.dtype) * (1 - slot) + key * slot,
-                       tf.cast(self.value, value.dtype) * (1 - slot) + value * slot)
+    return PaddedCache(
+      tf.cast(self.key, key.dtype) * (1 - slot) + key * slot,
+      tf.cast(self.value, value.dtype) * (1 - slot) + value * slot,
+    )
 
   def unwritten_bias(self, step) -> tf.Tensor:
     """`[1, 1, 1, max_length]`: the query at `step` may see slots `0..step` only."""
@@ -149,8 +157,9 @@ class _MergedHeadAttention(tf.Module):
   def _attend(self, q, k, v, bias, training, return_scores):
     """q `[batch, heads, q_len, depth]`, k, v `[batch, heads, k_len, depth]` ->
     `[batch, q_len, d_model]` (and the float32 `[batch, heads, q_len, k_len]` weights)."""
-    values, weights = scaled_dot_product_attention(q, k, v, bias, self.dropout_rate, self._rng,
-                                                   training)
+    values, weights = scaled_dot_product_attention(
+      q, k, v, bias, self.dropout_rate, self._rng, training
+    )
     output = self.output(merge_heads(values))  # [batch, q_len, d_model]
     return (output, weights) if return_scores else output
 
@@ -158,8 +167,15 @@ class _MergedHeadAttention(tf.Module):
 class SelfAttention(_MergedHeadAttention):
   """Multi-head self-attention with one fused `[d_model, 3 * d_model]` query/key/value kernel."""
 
-  def __init__(self, d_model: int, num_heads: int, dropout_rate: float = 0.0, rng=None,
-               seed: int = 0, name: Optional[str] = None):
+  def __init__(
+    self,
+    d_model: int,
+    num_heads: int,
+    dropout_rate: float = 0.0,
+    rng=None,
+    seed: int = 0,
+    name: Optional[str] = None,
+  ):
     """Creates the projections.
 
     Args:
@@ -172,12 +188,10 @@ class SelfAttention(_MergedHeadAttention):
     """
     super().__init__(d_model, num_heads, dropout_rate, rng, name)
     with self.name_scope:
-      self.query_key_value = layers.Linear(d_model, 3 * d_model, seed=seed,
-                                           name="query_key_value")
+      self.query_key_value = layers.Linear(d_model, 3 * d_model, seed=seed, name="query_key_value")
       self.output = layers.Linear(d_model, d_model, seed=seed, name="output")
 
-  def __call__(self, x: tf.Tensor, bias=None, training: bool = False,
-               return_scores: bool = False):
+  def __call__(self, x: tf.Tensor, bias=None, training: bool = False, return_scores: bool = False):
     """Every position of `x` attends to every position of `x` that `bias` allows.
 
     Args:
@@ -191,8 +205,9 @@ class SelfAttention(_MergedHeadAttention):
     q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, length, depth]
     return self._attend(q, k, v, bias, training, return_scores)
 
-  def step(self, x: tf.Tensor, step,
-           cache: SelfAttentionCache) -> Tuple[tf.Tensor, SelfAttentionCache]:
+  def step(
+    self, x: tf.Tensor, step, cache: SelfAttentionCache
+  ) -> Tuple[tf.Tensor, SelfAttentionCache]:
     """One decoding step: the newest position attends to itself and every earlier one.
 
     Args:
@@ -212,8 +227,15 @@ class CrossAttention(_MergedHeadAttention):
   """Multi-head attention from queries to a memory (the encoder output): a `[d_model, d_model]`
   query kernel and one fused `[d_model, 2 * d_model]` key/value kernel over the memory."""
 
-  def __init__(self, d_model: int, num_heads: int, dropout_rate: float = 0.0, rng=None,
-               seed: int = 0, name: Optional[str] = None):
+  def __init__(
+    self,
+    d_model: int,
+    num_heads: int,
+    dropout_rate: float = 0.0,
+    rng=None,
+    seed: int = 0,
+    name: Optional[str] = None,
+  ):
     """Creates the projections.
 
     Args:
@@ -238,8 +260,14 @@ class CrossAttention(_MergedHeadAttention):
     key, value = self._split_fused(self.key_value(memory), 2)
     return KeyValue(key, value)
 
-  def __call__(self, x: tf.Tensor, memory: tf.Tensor, bias=None, training: bool = False,
-               return_scores: bool = False):
+  def __call__(
+    self,
+    x: tf.Tensor,
+    memory: tf.Tensor,
+    bias=None,
+    training: bool = False,
+    return_scores: bool = False,
+  ):
     """Every position of `x` attends to the positions of `memory` that `bias` allows.
 
     Args:
@@ -253,9 +281,16 @@ class CrossAttention(_MergedHeadAttention):
     """
     return self.attend(x, self.project_memory(memory), bias, training, return_scores)
 
-  def attend(self, x: tf.Tensor, memory_key_value: KeyValue, bias=None, training: bool = False,
-             return_scores: bool = False):
+  def attend(
+    self,
+    x: tf.Tensor,
+    memory_key_value: KeyValue,
+    bias=None,
+    training: bool = False,
+    return_scores: bool = False,
+  ):
     """Like `__call__`, with the memory already projected by `project_memory` (decoding)."""
     q = split_heads(self.query(x), self.num_heads, self.depth)  # [batch, heads, q_len, depth]
-    return self._attend(q, memory_key_value.key, memory_key_value.value, bias, training,
-                        return_scores)
+    return self._attend(
+      q, memory_key_value.key, memory_key_value.value, bias, training, return_scores
+    )

@@ -43,16 +43,18 @@ def _label_inches(labels: Sequence[str]) -> float:
   return CHAR_INCHES * max((len(display_piece(label)) for label in labels), default=1)
 
 
-def figure_inches(layers: int, heads: int, x_labels: Sequence[str],
-                  y_labels: Sequence[str]) -> Tuple[float, float]:
+def figure_inches(
+  layers: int, heads: int, x_labels: Sequence[str], y_labels: Sequence[str]
+) -> Tuple[float, float]:
   """(width, height) of the figure `render_png` draws for `layers` x `heads` panels."""
   width = heads * _panel_inches(len(x_labels)) + _label_inches(y_labels) + MARGIN_INCHES
   row = _panel_inches(len(y_labels)) + _label_inches(x_labels) + TITLE_INCHES
   return width + 0.15 * (heads - 1), layers * row + TITLE_INCHES
 
 
-def figure_pixels(layers: int, heads: int, x_labels: Sequence[str],
-                  y_labels: Sequence[str]) -> Tuple[int, int]:
+def figure_pixels(
+  layers: int, heads: int, x_labels: Sequence[str], y_labels: Sequence[str]
+) -> Tuple[int, int]:
   """(width, height) in pixels of the PNG `render_png` writes."""
   width, height = figure_inches(layers, heads, x_labels, y_labels)
   return round(width * DPI), round(height * DPI)
@@ -64,8 +66,14 @@ def _ticks(labels: Sequence[str]):
   return positions, [display_piece(labels[i]) for i in positions]
 
 
-def render_png(weights, x_labels: Sequence[str], y_labels: Sequence[str], *, title: str = "",
-               layer_names: Optional[Sequence[str]] = None) -> bytes:
+def render_png(
+  weights,
+  x_labels: Sequence[str],
+  y_labels: Sequence[str],
+  *,
+  title: str = "",
+  layer_names: Optional[Sequence[str]] = None,
+) -> bytes:
   """Draws heat maps and returns the PNG file's bytes.
 
   Args:
@@ -86,19 +94,28 @@ def render_png(weights, x_labels: Sequence[str], y_labels: Sequence[str], *, tit
     weights = weights[np.newaxis]
   layers, heads, q_len, k_len = weights.shape
   if (q_len, k_len) != (len(y_labels), len(x_labels)):
-    raise ValueError(f"weights are {q_len} x {k_len} but there are {len(y_labels)} query and "
-                     f"{len(x_labels)} key labels")
+    raise ValueError(
+      f"weights are {q_len} x {k_len} but there are {len(y_labels)} query and "
+      f"{len(x_labels)} key labels"
+    )
   layer_names = list(layer_names or [f"layer {i}" for i in range(layers)])
-  figure = Figure(figsize=figure_inches(layers, heads, x_labels, y_labels), dpi=DPI,
-                  layout="constrained")
+  figure = Figure(
+    figsize=figure_inches(layers, heads, x_labels, y_labels), dpi=DPI, layout="constrained"
+  )
   FigureCanvasAgg(figure)
   axes = figure.subplots(layers, heads, squeeze=False)
   x_ticks, y_ticks = _ticks(x_labels), _ticks(y_labels)
   for layer in range(layers):
     for head in range(heads):
       ax, panel = axes[layer, head], weights[layer, head]
-      ax.imshow(panel, cmap="viridis", vmin=0.0, vmax=max(float(panel.max(initial=0.0)), 1e-6),
-                aspect="auto", interpolation="nearest")
+      ax.imshow(
+        panel,
+        cmap="viridis",
+        vmin=0.0,
+        vmax=max(float(panel.max(initial=0.0)), 1e-6),
+        aspect="auto",
+        interpolation="nearest",
+      )
       ax.set_title(f"{layer_names[layer]}, head {head}", fontsize=LABEL_FONT_SIZE + 1)
       ax.set_xticks(x_ticks[0], x_ticks[1], rotation=90, fontsize=LABEL_FONT_SIZE)
       ax.set_yticks(y_ticks[0], y_ticks[1] if head == 0 else [], fontsize=LABEL_FONT_SIZE)
@@ -114,4 +131,5 @@ def render_png(weights, x_labels: Sequence[str], y_labels: Sequence[str], *, tit
 def image_tensor(png: bytes):
   """PNG bytes -> uint8 `[1, height, width, 4]`, what `tf.summary.image` takes."""
   import tensorflow as tf
+
   return tf.io.decode_png(png, channels=4)[tf.newaxis]

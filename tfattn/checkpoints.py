@@ -8,8 +8,9 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 
-def checkpoints_to_average(checkpoint_dir: str, checkpoint: Optional[str] = None,
-                           average_last: int = 1) -> List[str]:
+def checkpoints_to_average(
+  checkpoint_dir: str, checkpoint: Optional[str] = None, average_last: int = 1
+) -> List[str]:
   """The checkpoint prefixes to average: the given (or latest) one and the kept ones before it,
   `average_last` in all, oldest first."""
   if average_last < 1:
@@ -26,10 +27,12 @@ def checkpoints_to_average(checkpoint_dir: str, checkpoint: Optional[str] = None
   if checkpoint and checkpoint not in available:
     raise ValueError(f"{checkpoint} is not among the run's kept checkpoints; cannot average")
   last = available.index(checkpoint) if checkpoint else len(available) - 1
-  chosen = available[max(0, last + 1 - average_last):last + 1]
+  chosen = available[max(0, last + 1 - average_last) : last + 1]
   if len(chosen) < average_last:
-    raise ValueError(f"--average_last={average_last} but only {len(chosen)} checkpoints are "
-                     f"kept up to {os.path.basename(chosen[-1])}")
+    raise ValueError(
+      f"--average_last={average_last} but only {len(chosen)} checkpoints are "
+      f"kept up to {os.path.basename(chosen[-1])}"
+    )
   return chosen
 
 

@@ -22,36 +22,64 @@ class DecodeOptions:
   and a `score` (log_prob / ((5 + length) / 6)^alpha, what beam search ranks by), whatever the
   strategy that found it.
   """
+
   strategy: str = setting(
-      BEAM, "How outputs are generated: greedy (the most likely token each step), beam (beam "
-      "search, the paper's), or sample (draw each token from the softmax; see --temperature, "
-      "--top_k, --top_p, --sample_seed).", choices=STRATEGIES, flag="decode_strategy")
+    BEAM,
+    "How outputs are generated: greedy (the most likely token each step), beam (beam "
+    "search, the paper's), or sample (draw each token from the softmax; see --temperature, "
+    "--top_k, --top_p, --sample_seed).",
+    choices=STRATEGIES,
+    flag="decode_strategy",
+  )
   beam_size: int = setting(
-      4, "Beam search: hypotheses kept per example (1 is exactly greedy); also how many "
-      "translate_nbest returns.", minimum=1)
+    4,
+    "Beam search: hypotheses kept per example (1 is exactly greedy); also how many "
+    "translate_nbest returns.",
+    minimum=1,
+  )
   alpha: float = setting(
-      0.6, "Length penalty exponent: hypotheses are ranked by log_prob / ((5 + length) / 6)^alpha "
-      "(the paper: 0.6).", minimum=0)
+    0.6,
+    "Length penalty exponent: hypotheses are ranked by log_prob / ((5 + length) / 6)^alpha "
+    "(the paper: 0.6).",
+    minimum=0,
+  )
   extra_decode_length: int = setting(
-      20, "Tokens an output may have beyond its own source's length (capped by the model's "
-      "max_length).", minimum=0)
+    20,
+    "Tokens an output may have beyond its own source's length (capped by the model's max_length).",
+    minimum=0,
+  )
   max_decode_length: Optional[int] = setting(
-      None, "A fixed output length limit for every example instead of source length + "
-      "--extra_decode_length.", minimum=1)
+    None,
+    "A fixed output length limit for every example instead of source length + "
+    "--extra_decode_length.",
+    minimum=1,
+  )
   temperature: float = setting(
-      1.0, "Sampling: logits are divided by this; below 1 sharpens the distribution, towards 0 "
-      "it becomes greedy.", above=0)
+    1.0,
+    "Sampling: logits are divided by this; below 1 sharpens the distribution, towards 0 "
+    "it becomes greedy.",
+    above=0,
+  )
   top_k: int = setting(
-      0, "Sampling: draw only from the k most likely tokens (0 = no limit).", minimum=0)
+    0, "Sampling: draw only from the k most likely tokens (0 = no limit).", minimum=0
+  )
   top_p: float = setting(
-      1.0, "Sampling: draw only from the smallest set of most likely tokens whose probability "
-      "reaches p, the nucleus (1 = no limit).", above=0, maximum=1)
+    1.0,
+    "Sampling: draw only from the smallest set of most likely tokens whose probability "
+    "reaches p, the nucleus (1 = no limit).",
+    above=0,
+    maximum=1,
+  )
   seed: int = setting(
-      0, "Sampling: an export's serving_default and the evaluation draw each source with this "
-      "seed mixed with a fingerprint of the source's tokens (the same text gets the same answer, "
-      "whatever else is in its batch); the export's sample signature takes a seed per row; the "
-      "library's decoding.decode draws row i with seed + i unless given per-row seeds.",
-      minimum=0, maximum=2**63 - 1, flag="sample_seed")
+    0,
+    "Sampling: an export's serving_default and the evaluation draw each source with this "
+    "seed mixed with a fingerprint of the source's tokens (the same text gets the same answer, "
+    "whatever else is in its batch); the export's sample signature takes a seed per row; the "
+    "library's decoding.decode draws row i with seed + i unless given per-row seeds.",
+    minimum=0,
+    maximum=2**63 - 1,
+    flag="sample_seed",
+  )
 
   def __post_init__(self):
     check(self, prefix="")

@@ -53,14 +53,19 @@ class Hypotheses(NamedTuple):
     log_probs: float32 `[batch]` or `[batch, beam]`: the sum of the tokens' log-probabilities
       under the model (for a sample too: not under the temperature or the top-k/top-p cut).
   """
+
   ids: tf.Tensor
   scores: tf.Tensor
   log_probs: tf.Tensor
 
 
-def decode_length(model, source_ids: tf.Tensor, *,
-                  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-                  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length):
+def decode_length(
+  model,
+  source_ids: tf.Tensor,
+  *,
+  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+):
   """Size of the output buffer: `max_decode_length`, else the padded source length + extra,
   capped by the config's `max_length`."""
   if max_decode_length is not None:
@@ -68,9 +73,13 @@ def decode_length(model, source_ids: tf.Tensor, *,
   return tf.minimum(tf.shape(source_ids)[1] + extra_decode_length, model.config.max_length)
 
 
-def example_limits(model, source_ids: tf.Tensor, *,
-                   extra_decode_length: int = _DEFAULTS.extra_decode_length,
-                   max_decode_length: Optional[int] = _DEFAULTS.max_decode_length) -> tf.Tensor:
+def example_limits(
+  model,
+  source_ids: tf.Tensor,
+  *,
+  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+) -> tf.Tensor:
   """int32 `[batch]`: tokens each example may generate. Each example's own (unpadded) source
   length sets its limit, so an output never depends on the other sources in its batch."""
   batch = tf.shape(source_ids)[0]
@@ -119,10 +128,12 @@ def _cached_step_fn(model, memory, memory_bias) -> StepFn:
 
   def step_fn(last_tokens, step, cache):
     return model.decode_step(last_tokens, step, cache, decoding_memory)
+
   return step_fn
 
 
 # --- One token a row per step: greedy and sampling -------------------------------------------
+
 
 class GreedyState(NamedTuple):
   """Loop variables of `token_loop` (greedy and sampling).
@@ -137,6 +148,7 @@ class GreedyState(NamedTuple):
     log_probs: float32 `[batch]`, sum of the chosen tokens' log-probabilities.
     cache: the model's decoding cache (any nest of `[batch, ...]` tensors); `()` without one.
   """
+
   step: tf.Tensor
   ids: tf.Tensor
   last_tokens: tf.Tensor
@@ -155,19 +167,22 @@ def argmax_choice(logits: tf.Tensor, state: GreedyState) -> tf.Tensor:
   return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
 
-def _token_step(state: GreedyState, next_logits: Callable, choose: ChooseFn, limits,
-                config) -> GreedyState:
+def _token_step(
+  state: GreedyState, next_logits: Callable, choose: ChooseFn, limits, config
+) -> GreedyState:
   """Appends the token `choose` picks to every unfinished row."""
   logits, cache = next_logits(state)  # [batch, vocab]
   tokens = tf.where(state.finished, config.pad_id, choose(logits, state))  # [batch]
   chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]
   finished = state.finished | tf.equal(tokens, config.eos_id) | (state.step + 1 >= limits)
-  return GreedyState(step=state.step + 1,
-                     ids=_write_column(state.ids, state.step + 1, tokens),
-                     last_tokens=tokens,
-                     finished=finished,
-                     log_probs=state.log_probs + tf.where(state.finished, 0.0, chosen),
-                     cache=cache)
+  return GreedyState(
+    step=state.step + 1,
+    ids=_write_column(state.ids, state.step + 1, tokens),
+    last_tokens=tokens,
+    finished=finished,
+    log_probs=state.log_probs + tf.where(state.finished, 0.0, chosen),
+    cache=cache,
+  )
 
 
 def _output_lengths(ids, limits, eos_id: int) -> tf.Tensor:
@@ -178,11 +193,17 @@ def _output_lengths(ids, limits, eos_id: int) -> tf.Tensor:
   return tf.minimum(first_eos, limits)
 
 
-def token_loop(model, source_ids: tf.Tensor, choose: ChooseFn, *,
-               alpha: float = _DEFAULTS.alpha,
-               extra_decode_length: int = _DEFAULTS.extra_decode_length,
-               max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-               use_cache: bool = True, padded_decode: bool = False) -> Hypotheses:
+def token_loop(
+  model,
+  source_ids: tf.Tensor,
+  choose: ChooseFn,
+  *,
+  alpha: float = _DEFAULTS.alpha,
+  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+  use_cache: bool = True,
+  padded_decode: bool = False,
+) -> Hypotheses:
   """One hypothesis a row, one token a step, picked by `choose` until EOS or the row's limit.
 
   Args:
@@ -215,40 +236,67 @@ def token_loop(model, source_ids: tf.Tensor, choose: ChooseFn, *,
     cache = ()
 
     def next_logits(state):  # the whole prefix, every step
-      prefix = state.ids[:, :state.step + 1]  # [batch, step + 1]
+      prefix = state.ids[:, : state.step + 1]  # [batch, step + 1]
       return model.decode(prefix, memory, memory_bias)[:, -1], state.cache
 
-  state = GreedyState(step=tf.constant(0), ids=ids, last_tokens=ids[:, 0],
-                      finished=tf.zeros([batch], tf.bool), log_probs=tf.zeros([batch]),
-                      cache=cache)
-  state, = tf.while_loop(
-      lambda state: tf.logical_and(state.step < length,
-                                   tf.logical_not(tf.reduce_all(state.finished))),
-      lambda state: (_token_step(state, next_logits, choose, limits, config),),
-      (state,),
-      shape_invariants=(_shape_invariants(state, use_cache and not padded_decode),))
+  state = GreedyState(
+    step=tf.constant(0),
+    ids=ids,
+    last_tokens=ids[:, 0],
+    finished=tf.zeros([batch], tf.bool),
+    log_probs=tf.zeros([batch]),
+    cache=cache,
+  )
+  (state,) = tf.while_loop(
+    lambda state: tf.logical_and(
+      state.step < length, tf.logical_not(tf.reduce_all(state.finished))
+    ),
+    lambda state: (_token_step(state, next_logits, choose, limits, config),),
+    (state,),
+    shape_invariants=(_shape_invariants(state, use_cache and not padded_decode),),
+  )
   ids = state.ids[:, 1:]  # [batch, length]
   penalty = length_penalty(_output_lengths(ids, limits, config.eos_id), alpha)  # [batch]
   return Hypotheses(ids=ids, scores=state.log_probs / penalty, log_probs=state.log_probs)
 
 
-def greedy_decode(model, source_ids: tf.Tensor, *, alpha: float = _DEFAULTS.alpha,
-                  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-                  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-                  use_cache: bool = True, padded_decode: bool = False) -> Hypotheses:
+def greedy_decode(
+  model,
+  source_ids: tf.Tensor,
+  *,
+  alpha: float = _DEFAULTS.alpha,
+  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+  use_cache: bool = True,
+  padded_decode: bool = False,
+) -> Hypotheses:
   """Picks the most likely token at every step until EOS (`token_loop` with `argmax_choice`;
   the arguments are its)."""
-  return token_loop(model, source_ids, argmax_choice, alpha=alpha,
-                    extra_decode_length=extra_decode_length, max_decode_length=max_decode_length,
-                    use_cache=use_cache, padded_decode=padded_decode)
+  return token_loop(
+    model,
+    source_ids,
+    argmax_choice,
+    alpha=alpha,
+    extra_decode_length=extra_decode_length,
+    max_decode_length=max_decode_length,
+    use_cache=use_cache,
+    padded_decode=padded_decode,
+  )
 
 
-def sample_decode(model, source_ids: tf.Tensor, *, alpha: float = _DEFAULTS.alpha,
-                  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-                  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-                  temperature: float = _DEFAULTS.temperature, top_k: int = _DEFAULTS.top_k,
-                  top_p: float = _DEFAULTS.top_p, seeds: Optional[tf.Tensor] = None,
-                  padded_decode: bool = False) -> Hypotheses:
+def sample_decode(
+  model,
+  source_ids: tf.Tensor,
+  *,
+  alpha: float = _DEFAULTS.alpha,
+  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+  temperature: float = _DEFAULTS.temperature,
+  top_k: int = _DEFAULTS.top_k,
+  top_p: float = _DEFAULTS.top_p,
+  seeds: Optional[tf.Tensor] = None,
+  padded_decode: bool = False,
+) -> Hypotheses:
   """Draws every token from the model's distribution, sharpened by `temperature` and cut to the
   `top_k` most likely tokens, then to the `top_p` nucleus (see `sampling.draw`).
 
@@ -262,14 +310,22 @@ def sample_decode(model, source_ids: tf.Tensor, *, alpha: float = _DEFAULTS.alph
   seeds = sampling.row_seeds(tf.shape(source_ids)[0], _DEFAULTS.seed) if seeds is None else seeds
   # Enough numbers for any length the buffer can have (static, so XLA sees one shape).
   max_steps = max(model.config.max_length, max_decode_length or 0)
-  choose = sampling.sampling_choice(seeds, max_steps, temperature=temperature, top_k=top_k,
-                                    top_p=top_p)
-  return token_loop(model, source_ids, choose, alpha=alpha,
-                    extra_decode_length=extra_decode_length, max_decode_length=max_decode_length,
-                    padded_decode=padded_decode)
+  choose = sampling.sampling_choice(
+    seeds, max_steps, temperature=temperature, top_k=top_k, top_p=top_p
+  )
+  return token_loop(
+    model,
+    source_ids,
+    choose,
+    alpha=alpha,
+    extra_decode_length=extra_decode_length,
+    max_decode_length=max_decode_length,
+    padded_decode=padded_decode,
+  )
 
 
 # --- Beam search ----------------------------------------------------------------------------
+
 
 def _flatten_beams(x):
   """`[batch, beam, ...]` -> `[batch * beam, ...]`."""
@@ -311,6 +367,7 @@ class AliveBeams(NamedTuple):
     last_tokens: int32 `[batch, beam]`, the newest token (carried, not sliced: see GreedyState).
     log_probs: float32 `[batch, beam]`, summed token log-probabilities, best first.
   """
+
   ids: tf.Tensor
   last_tokens: tf.Tensor
   log_probs: tf.Tensor
@@ -325,6 +382,7 @@ class FinishedBeams(NamedTuple):
     log_probs: float32 `[batch, beam]`, summed token log-probabilities.
     flags: bool `[batch, beam]`, the slot holds a real hypothesis.
   """
+
   ids: tf.Tensor
   scores: tf.Tensor
   log_probs: tf.Tensor
@@ -340,6 +398,7 @@ class BeamState(NamedTuple):
     finished: `FinishedBeams`, the best ended hypotheses so far.
     cache: the model's decoding cache for the alive beams, any nest of `[batch * beam, ...]`.
   """
+
   step: tf.Tensor
   alive: AliveBeams
   finished: FinishedBeams
@@ -356,6 +415,7 @@ class _Candidates(NamedTuple):
     beams: int32 `[batch, 2k]`, the alive beam each extends.
     ended: bool `[batch, 2k]`, the token is EOS or reaches the example's length limit.
   """
+
   ids: tf.Tensor
   tokens: tf.Tensor
   log_probs: tf.Tensor
@@ -368,27 +428,34 @@ def _initial_beam_state(batch, beam_size: int, length, cache, config) -> BeamSta
   # All beams start identical: only beam 0 is live at first, so the first step picks k distinct.
   alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (beam_size - 1)], [batch, 1])  # [batch, beam]
   alive = AliveBeams(ids=ids, last_tokens=ids[:, :, 0], log_probs=alive_log_probs)
-  finished = FinishedBeams(ids=ids, scores=tf.fill([batch, beam_size], _NEG_INF),
-                           log_probs=tf.zeros([batch, beam_size]),
-                           flags=tf.zeros([batch, beam_size], tf.bool))
+  finished = FinishedBeams(
+    ids=ids,
+    scores=tf.fill([batch, beam_size], _NEG_INF),
+    log_probs=tf.zeros([batch, beam_size]),
+    flags=tf.zeros([batch, beam_size], tf.bool),
+  )
   return BeamState(step=tf.constant(0), alive=alive, finished=finished, cache=cache)
 
 
-def _grow_alive(state: BeamState, step_fn: StepFn, limits, eos_id: int,
-                beam_size: int) -> Tuple[_Candidates, Any]:
+def _grow_alive(
+  state: BeamState, step_fn: StepFn, limits, eos_id: int, beam_size: int
+) -> Tuple[_Candidates, Any]:
   """Scores every one-token extension of the alive beams and keeps the 2k best: even if k of
   them end, k can stay alive. Also returns the new cache (rows still in the old beam order)."""
   batch = tf.shape(state.alive.log_probs)[0]
-  logits, cache = step_fn(tf.reshape(state.alive.last_tokens, [-1]), state.step,
-                          state.cache)  # logits: [batch * beam, vocab]
+  logits, cache = step_fn(
+    tf.reshape(state.alive.last_tokens, [-1]), state.step, state.cache
+  )  # logits: [batch * beam, vocab]
   vocab = tf.shape(logits)[-1]
   log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch, beam_size, vocab])
   log_probs += state.alive.log_probs[:, :, tf.newaxis]  # sequence log-probs [batch, beam, vocab]
   top_log_probs, top_indices = tf.math.top_k(
-      tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size)  # [batch, 2k]
+    tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size
+  )  # [batch, 2k]
   beams, tokens = top_indices // vocab, top_indices % vocab  # [batch, 2k]
-  ids = _write_column(_gather_beams(state.alive.ids, beams), state.step + 1,
-                      tokens)  # [batch, 2k, length + 1]
+  ids = _write_column(
+    _gather_beams(state.alive.ids, beams), state.step + 1, tokens
+  )  # [batch, 2k, length + 1]
   ended = tf.equal(tokens, eos_id) | (state.step + 1 >= limits)[:, tf.newaxis]  # [batch, 2k]
   return _Candidates(ids, tokens, top_log_probs, beams, ended), cache
 
@@ -401,24 +468,26 @@ def _select_alive(candidates: _Candidates, cache, beam_size: int) -> Tuple[Alive
   return AliveBeams(ids, tokens, log_probs), reorder_beams(cache, beams, beam_size)
 
 
-def _update_finished(finished: FinishedBeams, candidates: _Candidates, length, alpha: float,
-                     beam_size: int) -> FinishedBeams:
+def _update_finished(
+  finished: FinishedBeams, candidates: _Candidates, length, alpha: float, beam_size: int
+) -> FinishedBeams:
   """The k best of the finished hypotheses and the candidates that just ended at `length`
   tokens. As in fairseq, only an EOS ranked within the top k may finish, so beam size 1 is
   exactly greedy."""
   within_beam = tf.range(2 * beam_size) < beam_size  # [2k]
   newly_finished = candidates.ended & within_beam[tf.newaxis]  # [batch, 2k]
-  scores = tf.where(newly_finished, candidates.log_probs / length_penalty(length, alpha),
-                    _NEG_INF)
+  scores = tf.where(newly_finished, candidates.log_probs / length_penalty(length, alpha), _NEG_INF)
   new = FinishedBeams(candidates.ids, scores, candidates.log_probs, newly_finished)
-  pool = tf.nest.map_structure(lambda old, new: tf.concat([old, new], axis=1),
-                               finished, new)  # each [batch, 3k, ...]
+  pool = tf.nest.map_structure(
+    lambda old, new: tf.concat([old, new], axis=1), finished, new
+  )  # each [batch, 3k, ...]
   _, keep = tf.math.top_k(pool.scores, k=beam_size)  # [batch, beam]
   return _gather_beams(pool, keep)
 
 
-def _beam_search_step(state: BeamState, step_fn: StepFn, limits, alpha: float, eos_id: int,
-                      beam_size: int) -> BeamState:
+def _beam_search_step(
+  state: BeamState, step_fn: StepFn, limits, alpha: float, eos_id: int, beam_size: int
+) -> BeamState:
   candidates, cache = _grow_alive(state, step_fn, limits, eos_id, beam_size)
   alive, cache = _select_alive(candidates, cache, beam_size)
   finished = _update_finished(state.finished, candidates, state.step + 1, alpha, beam_size)
@@ -432,16 +501,22 @@ def _search_continues(state: BeamState, length, alpha: float) -> tf.Tensor:
   example's limit finishes its k best, so all slots fill by then)."""
   best_alive = state.alive.log_probs[:, 0] / length_penalty(length, alpha)  # [batch]
   worst_finished = tf.reduce_min(
-      tf.where(state.finished.flags, state.finished.scores, _NEG_INF), axis=1)  # [batch]
+    tf.where(state.finished.flags, state.finished.scores, _NEG_INF), axis=1
+  )  # [batch]
   search_settled = tf.reduce_all(worst_finished > best_alive)
   return tf.logical_and(state.step < length, tf.logical_not(search_settled))
 
 
-def beam_search(model, source_ids: tf.Tensor, *, beam_size: int = _DEFAULTS.beam_size,
-                alpha: float = _DEFAULTS.alpha,
-                extra_decode_length: int = _DEFAULTS.extra_decode_length,
-                max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-                padded_decode: bool = False) -> Hypotheses:
+def beam_search(
+  model,
+  source_ids: tf.Tensor,
+  *,
+  beam_size: int = _DEFAULTS.beam_size,
+  alpha: float = _DEFAULTS.alpha,
+  extra_decode_length: int = _DEFAULTS.extra_decode_length,
+  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
+  padded_decode: bool = False,
+) -> Hypotheses:
   """Beam search with length penalty (paper section 6.1: beam 4, alpha 0.6).
 
   Args:
@@ -469,25 +544,39 @@ def beam_search(model, source_ids: tf.Tensor, *, beam_size: int = _DEFAULTS.beam
   step_fn = _cached_step_fn(model, memory, memory_bias)
   cache = model.init_cache(batch * beam_size, length if padded_decode else None)
   state = _initial_beam_state(batch, beam_size, length, cache, config)
-  state, = tf.while_loop(
-      lambda state: _search_continues(state, length, alpha),
-      lambda state: (_beam_search_step(state, step_fn, limits, alpha, config.eos_id, beam_size),),
-      (state,),
-      shape_invariants=(_shape_invariants(state, not padded_decode),))
+  (state,) = tf.while_loop(
+    lambda state: _search_continues(state, length, alpha),
+    lambda state: (_beam_search_step(state, step_fn, limits, alpha, config.eos_id, beam_size),),
+    (state,),
+    shape_invariants=(_shape_invariants(state, not padded_decode),),
+  )
   # The loop ends with every finished slot filled (see _search_continues).
-  return Hypotheses(ids=state.finished.ids[:, :, 1:], scores=state.finished.scores,
-                    log_probs=state.finished.log_probs)
+  return Hypotheses(
+    ids=state.finished.ids[:, :, 1:],
+    scores=state.finished.scores,
+    log_probs=state.finished.log_probs,
+  )
 
 
 # --- Entry points ---------------------------------------------------------------------------
 
+
 def _search_options(options: DecodeOptions) -> dict:
-  return dict(alpha=options.alpha, extra_decode_length=options.extra_decode_length,
-              max_decode_length=options.max_decode_length)
+  return dict(
+    alpha=options.alpha,
+    extra_decode_length=options.extra_decode_length,
+    max_decode_length=options.max_decode_length,
+  )
 
 
-def decode(model, source_ids: tf.Tensor, options: DecodeOptions = _DEFAULTS, *,
-           seeds: Optional[tf.Tensor] = None, padded_decode: bool = False) -> Hypotheses:
+def decode(
+  model,
+  source_ids: tf.Tensor,
+  options: DecodeOptions = _DEFAULTS,
+  *,
+  seeds: Optional[tf.Tensor] = None,
+  padded_decode: bool = False,
+) -> Hypotheses:
   """One hypothesis a row, found as `options` say: greedy, beam search's best beam (beam size 1
   runs the greedy loop: the same result, tested), or a sample.
 
@@ -505,19 +594,32 @@ def decode(model, source_ids: tf.Tensor, options: DecodeOptions = _DEFAULTS, *,
   if options.strategy == SAMPLE:
     if seeds is None:
       seeds = sampling.row_seeds(tf.shape(source_ids)[0], options.seed)
-    return sample_decode(model, source_ids, temperature=options.temperature,
-                         top_k=options.top_k, top_p=options.top_p, seeds=seeds, **search)
+    return sample_decode(
+      model,
+      source_ids,
+      temperature=options.temperature,
+      top_k=options.top_k,
+      top_p=options.top_p,
+      seeds=seeds,
+      **search,
+    )
   if options.strategy == BEAM and options.beam_size > 1:
     return first_beam(beam_search(model, source_ids, beam_size=options.beam_size, **search))
   return greedy_decode(model, source_ids, **search)
 
 
-def nbest(model, source_ids: tf.Tensor, options: DecodeOptions = _DEFAULTS, *,
-          padded_decode: bool = False) -> Hypotheses:
+def nbest(
+  model, source_ids: tf.Tensor, options: DecodeOptions = _DEFAULTS, *, padded_decode: bool = False
+) -> Hypotheses:
   """Every beam of a beam search of `options.beam_size` (whatever `options.strategy` is), best
   first: ids int32 `[batch, beam, length]`, scores and log_probs float32 `[batch, beam]`."""
-  return beam_search(model, source_ids, beam_size=options.beam_size, padded_decode=padded_decode,
-                     **_search_options(options))
+  return beam_search(
+    model,
+    source_ids,
+    beam_size=options.beam_size,
+    padded_decode=padded_decode,
+    **_search_options(options),
+  )
 
 
 def first_beam(hypotheses: Hypotheses) -> Hypotheses:

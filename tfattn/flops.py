@@ -18,13 +18,16 @@ def _decoder_layer(d, dff, s, t):
   return self_attention + cross_attention + 4 * t * d * dff
 
 
-def seq2seq_forward_flops(config: TransformerConfig, batch: int, source_length: int,
-                          target_length: int) -> int:
+def seq2seq_forward_flops(
+  config: TransformerConfig, batch: int, source_length: int, target_length: int
+) -> int:
   """`Transformer(source [batch, source_length], target [batch, target_length])` -> logits."""
   d, dff, s, t = config.d_model, config.dff, source_length, target_length
-  per_example = (config.num_encoder_layers * _encoder_layer(d, dff, s) +
-                 config.num_decoder_layers * _decoder_layer(d, dff, s, t) +
-                 2 * t * d * config.target_vocab_size)
+  per_example = (
+    config.num_encoder_layers * _encoder_layer(d, dff, s)
+    + config.num_decoder_layers * _decoder_layer(d, dff, s, t)
+    + 2 * t * d * config.target_vocab_size
+  )
   return batch * per_example
 
 

@@ -25,6 +25,7 @@ class ModelKind(Protocol):
     vocabulary_sides: one vocabulary per side ("source", "target"), learned from the first,
       second, ... element of a training example.
   """
+
   name: str
   vocabulary_sides: Tuple[str, ...]
 

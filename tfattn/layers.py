@@ -30,8 +30,9 @@ def _in_xla_context():
   return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def dropout(x: tf.Tensor, rate: float, rng: Optional[tf.random.Generator],
-            training: bool) -> tf.Tensor:
+def dropout(
+  x: tf.Tensor, rate: float, rng: Optional[tf.random.Generator], training: bool
+) -> tf.Tensor:
   """Inverted dropout drawing from `rng` (a checkpointed `tf.random.Generator`): each element
   zeroed with probability `rate`, the others scaled by 1 / (1 - rate); `x` itself when not
   training, at rate 0 or without a generator.
@@ -62,15 +63,22 @@ class Linear(tf.Module):
     name: module name (and variable name scope).
   """
 
-  def __init__(self, in_features: int, out_features: int, use_bias: bool = True, seed: int = 0,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    in_features: int,
+    out_features: int,
+    use_bias: bool = True,
+    seed: int = 0,
+    name: Optional[str] = None,
+  ):
     super().__init__(name=name)
     self.in_features = in_features
     self.out_features = out_features
     with self.name_scope:
       self.kernel = tf.Variable(
-          _glorot_uniform([in_features, out_features], seed_for(seed, self.name_scope.name)),
-          name="kernel")
+        _glorot_uniform([in_features, out_features], seed_for(seed, self.name_scope.name)),
+        name="kernel",
+      )
       self.bias = tf.Variable(tf.zeros([out_features]), name="bias") if use_bias else None
 
   def __call__(self, x: tf.Tensor) -> tf.Tensor:
@@ -101,9 +109,9 @@ class Embedding(tf.Module):
     self.d_model = d_model
     with self.name_scope:
       # stddev d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance.
-      init = tf.random.stateless_normal([vocab_size, d_model],
-                                        seed=seed_for(seed, self.name_scope.name),
-                                        stddev=d_model**-0.5)
+      init = tf.random.stateless_normal(
+        [vocab_size, d_model], seed=seed_for(seed, self.name_scope.name), stddev=d_model**-0.5
+      )
       self.table = tf.Variable(init, name="table")
 
   def __call__(self, ids: tf.Tensor, dtype: tf.DType = tf.float32) -> tf.Tensor:
@@ -114,8 +122,9 @@ class Embedding(tf.Module):
   def logits(self, x: tf.Tensor) -> tf.Tensor:
     """x: `[batch, length, d_model]` -> `[batch, length, vocab_size]`."""
     leading = tf.shape(x)[:-1]
-    flat = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(self.table, x.dtype),
-                     transpose_b=True)
+    flat = tf.matmul(
+      tf.reshape(x, [-1, self.d_model]), tf.cast(self.table, x.dtype), transpose_b=True
+    )
     return tf.reshape(flat, tf.concat([leading, [self.vocab_size]], axis=0))
 
 
@@ -156,9 +165,15 @@ class FeedForward(tf.Module):
     name: module name.
   """
 
-  def __init__(self, d_model: int, dff: int, dropout_rate: float = 0.0,
-               rng: Optional[tf.random.Generator] = None, seed: int = 0,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    d_model: int,
+    dff: int,
+    dropout_rate: float = 0.0,
+    rng: Optional[tf.random.Generator] = None,
+    seed: int = 0,
+    name: Optional[str] = None,
+  ):
     super().__init__(name=name)
     self.dropout_rate = dropout_rate
     self._rng = rng

@@ -7,9 +7,9 @@ import tensorflow as tf
 from tfattn.special_ids import PAD_ID
 
 
-def label_smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
-                                 label_smoothing: float = 0.0,
-                                 pad_id: int = PAD_ID) -> Tuple[tf.Tensor, tf.Tensor]:
+def label_smoothed_cross_entropy(
+  logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float = 0.0, pad_id: int = PAD_ID
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """Per-token loss, 0 at padding.
 
   Args:
@@ -39,8 +39,9 @@ def label_smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor,
   return losses * weights, weights
 
 
-def masked_accuracy(logits: tf.Tensor, labels: tf.Tensor,
-                    pad_id: int = PAD_ID) -> Tuple[tf.Tensor, tf.Tensor]:
+def masked_accuracy(
+  logits: tf.Tensor, labels: tf.Tensor, pad_id: int = PAD_ID
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """(correct non-pad tokens, non-pad tokens), both float32 scalars, for global averaging."""
   predictions = tf.argmax(logits, axis=-1, output_type=labels.dtype)
   weights = tf.cast(tf.not_equal(labels, pad_id), tf.float32)

@@ -87,6 +87,7 @@ def as_float32_logit_bias(bias: tf.Tensor) -> tf.Tensor:
   unmasked softmax, where float32 and bfloat16 masks give every key the same weight."""
   float32_bias = tf.cast(bias, tf.float32)
   if bias.dtype == tf.float16:
-    float32_bias = tf.where(float32_bias <= large_negative(tf.float16),
-                            large_negative(tf.float32), float32_bias)
+    float32_bias = tf.where(
+      float32_bias <= large_negative(tf.float16), large_negative(tf.float32), float32_bias
+    )
   return float32_bias

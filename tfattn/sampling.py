@@ -33,12 +33,14 @@ def _u32(value) -> tf.Tensor:
 
 
 def _rotate_left(x, bits: int):
-  return tf.bitwise.bitwise_or(tf.bitwise.left_shift(x, _u32(bits)),
-                               tf.bitwise.right_shift(x, _u32(32 - bits)))
+  return tf.bitwise.bitwise_or(
+    tf.bitwise.left_shift(x, _u32(bits)), tf.bitwise.right_shift(x, _u32(32 - bits))
+  )
 
 
-def threefry2x32(key: Tuple[tf.Tensor, tf.Tensor],
-                 counter: Tuple[tf.Tensor, tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
+def threefry2x32(
+  key: Tuple[tf.Tensor, tf.Tensor], counter: Tuple[tf.Tensor, tf.Tensor]
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """Threefry-2x32 with 20 rounds (Random123): a keyed bijection of 64-bit counters.
 
   Args:
@@ -77,8 +79,9 @@ def uniforms(seeds: tf.Tensor, length) -> tf.Tensor:
   """
   low, high = _seed_words(seeds)
   steps = tf.cast(tf.range(length), tf.uint32)[tf.newaxis]  # [1, length]
-  bits, _ = threefry2x32((low[:, tf.newaxis], high[:, tf.newaxis]),
-                         (steps, tf.zeros_like(steps)))  # [batch, length]
+  bits, _ = threefry2x32(
+    (low[:, tf.newaxis], high[:, tf.newaxis]), (steps, tf.zeros_like(steps))
+  )  # [batch, length]
   # The top 24 bits: every float32 in the result is exact, the largest is 1 - 2^-24.
   return tf.cast(tf.bitwise.right_shift(bits, _u32(8)), tf.float32) * 2.0**-24
 
@@ -132,8 +135,14 @@ def _nucleus(probs: tf.Tensor, top_p: float) -> tf.Tensor:
   return bits >= low[:, tf.newaxis]
 
 
-def draw(logits: tf.Tensor, uniform: tf.Tensor, *, temperature: float = 1.0, top_k: int = 0,
-         top_p: float = 1.0) -> tf.Tensor:
+def draw(
+  logits: tf.Tensor,
+  uniform: tf.Tensor,
+  *,
+  temperature: float = 1.0,
+  top_k: int = 0,
+  top_p: float = 1.0,
+) -> tf.Tensor:
   """One token a row from softmax(logits / temperature), kept to the top_k most likely tokens
   (0: all), then to the nucleus of what remains: the smallest set of most likely tokens whose
   renormalised probability reaches top_p (1: all). The order of Model Garden's and Hugging
@@ -171,8 +180,9 @@ def draw(logits: tf.Tensor, uniform: tf.Tensor, *, temperature: float = 1.0, top
 ChooseFn = Callable[[tf.Tensor, object], tf.Tensor]
 
 
-def sampling_choice(seeds: tf.Tensor, max_steps, *, temperature: float = 1.0, top_k: int = 0,
-                    top_p: float = 1.0) -> ChooseFn:
+def sampling_choice(
+  seeds: tf.Tensor, max_steps, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> ChooseFn:
   """A token-choice function for `decoding.token_loop` that draws each row's token at step t
   with the row's t-th number. The numbers of every step are computed here, once, before the
   loop (a `[batch, max_steps]` table), so a step costs one gather and the draw.
@@ -184,8 +194,14 @@ def sampling_choice(seeds: tf.Tensor, max_steps, *, temperature: float = 1.0, to
   table = uniforms(seeds, max_steps)  # [batch, max_steps]
 
   def choose(logits, state):
-    return draw(logits, tf.gather(table, state.step, axis=1), temperature=temperature,
-                top_k=top_k, top_p=top_p)
+    return draw(
+      logits,
+      tf.gather(table, state.step, axis=1),
+      temperature=temperature,
+      top_k=top_k,
+      top_p=top_p,
+    )
+
   return choose
 
 
@@ -203,4 +219,3 @@ def source_seeds(source_ids: tf.Tensor, seed: int, pad_id: int = PAD_ID) -> tf.T
   text = tf.strings.reduce_join(tf.strings.as_string(rows), axis=1, separator=" ")  # [batch]
   fingerprint = tf.strings.to_hash_bucket_fast(text, 2**62)  # int64 [batch]
   return tf.bitwise.bitwise_xor(fingerprint, tf.constant(seed, tf.int64))
-

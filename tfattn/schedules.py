@@ -11,8 +11,11 @@ def noam_learning_rate(step, d_model, warmup_steps=4000, scale=1.0):
   """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), with step counted from 1."""
   step = tf.cast(step, tf.float32) + 1.0
   warmup = tf.cast(warmup_steps, tf.float32)
-  return scale * tf.math.rsqrt(tf.cast(d_model, tf.float32)) * tf.minimum(
-      tf.math.rsqrt(step), step * warmup**-1.5)
+  return (
+    scale
+    * tf.math.rsqrt(tf.cast(d_model, tf.float32))
+    * tf.minimum(tf.math.rsqrt(step), step * warmup**-1.5)
+  )
 
 
 class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -70,13 +73,20 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
   def __init__(self, peak: float, warmup_steps: int, total_steps: int, decay: str = "cosine"):
     if decay not in WARMUP_DECAYS:
       raise ValueError(f"decay must be one of {WARMUP_DECAYS}, got {decay!r}")
-    self.peak, self.warmup_steps, self.total_steps, self.decay = (peak, warmup_steps,
-                                                                  total_steps, decay)
+    self.peak, self.warmup_steps, self.total_steps, self.decay = (
+      peak,
+      warmup_steps,
+      total_steps,
+      decay,
+    )
 
   def __call__(self, step):
-    return warmup_learning_rate(step, self.peak, self.warmup_steps, self.total_steps,
-                                self.decay)
+    return warmup_learning_rate(step, self.peak, self.warmup_steps, self.total_steps, self.decay)
 
   def get_config(self):
-    return {"peak": self.peak, "warmup_steps": self.warmup_steps,
-            "total_steps": self.total_steps, "decay": self.decay}
+    return {
+      "peak": self.peak,
+      "warmup_steps": self.warmup_steps,
+      "total_steps": self.total_steps,
+      "decay": self.decay,
+    }

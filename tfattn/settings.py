@@ -33,6 +33,7 @@ class Spec:
     flag: the field's name on the command line (default: the field's own name).
     extra: anything else the owner of the declaration records (e.g. a resume policy).
   """
+
   help: str
   choices: Choices = None
   minimum: Optional[float] = None
@@ -52,10 +53,20 @@ class Spec:
 
   def range_text(self) -> str:
     """The bounds in words: "positive", ">= 0", "in [0, 1)", ... ("" when unbounded)."""
-    low = (("[", self.minimum) if self.minimum is not None else
-           ("(", self.above) if self.above is not None else None)
-    high = (("]", self.maximum) if self.maximum is not None else
-            (")", self.below) if self.below is not None else None)
+    low = (
+      ("[", self.minimum)
+      if self.minimum is not None
+      else ("(", self.above)
+      if self.above is not None
+      else None
+    )
+    high = (
+      ("]", self.maximum)
+      if self.maximum is not None
+      else (")", self.below)
+      if self.below is not None
+      else None
+    )
     if low and high:
       return f"in {low[0]}{_number(low[1])}, {_number(high[1])}{high[0]}"
     if low:
@@ -76,10 +87,12 @@ class Spec:
       return f"must be one of {list(allowed)}, got {value!r}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       return None
-    in_range = ((self.minimum is None or value >= self.minimum)
-                and (self.maximum is None or value <= self.maximum)
-                and (self.above is None or value > self.above)
-                and (self.below is None or value < self.below))
+    in_range = (
+      (self.minimum is None or value >= self.minimum)
+      and (self.maximum is None or value <= self.maximum)
+      and (self.above is None or value > self.above)
+      and (self.below is None or value < self.below)
+    )
     return None if in_range else f"must be {self.range_text()}, got {value}"
 
 
@@ -87,12 +100,33 @@ def _number(value) -> str:
   return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def setting(default, help: str, *, choices: Choices = None, minimum=None, maximum=None,
-            above=None, below=None, fallback=None, unset: Optional[str] = None,
-            flag: Optional[str] = None, **extra):
+def setting(
+  default,
+  help: str,
+  *,
+  choices: Choices = None,
+  minimum=None,
+  maximum=None,
+  above=None,
+  below=None,
+  fallback=None,
+  unset: Optional[str] = None,
+  flag: Optional[str] = None,
+  **extra,
+):
   """A dataclass field declared with its help, allowed values and bounds (see `Spec`)."""
-  spec = Spec(help=help, choices=choices, minimum=minimum, maximum=maximum, above=above,
-              below=below, fallback=fallback, unset=unset, flag=flag, extra=extra)
+  spec = Spec(
+    help=help,
+    choices=choices,
+    minimum=minimum,
+    maximum=maximum,
+    above=above,
+    below=below,
+    fallback=fallback,
+    unset=unset,
+    flag=flag,
+    extra=extra,
+  )
   return dataclasses.field(default=default, metadata={_METADATA_KEY: spec})
 
 
@@ -131,8 +165,11 @@ def problems(cls, values: Mapping[str, Any], prefix: str = "--") -> Iterator[str
 def check(instance, prefix: str = "--") -> None:
   """Raises ValueError naming the first field (as `--flag`) with a value its declaration does
   not allow."""
-  check_values(type(instance), {field.name: getattr(instance, field.name)
-                                for field in dataclasses.fields(instance)}, prefix)
+  check_values(
+    type(instance),
+    {field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)},
+    prefix,
+  )
 
 
 def check_values(cls, values: Mapping[str, Any], prefix: str = "--") -> None:
@@ -148,8 +185,9 @@ def fallbacks(cls) -> Dict[str, Any]:
 
 def from_flags(cls, values: Mapping[str, Any], **overrides):
   """An instance of `cls` from {flag name: value} (missing names keep their defaults)."""
-  kwargs = {field.name: values[flag_name(field)] for field, _ in declared(cls)
-            if flag_name(field) in values}
+  kwargs = {
+    field.name: values[flag_name(field)] for field, _ in declared(cls) if flag_name(field) in values
+  }
   kwargs.update(overrides)
   return cls(**kwargs)
 

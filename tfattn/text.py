@@ -72,8 +72,9 @@ class _SentencePieceModel(tf.saved_model.experimental.TrackableResource):
     _ = self.resource_handle  # creates the resource now
 
   def _create_resource(self):
-    return gen_sentencepiece_tokenizer.sentencepiece_op(model=self._model,
-                                                        shared_name=self._shared_name)
+    return gen_sentencepiece_tokenizer.sentencepiece_op(
+      model=self._model, shared_name=self._shared_name
+    )
 
 
 class SentencePieceTokenizer(tf.Module):
@@ -92,8 +93,10 @@ class SentencePieceTokenizer(tf.Module):
     self._sentencepiece = text.SentencepieceTokenizer(model=model, out_type=tf.int32)
     self._sentencepiece._model_resource = _SentencePieceModel(model)  # pylint: disable=protected-access
     self.vocab_size = int(self._sentencepiece.vocab_size())
-    reserved = [piece.decode() for piece in
-                self._sentencepiece.id_to_string(tf.range(len(RESERVED_TOKENS))).numpy()]
+    reserved = [
+      piece.decode()
+      for piece in self._sentencepiece.id_to_string(tf.range(len(RESERVED_TOKENS))).numpy()
+    ]
     if reserved != list(RESERVED_TOKENS):
       raise ValueError(f"{model_path}: ids 0..3 must be {list(RESERVED_TOKENS)}, got {reserved}")
 
@@ -121,14 +124,15 @@ class WordPieceTokenizer(tf.Module):
     super().__init__(name=name)
     with open(vocab_path, encoding="utf-8") as f:
       vocab = [line.rstrip("\n") for line in f]
-    if tuple(vocab[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+    if tuple(vocab[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
       raise ValueError(f"{vocab_path}: a vocabulary must start with {list(RESERVED_TOKENS)}")
     self.vocab_size = len(vocab)
     self.lower_case = lower_case
     self.vocab_file = tf.saved_model.Asset(vocab_path)
     self.vocab = tf.Variable(vocab, trainable=False, name="vocab")
-    self._wordpiece = text.WordpieceTokenizer(vocab_path, token_out_type=tf.int64,
-                                              unknown_token=UNK)
+    self._wordpiece = text.WordpieceTokenizer(
+      vocab_path, token_out_type=tf.int64, unknown_token=UNK
+    )
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def tokenize(self, strings):
@@ -178,8 +182,10 @@ def tokenizer_path(vocab_dir: str, side: str) -> str:
     path = os.path.join(vocab_dir, side + suffix)
     if os.path.exists(path):
       return path
-  raise ValueError(f"{vocab_dir} holds no {side} vocabulary "
-                   f"({side}{SENTENCEPIECE_SUFFIX} or {side}{WORDPIECE_SUFFIX})")
+  raise ValueError(
+    f"{vocab_dir} holds no {side} vocabulary "
+    f"({side}{SENTENCEPIECE_SUFFIX} or {side}{WORDPIECE_SUFFIX})"
+  )
 
 
 def load_tokenizer(path: str):

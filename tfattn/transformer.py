@@ -43,6 +43,7 @@ class AttentionWeights(NamedTuple):
     cross: decoder-to-encoder attention, each `[batch, heads, t_len, s_len]` (row i: the query
       that predicts target token i); () for a classifier.
   """
+
   encoder: Tuple[tf.Tensor, ...] = ()
   decoder: Tuple[tf.Tensor, ...] = ()
   cross: Tuple[tf.Tensor, ...] = ()
@@ -56,6 +57,7 @@ class DecodingMemory(NamedTuple):
       `[batch, heads, s_len, depth]`.
     bias: `[batch, 1, 1, s_len]` source padding bias.
   """
+
   key_values: Tuple[KeyValue, ...]
   bias: tf.Tensor
 
@@ -78,14 +80,16 @@ class _ResidualLayer(tf.Module):
     self.dropout_rate = c.dropout_rate
     self._rng = rng
     with self.name_scope:
-      self.self_attention = SelfAttention(c.d_model, c.num_heads, c.attention_dropout_rate, rng,
-                                          c.seed, name="self_attention")
-      self.self_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
-                                           name="self_attention_norm")
-      self.feed_forward = FeedForward(c.d_model, c.dff, c.feed_forward_dropout_rate, rng,
-                                      c.seed, name="feed_forward")
-      self.feed_forward_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
-                                         name="feed_forward_norm")
+      self.self_attention = SelfAttention(
+        c.d_model, c.num_heads, c.attention_dropout_rate, rng, c.seed, name="self_attention"
+      )
+      self.self_attention_norm = LayerNorm(
+        c.d_model, c.layer_norm_epsilon, name="self_attention_norm"
+      )
+      self.feed_forward = FeedForward(
+        c.d_model, c.dff, c.feed_forward_dropout_rate, rng, c.seed, name="feed_forward"
+      )
+      self.feed_forward_norm = LayerNorm(c.d_model, c.layer_norm_epsilon, name="feed_forward_norm")
 
   def _sublayer_input(self, x, norm):
     """What a sublayer reads: LN(x) with pre-norm, x itself with post-norm."""
@@ -107,8 +111,9 @@ class _ResidualLayer(tf.Module):
     return self._add_residual(x, attended, norm, training), weights
 
   def _feed_forward_block(self, x, training):
-    return self._residual(x, self.feed_forward_norm,
-                          lambda h: self.feed_forward(h, training=training), training)
+    return self._residual(
+      x, self.feed_forward_norm, lambda h: self.feed_forward(h, training=training), training
+    )
 
 
 class EncoderLayer(_ResidualLayer):
@@ -119,9 +124,11 @@ class EncoderLayer(_ResidualLayer):
     d_model]` (and, with `return_attention`, the float32 self-attention weights `[batch, heads,
     length, length]`)."""
     x, weights = self._attention_residual(
-        x, self.self_attention_norm,
-        lambda h: self.self_attention(h, bias=bias, training=training, return_scores=True),
-        training)
+      x,
+      self.self_attention_norm,
+      lambda h: self.self_attention(h, bias=bias, training=training, return_scores=True),
+      training,
+    )
     x = self._feed_forward_block(x, training)
     return (x, weights) if return_attention else x
 
@@ -140,30 +147,39 @@ class DecoderLayer(_ResidualLayer):
     super().__init__(config, rng, name=name)
     c = config
     with self.name_scope:
-      self.cross_attention = CrossAttention(c.d_model, c.num_heads, c.attention_dropout_rate,
-                                            rng, c.seed, name="cross_attention")
-      self.cross_attention_norm = LayerNorm(c.d_model, c.layer_norm_epsilon,
-                                            name="cross_attention_norm")
+      self.cross_attention = CrossAttention(
+        c.d_model, c.num_heads, c.attention_dropout_rate, rng, c.seed, name="cross_attention"
+      )
+      self.cross_attention_norm = LayerNorm(
+        c.d_model, c.layer_norm_epsilon, name="cross_attention_norm"
+      )
 
-  def __call__(self, x, memory, self_bias=None, memory_bias=None, training=False,
-               return_attention=False):
+  def __call__(
+    self, x, memory, self_bias=None, memory_bias=None, training=False, return_attention=False
+  ):
     """Teacher-forced: x `[batch, t_len, d_model]`, memory `[batch, s_len, d_model]` -> like x
     (and, with `return_attention`, the float32 weights of the self-attention `[batch, heads,
     t_len, t_len]` and of the cross-attention `[batch, heads, t_len, s_len]`)."""
     x, self_weights = self._attention_residual(
-        x, self.self_attention_norm,
-        lambda h: self.self_attention(h, bias=self_bias, training=training, return_scores=True),
-        training)
+      x,
+      self.self_attention_norm,
+      lambda h: self.self_attention(h, bias=self_bias, training=training, return_scores=True),
+      training,
+    )
     x, cross_weights = self._attention_residual(
-        x, self.cross_attention_norm,
-        lambda h: self.cross_attention(h, memory, bias=memory_bias, training=training,
-                                       return_scores=True),
-        training)
+      x,
+      self.cross_attention_norm,
+      lambda h: self.cross_attention(
+        h, memory, bias=memory_bias, training=training, return_scores=True
+      ),
+      training,
+    )
     x = self._feed_forward_block(x, training)
     return (x, self_weights, cross_weights) if return_attention else x
 
-  def step(self, x: tf.Tensor, step, cache: SelfAttentionCache, memory_key_value: KeyValue,
-           memory_bias) -> Tuple[tf.Tensor, SelfAttentionCache]:
+  def step(
+    self, x: tf.Tensor, step, cache: SelfAttentionCache, memory_key_value: KeyValue, memory_bias
+  ) -> Tuple[tf.Tensor, SelfAttentionCache]:
     """One decoding step (no dropout).
 
     Args:
@@ -177,11 +193,15 @@ class DecoderLayer(_ResidualLayer):
     """
     # Spelled out, not through `_residual`: the cached self-attention also returns a cache.
     attended, cache = self.self_attention.step(
-        self._sublayer_input(x, self.self_attention_norm), step, cache)
+      self._sublayer_input(x, self.self_attention_norm), step, cache
+    )
     x = self._add_residual(x, attended, self.self_attention_norm, training=False)
     x = self._residual(
-        x, self.cross_attention_norm,
-        lambda h: self.cross_attention.attend(h, memory_key_value, bias=memory_bias), False)
+      x,
+      self.cross_attention_norm,
+      lambda h: self.cross_attention.attend(h, memory_key_value, bias=memory_bias),
+      False,
+    )
     return self._feed_forward_block(x, False), cache
 
 
@@ -194,8 +214,15 @@ def _make_position(config: TransformerConfig, name):
 class _Stack(tf.Module):
   """Embedding + positions + dropout in front of N layers; a final norm when pre-norm."""
 
-  def __init__(self, config: TransformerConfig, embedding, rng, layer_class, num_layers: int,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    config: TransformerConfig,
+    embedding,
+    rng,
+    layer_class,
+    num_layers: int,
+    name: Optional[str] = None,
+  ):
     """Creates positions, layers and (pre-norm) the final norm.
 
     Args:
@@ -214,8 +241,11 @@ class _Stack(tf.Module):
       self.embedding = embedding
       self.position = _make_position(config, "position")
       self.layers = [layer_class(config, rng, name=f"layer_{i}") for i in range(num_layers)]
-      self.final_norm = (LayerNorm(config.d_model, config.layer_norm_epsilon, name="final_norm")
-                         if config.norm_position == "pre" else None)
+      self.final_norm = (
+        LayerNorm(config.d_model, config.layer_norm_epsilon, name="final_norm")
+        if config.norm_position == "pre"
+        else None
+      )
 
   def _embed(self, ids, training, offset=0):
     x = self.position(self.embedding(ids, self.compute_dtype), offset)
@@ -277,15 +307,17 @@ class Decoder(_Stack):
     x = self._embed(ids, training)
     self_weights, cross_weights = [], []
     for layer in self.layers:
-      x, layer_self, layer_cross = layer(x, memory, self_bias, memory_bias, training,
-                                         return_attention=True)
+      x, layer_self, layer_cross = layer(
+        x, memory, self_bias, memory_bias, training, return_attention=True
+      )
       self_weights.append(layer_self)
       cross_weights.append(layer_cross)
     x = self._finish(x)
     return (x, tuple(self_weights), tuple(cross_weights)) if return_attention else x
 
-  def step(self, ids: tf.Tensor, step, cache: DecoderCache,
-           memory: DecodingMemory) -> Tuple[tf.Tensor, DecoderCache]:
+  def step(
+    self, ids: tf.Tensor, step, cache: DecoderCache, memory: DecodingMemory
+  ) -> Tuple[tf.Tensor, DecoderCache]:
     """One decoding step (no dropout).
 
     Args:
@@ -316,23 +348,28 @@ class Transformer(tf.Module):
     """
     super().__init__(name=name)
     if config.num_decoder_layers < 1:
-      raise ValueError("A Transformer needs num_decoder_layers >= 1 (decoding has nothing to "
-                       "run otherwise); an EncoderClassifier ignores num_decoder_layers")
+      raise ValueError(
+        "A Transformer needs num_decoder_layers >= 1 (decoding has nothing to "
+        "run otherwise); an EncoderClassifier ignores num_decoder_layers"
+      )
     self.config = config
     c = config
     with self.name_scope:
       # One checkpointed generator drives every dropout mask (exact resume, per-replica streams).
       self.dropout_rng = tf.random.Generator.from_seed(c.seed)
-      source_embedding = Embedding(c.source_vocab_size, c.d_model, c.seed,
-                                   name="source_embedding")
-      target_embedding = (source_embedding if c.share_embeddings else
-                          Embedding(c.target_vocab_size, c.d_model, c.seed,
-                                    name="target_embedding"))
+      source_embedding = Embedding(c.source_vocab_size, c.d_model, c.seed, name="source_embedding")
+      target_embedding = (
+        source_embedding
+        if c.share_embeddings
+        else Embedding(c.target_vocab_size, c.d_model, c.seed, name="target_embedding")
+      )
       self.encoder = Encoder(c, source_embedding, self.dropout_rng)
       self.decoder = Decoder(c, target_embedding, self.dropout_rng)
-      self.output_projection = (None if c.tie_output_embedding else
-                                Linear(c.d_model, c.target_vocab_size, seed=c.seed,
-                                       name="output_projection"))
+      self.output_projection = (
+        None
+        if c.tie_output_embedding
+        else Linear(c.d_model, c.target_vocab_size, seed=c.seed, name="output_projection")
+      )
 
   def encode(self, source_ids: tf.Tensor, training: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
     """source_ids: int `[batch, s_len]` -> (memory `[batch, s_len, d_model]`,
@@ -340,14 +377,20 @@ class Transformer(tf.Module):
     memory_bias = masking.padding_bias(source_ids, self.config.pad_id)
     return self.encoder(source_ids, memory_bias, training), memory_bias
 
-  def decode(self, target_ids: tf.Tensor, memory: tf.Tensor, memory_bias: tf.Tensor,
-             training: bool = False) -> tf.Tensor:
+  def decode(
+    self, target_ids: tf.Tensor, memory: tf.Tensor, memory_bias: tf.Tensor, training: bool = False
+  ) -> tf.Tensor:
     """Teacher-forced: target_ids int `[batch, t_len]` -> float32 logits
     `[batch, t_len, target_vocab]`."""
     return self._logits(self.decoder(target_ids, memory, memory_bias, training))
 
-  def __call__(self, source_ids: tf.Tensor, target_ids: tf.Tensor, training: bool = False,
-               return_attention: bool = False):
+  def __call__(
+    self,
+    source_ids: tf.Tensor,
+    target_ids: tf.Tensor,
+    training: bool = False,
+    return_attention: bool = False,
+  ):
     """Teacher-forced logits: float32 `[batch, t_len, target_vocab]`.
 
     Args:
@@ -360,10 +403,10 @@ class Transformer(tf.Module):
       logits, or (logits, `AttentionWeights`) with `return_attention`.
     """
     memory_bias = masking.padding_bias(source_ids, self.config.pad_id)  # [batch, 1, 1, s_len]
-    memory, encoder_weights = self.encoder(source_ids, memory_bias, training,
-                                           return_attention=True)
-    states, decoder_weights, cross_weights = self.decoder(target_ids, memory, memory_bias,
-                                                          training, return_attention=True)
+    memory, encoder_weights = self.encoder(source_ids, memory_bias, training, return_attention=True)
+    states, decoder_weights, cross_weights = self.decoder(
+      target_ids, memory, memory_bias, training, return_attention=True
+    )
     logits = self._logits(states)
     if not return_attention:
       return logits
@@ -381,8 +424,9 @@ class Transformer(tf.Module):
     """The encoder output as decoding steps read it: every layer's cross-attention keys and
     values, projected once. memory: `[batch, s_len, d_model]`; memory_bias `[batch, 1, 1,
     s_len]`."""
-    key_values = tuple(layer.cross_attention.project_memory(memory)
-                       for layer in self.decoder.layers)
+    key_values = tuple(
+      layer.cross_attention.project_memory(memory) for layer in self.decoder.layers
+    )
     return DecodingMemory(key_values, memory_bias)
 
   def init_cache(self, batch_size, max_length=None) -> DecoderCache:
@@ -396,13 +440,14 @@ class Transformer(tf.Module):
     heads, depth = self.config.num_heads, self.config.depth
     dtype = tf.as_dtype(self.config.compute_dtype)
     if max_length is None:
-      return tuple(GrowingCache.empty(batch_size, heads, depth, dtype)
-                   for _ in self.decoder.layers)
-    return tuple(PaddedCache.empty(batch_size, heads, depth, dtype, max_length)
-                 for _ in self.decoder.layers)
+      return tuple(GrowingCache.empty(batch_size, heads, depth, dtype) for _ in self.decoder.layers)
+    return tuple(
+      PaddedCache.empty(batch_size, heads, depth, dtype, max_length) for _ in self.decoder.layers
+    )
 
-  def decode_step(self, token_ids: tf.Tensor, step, cache: DecoderCache,
-                  memory: DecodingMemory) -> Tuple[tf.Tensor, DecoderCache]:
+  def decode_step(
+    self, token_ids: tf.Tensor, step, cache: DecoderCache, memory: DecodingMemory
+  ) -> Tuple[tf.Tensor, DecoderCache]:
     """Logits for the token after `token_ids`, and the cache that includes it.
 
     Args:
@@ -435,9 +480,13 @@ class AttentionEncoder(tf.Module):
     with self.name_scope:
       self.embedding = embedding
       self.position = _make_position(config, "position")
-      self.self_attention = SelfAttention(config.d_model, config.num_heads,
-                                          config.attention_dropout_rate, seed=config.seed,
-                                          name="self_attention")
+      self.self_attention = SelfAttention(
+        config.d_model,
+        config.num_heads,
+        config.attention_dropout_rate,
+        seed=config.seed,
+        name="self_attention",
+      )
 
   def __call__(self, ids, bias=None, training=False, return_attention=False):
     """ids: int `[batch, length]` -> `[batch, length, d_model]` (and, with `return_attention`,
@@ -464,14 +513,14 @@ class EncoderClassifier(tf.Module):
     self.config = config
     with self.name_scope:
       self.dropout_rng = tf.random.Generator.from_seed(config.seed)
-      embedding = Embedding(config.source_vocab_size, config.d_model, config.seed,
-                            name="embedding")
+      embedding = Embedding(config.source_vocab_size, config.d_model, config.seed, name="embedding")
       if config.classifier_body == "attention":
         self.encoder = AttentionEncoder(config, embedding)
       else:
         self.encoder = Encoder(config, embedding, self.dropout_rng)
-      self.classifier = Linear(config.d_model, config.num_classes, seed=config.seed,
-                               name="classifier")
+      self.classifier = Linear(
+        config.d_model, config.num_classes, seed=config.seed, name="classifier"
+      )
 
   def __call__(self, ids, training=False, return_attention=False):
     """ids: int `[batch, length]` -> float32 logits `[batch, num_classes]`, or (logits,
@@ -484,7 +533,8 @@ class EncoderClassifier(tf.Module):
       valid = tf.cast(tf.not_equal(ids, self.config.pad_id), states.dtype)[..., tf.newaxis]
       # max(count, 1) keeps an all-padding row finite.
       pooled = tf.reduce_sum(states * valid, axis=1) / tf.maximum(
-          tf.reduce_sum(valid, axis=1), tf.cast(1.0, states.dtype))
+        tf.reduce_sum(valid, axis=1), tf.cast(1.0, states.dtype)
+      )
     pooled = dropout(pooled, self.config.dropout_rate, self.dropout_rng, training)
     logits = tf.cast(self.classifier(pooled), tf.float32)
     return (logits, AttentionWeights(encoder=weights)) if return_attention else logits

@@ -54,6 +54,7 @@ def _check_export_path(path):
 def _make_trainer(config):
   """The Trainer; a run directory this call created is removed again if setting up fails."""
   from train.trainer import Trainer, prepare
+
   created = not os.path.exists(config.run_dir)
   try:
     return Trainer(*prepare(config))
@@ -68,16 +69,25 @@ def _make_trainer(config):
 def _export(config):
   # A subprocess keeps the layering: training never imports the serving package. The export
   # reads the run's decoding options and final weights from the run directory.
-  command = [sys.executable, "-m", "serving.export", f"--run_dir={config.run_dir}",
-             f"--base_path={config.export_base_path}", f"--decode={config.export_decode}"]
+  command = [
+    sys.executable,
+    "-m",
+    "serving.export",
+    f"--run_dir={config.run_dir}",
+    f"--base_path={config.export_base_path}",
+    f"--decode={config.export_decode}",
+  ]
   if subprocess.run(command).returncode:
-    raise cli.RunError(f"the export failed (see above); the trained run in {config.run_dir} is "
-                       f"intact: fix the cause and run {' '.join(command[1:])}")
+    raise cli.RunError(
+      f"the export failed (see above); the trained run in {config.run_dir} is "
+      f"intact: fix the cause and run {' '.join(command[1:])}"
+    )
 
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from train.trainer import final_metrics
+
   try:
     config = config_from_flags()
   except ValueError as error:

@@ -26,8 +26,9 @@ class BestCheckpoint:
   def __init__(self, model: tf.Module, directory: str, metric: str):
     self.metric, self.directory = metric, directory
     self._checkpoint = tf.train.Checkpoint(model=model)
-    self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=1,
-                                               checkpoint_name="best")
+    self._manager = tf.train.CheckpointManager(
+      self._checkpoint, directory, max_to_keep=1, checkpoint_name="best"
+    )
     self.record: Optional[Dict] = None
     path = os.path.join(directory, RECORD)
     if os.path.exists(path):
@@ -40,8 +41,12 @@ class BestCheckpoint:
     if self.record is not None and value <= self.record["value"]:
       return False
     prefix = self._manager.save(checkpoint_number=step)
-    self.record = {"metric": self.metric, "value": value, "step": step,
-                   "checkpoint": os.path.basename(prefix)}
+    self.record = {
+      "metric": self.metric,
+      "value": value,
+      "step": step,
+      "checkpoint": os.path.basename(prefix),
+    }
     write_json_atomically(os.path.join(self.directory, RECORD), self.record)
     logging.info("best validation %s so far: %.4f at step %d (kept)", self.metric, value, step)
     return True

@@ -14,31 +14,36 @@ def _algorithmic(transform, min_len=3, max_len=12):
   def make_example(rng):
     digits = [str(rng.randrange(10)) for _ in range(rng.randint(min_len, max_len))]
     return " ".join(digits), " ".join(transform(digits))
+
   return make_example
 
 
 def _addition(rng):
-  a, b = rng.randrange(10**rng.randint(1, 5)), rng.randrange(10**rng.randint(1, 5))
+  a, b = rng.randrange(10 ** rng.randint(1, 5)), rng.randrange(10 ** rng.randint(1, 5))
+
   def spaced(n):
     return " ".join(str(n))
+
   return f"{spaced(a)} + {spaced(b)}", spaced(a + b)
 
 
 def _numbers(max_digits):
   """Digit count uniform in 1..max_digits, so short numbers are as common as long ones."""
+
   def make_example(rng):
     digits = rng.randint(1, max_digits)
-    n = rng.randrange(10**(digits - 1) if digits > 1 else 0, 10**digits)
+    n = rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
     return str(n), number_to_words(n)
+
   return make_example
 
 
 MAKERS = {
-    "numbers": _numbers(6),
-    "copy": _algorithmic(lambda d: d),
-    "reverse": _algorithmic(lambda d: d[::-1]),
-    "sort": _algorithmic(sorted),
-    "addition": _addition,
+  "numbers": _numbers(6),
+  "copy": _algorithmic(lambda d: d),
+  "reverse": _algorithmic(lambda d: d[::-1]),
+  "sort": _algorithmic(sorted),
+  "addition": _addition,
 }
 BUILTIN_TASKS = tuple(MAKERS)
 
@@ -100,10 +105,16 @@ def builtin_task(name, seed=0, num_train=50_000, num_eval=1_000, num_test=1_000)
   if name not in MAKERS:
     raise ValueError(f"unknown built-in task {name!r}; choose one of {list(BUILTIN_TASKS)}")
   make_example, can_hold_out = MAKERS[name], _can_hold_out(name)
-  train_pairs, validation_pairs = held_out_split(make_example, seed, num_train, num_eval,
-                                                 can_hold_out)
+  train_pairs, validation_pairs = held_out_split(
+    make_example, seed, num_train, num_eval, can_hold_out
+  )
   taken = {source for source, _ in train_pairs + validation_pairs}
   test_pairs = _fresh_examples(make_example, seed, num_test, taken, can_hold_out)
-  return Task(name, SEQ2SEQ, lambda: strings_dataset(train_pairs),
-              lambda: strings_dataset(validation_pairs), lambda: strings_dataset(test_pairs),
-              defaults=BUILTIN_DEFAULTS)
+  return Task(
+    name,
+    SEQ2SEQ,
+    lambda: strings_dataset(train_pairs),
+    lambda: strings_dataset(validation_pairs),
+    lambda: strings_dataset(test_pairs),
+    defaults=BUILTIN_DEFAULTS,
+  )

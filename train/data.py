@@ -29,16 +29,27 @@ def bucket_batch_sizes(max_length, batch_size, batch_tokens=None, multiple_of=1)
   as fit that many (padded) tokens, a multiple of `multiple_of` (the replicas sharing a batch)."""
   if not batch_tokens:
     return [batch_size] * len(bucket_lengths(max_length))
-  sizes = [batch_tokens // length // multiple_of * multiple_of
-           for length in bucket_lengths(max_length)]
+  sizes = [
+    batch_tokens // length // multiple_of * multiple_of for length in bucket_lengths(max_length)
+  ]
   if sizes[-1] < multiple_of:
-    raise ValueError(f"--batch_tokens={batch_tokens} holds no {max_length}-token example "
-                     f"per replica: give at least {max_length * multiple_of}")
+    raise ValueError(
+      f"--batch_tokens={batch_tokens} holds no {max_length}-token example "
+      f"per replica: give at least {max_length * multiple_of}"
+    )
   return sizes
 
 
-def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder, batch_tokens=None,
-                      multiple_of=1, pad_to_bucket=False):
+def _bucket_and_batch(
+  ds,
+  length_fn,
+  batch_size,
+  max_length,
+  drop_remainder,
+  batch_tokens=None,
+  multiple_of=1,
+  pad_to_bucket=False,
+):
   """Groups examples of similar length into batches padded with id 0: to the longest example,
   or with `pad_to_bucket` to the bucket's length, so that every batch has one of a few shapes
   (XLA compiles one program per shape)."""
@@ -48,8 +59,12 @@ def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder, bat
   boundaries = [length + 1 for length in lengths]
   sizes = bucket_batch_sizes(max_length, batch_size, batch_tokens, multiple_of)
   ds = ds.bucket_by_sequence_length(
-      length_fn, bucket_boundaries=boundaries, bucket_batch_sizes=[*sizes, sizes[-1]],
-      drop_remainder=drop_remainder, pad_to_bucket_boundary=pad_to_bucket)
+    length_fn,
+    bucket_boundaries=boundaries,
+    bucket_batch_sizes=[*sizes, sizes[-1]],
+    drop_remainder=drop_remainder,
+    pad_to_bucket_boundary=pad_to_bucket,
+  )
   # The tokenizers' lookup tables are read-only state, so the iterator may be checkpointed
   # without them (exact resume saves the input position).
   options = tf.data.Options()
@@ -57,9 +72,18 @@ def _bucket_and_batch(ds, length_fn, batch_size, max_length, drop_remainder, bat
   return ds.with_options(options)
 
 
-def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_length,
-                    shuffle_seed=None, repeat=False, drop_remainder=False, keep_text=False,
-                    **batching):
+def seq2seq_dataset(
+  raw,
+  source_tokenizer,
+  target_tokenizer,
+  batch_size,
+  max_length,
+  shuffle_seed=None,
+  repeat=False,
+  drop_remainder=False,
+  keep_text=False,
+  **batching,
+):
   """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
   `[batch, length]`; target_in = START + target, target_out = target + END.
 
@@ -76,27 +100,45 @@ def seq2seq_dataset(raw, source_tokenizer, target_tokenizer, batch_size, max_len
     return source_tokenizer.tokenize(source), target_tokenizer.tokenize(target), target
 
   def frame(source, target, target_text):
-    example = {"source": source[:max_length],
-               "target_in": tf.concat([[START_ID], target], 0)[:max_length],
-               "target_out": tf.concat([target, [END_ID]], 0)[:max_length]}
+    example = {
+      "source": source[:max_length],
+      "target_in": tf.concat([[START_ID], target], 0)[:max_length],
+      "target_out": tf.concat([target, [END_ID]], 0)[:max_length],
+    }
     if keep_text:
       example["target_text"] = target_text
     return example
 
-  ds = raw.batch(512).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=True).unbatch()
+  ds = (
+    raw.batch(512).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+  )
   if not keep_text:
-    ds = ds.filter(lambda s, t, _: tf.logical_and(tf.size(s) <= max_length,
-                                                  tf.size(t) + 1 <= max_length))
+    ds = ds.filter(
+      lambda s, t, _: tf.logical_and(tf.size(s) <= max_length, tf.size(t) + 1 <= max_length)
+    )
   ds = ds.map(frame, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = _bucket_and_batch(
-      ds, lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])), batch_size,
-      max_length, drop_remainder, **batching)
+    ds,
+    lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])),
+    batch_size,
+    max_length,
+    drop_remainder,
+    **batching,
+  )
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def classification_dataset(raw, tokenizer, batch_size, max_length, shuffle_seed=None,
-                           repeat=False, drop_remainder=False, truncate="right", **batching):
+def classification_dataset(
+  raw,
+  tokenizer,
+  batch_size,
+  max_length,
+  shuffle_seed=None,
+  repeat=False,
+  drop_remainder=False,
+  truncate="right",
+  **batching,
+):
   """(text, label) -> batches of {"source": int32 `[batch, length]`, "label": int64 `[batch]`}.
 
   Long texts are truncated to max_length on the `truncate` side rather than dropped.
@@ -105,10 +147,17 @@ def classification_dataset(raw, tokenizer, batch_size, max_length, shuffle_seed=
     raw = shuffled(raw, shuffle_seed)
   if repeat:
     raw = raw.repeat()
-  ds = raw.batch(512).map(lambda t, y: (truncate_tokens(tokenizer.tokenize(t), max_length,
-                                                       truncate), y),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+  ds = (
+    raw.batch(512)
+    .map(
+      lambda t, y: (truncate_tokens(tokenizer.tokenize(t), max_length, truncate), y),
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True,
+    )
+    .unbatch()
+  )
   ds = ds.map(lambda s, y: {"source": s, "label": tf.cast(y, tf.int64)})
-  ds = _bucket_and_batch(ds, lambda e: tf.size(e["source"]), batch_size, max_length,
-                         drop_remainder, **batching)
+  ds = _bucket_and_batch(
+    ds, lambda e: tf.size(e["source"]), batch_size, max_length, drop_remainder, **batching
+  )
   return ds.prefetch(tf.data.AUTOTUNE)

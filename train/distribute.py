@@ -16,7 +16,8 @@ def split_cpu(replicas):
     return
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(
-      cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
+    cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+  )
 
 
 def make_strategy(name="auto", cpu_replicas=0):
@@ -33,14 +34,16 @@ def make_strategy(name="auto", cpu_replicas=0):
   else:
     split_cpu(cpu_replicas)
     gpus = tf.config.list_logical_devices("GPU")
-    devices = ([d.name for d in gpus] if gpus else
-               [d.name for d in tf.config.list_logical_devices("CPU")])
+    devices = (
+      [d.name for d in gpus] if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
+    )
     if name == "one_device" or (name == "auto" and len(devices) == 1):
       strategy = tf.distribute.OneDeviceStrategy(devices[0])
     else:
       strategy = tf.distribute.MirroredStrategy(devices)
-  logging.info("strategy %s with %d replica(s)", type(strategy).__name__,
-               strategy.num_replicas_in_sync)
+  logging.info(
+    "strategy %s with %d replica(s)", type(strategy).__name__, strategy.num_replicas_in_sync
+  )
   return strategy
 
 
@@ -68,5 +71,7 @@ def is_chief(strategy):
   if resolver is None or not resolver.cluster_spec().as_dict():
     return True
   return resolver.task_type in ("chief", None) or (
-      resolver.task_type == "worker" and resolver.task_id == 0 and
-      "chief" not in resolver.cluster_spec().as_dict())
+    resolver.task_type == "worker"
+    and resolver.task_id == 0
+    and "chief" not in resolver.cluster_spec().as_dict()
+  )

@@ -31,8 +31,10 @@ def make_decoder(model, options: DecodeOptions):
   that are served, whatever the batches."""
 
   def decode(source):
-    return decoding.decode(model, source, options,
-                           seeds=decoding.source_seeds(model, source, options)).ids
+    return decoding.decode(
+      model, source, options, seeds=decoding.source_seeds(model, source, options)
+    ).ids
+
   return tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 
@@ -46,8 +48,9 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, options: De
   """Decodes held-out sources as `options` say and compares the detokenized outputs with the
   reference texts ("target_text" in the batches, see `train.data.seq2seq_dataset`)."""
   decode = make_decoder(model, options)
-  teacher_forced = tf.function(lambda s, t: model(s, t),
-                               input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2)
+  teacher_forced = tf.function(
+    lambda s, t: model(s, t), input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2
+  )
   correct_tokens = total_tokens = 0.0
   hypotheses, references = [], []
   for batch in dataset:
@@ -57,23 +60,27 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, options: De
     predicted = decode(batch["source"])
     hypotheses += [s.decode() for s in target_tokenizer.detokenize(predicted).numpy()]
     # The tokenizers normalize to NFKC: so do the references.
-    references += [unicodedata.normalize("NFKC", s.decode())
-                   for s in batch["target_text"].numpy()]
-    correct, count = losses.masked_accuracy(teacher_forced(batch["source"], batch["target_in"]),
-                                            batch["target_out"])
+    references += [unicodedata.normalize("NFKC", s.decode()) for s in batch["target_text"].numpy()]
+    correct, count = losses.masked_accuracy(
+      teacher_forced(batch["source"], batch["target_in"]), batch["target_out"]
+    )
     correct_tokens += float(correct)
     total_tokens += float(count)
   exact = sum(h == r for h, r in zip(hypotheses, references))
-  metrics = {"exact_match": exact / max(len(hypotheses), 1),
-             "token_accuracy": correct_tokens / max(total_tokens, 1.0),
-             "examples": len(hypotheses), "decode": options.to_dict()}
+  metrics = {
+    "exact_match": exact / max(len(hypotheses), 1),
+    "token_accuracy": correct_tokens / max(total_tokens, 1.0),
+    "examples": len(hypotheses),
+    "decode": options.to_dict(),
+  }
   metrics.update(bleu_scores(hypotheses, references))
   return metrics
 
 
 def evaluate_classification(model, dataset, max_examples):
-  predict = tf.function(lambda ids: tf.argmax(model(ids), -1),
-                        input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  predict = tf.function(
+    lambda ids: tf.argmax(model(ids), -1), input_signature=[tf.TensorSpec([None, None], tf.int32)]
+  )
   correct = seen = 0
   for batch in dataset:
     if seen >= max_examples:

@@ -35,6 +35,7 @@ class LossSums(NamedTuple):
     count: counted positions: target tokens (seq2seq) or examples (classification).
     tokens: tokens the batch holds, for tokens/s (target tokens, or input tokens).
   """
+
   loss: tf.Tensor
   correct: tf.Tensor
   count: tf.Tensor
@@ -50,6 +51,7 @@ class AttentionMap(NamedTuple):
     queries: the query pieces (y axis), e.g. the target pieces each row predicts.
     title: what the picture shows.
   """
+
   weights: np.ndarray
   keys: List[str]
   queries: List[str]
@@ -60,16 +62,19 @@ def _pieces(tokenizer, ids) -> List[List[str]]:
   """int32 `[batch, length]` -> each row's piece texts, without the padding."""
   lengths = text.row_lengths(ids)
   texts = text.piece_texts(tokenizer, ids, lengths).numpy()
-  return [[piece.decode("utf-8", "replace") for piece in row[:length]]
-          for row, length in zip(texts, lengths.numpy())]
+  return [
+    [piece.decode("utf-8", "replace") for piece in row[:length]]
+    for row, length in zip(texts, lengths.numpy())
+  ]
 
 
 @runtime_checkable
 class TrainingKind(kinds.ModelKind, Protocol):
   """What the trainer needs of a task kind, beyond its model and vocabularies."""
 
-  def dataset(self, raw: tf.data.Dataset, tokenizers: Dict, *, training: bool, truncate: str,
-              **batching) -> tf.data.Dataset:
+  def dataset(
+    self, raw: tf.data.Dataset, tokenizers: Dict, *, training: bool, truncate: str, **batching
+  ) -> tf.data.Dataset:
     """Raw examples -> batches (dicts of `[batch, ...]` tensors); `batching`: batch_size,
     max_length, shuffle_seed, repeat, drop_remainder, batch_tokens, multiple_of,
     pad_to_bucket (see `train.data`)."""
@@ -80,8 +85,9 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def batch_shape(self, batch: Dict) -> tf.Tensor:
     """int32 `[3]`: rows, padded source length, padded target length (0 without a target)."""
 
-  def evaluate(self, model, dataset: tf.data.Dataset, tokenizers: Dict, config,
-               max_examples: Optional[int]) -> Dict:
+  def evaluate(
+    self, model, dataset: tf.data.Dataset, tokenizers: Dict, config, max_examples: Optional[int]
+  ) -> Dict:
     """Metrics on up to `max_examples` examples (None: all), with "examples" judged."""
 
   def evaluation_note(self, config) -> str:
@@ -96,8 +102,7 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def attention_maps(self, model, batch: Dict, tokenizers: Dict) -> List[AttentionMap]:
     """The last layer's attention of each example of an evaluation batch, for TensorBoard."""
 
-  def forward_flops(self, model_config, rows: int, source_length: int,
-                    target_length: int) -> float:
+  def forward_flops(self, model_config, rows: int, source_length: int, target_length: int) -> float:
     """Matmul FLOPs of one forward pass over a padded batch."""
 
 
@@ -117,8 +122,9 @@ class Seq2Seq(kinds.Seq2SeqModel):
     """Batches of {"source", "target_in", "target_out"} `[batch, length]` int32 (plus
     "target_text" for evaluation)."""
     del truncate  # sources longer than max_length are cut on the right
-    return data.seq2seq_dataset(raw, tokenizers["source"], tokenizers["target"],
-                                keep_text=not training, **batching)
+    return data.seq2seq_dataset(
+      raw, tokenizers["source"], tokenizers["target"], keep_text=not training, **batching
+    )
 
   def loss_sums(self, model, batch, smoothing) -> LossSums:
     logits = model(batch["source"], batch["target_in"], training=True)
@@ -127,12 +133,14 @@ class Seq2Seq(kinds.Seq2SeqModel):
     return LossSums(tf.reduce_sum(token_losses), correct, count, count)
 
   def batch_shape(self, batch):
-    return tf.stack([tf.shape(batch["source"])[0], tf.shape(batch["source"])[1],
-                     tf.shape(batch["target_in"])[1]])
+    return tf.stack(
+      [tf.shape(batch["source"])[0], tf.shape(batch["source"])[1], tf.shape(batch["target_in"])[1]]
+    )
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
-    return evaluation.evaluate_seq2seq(model, dataset, tokenizers["target"],
-                                       _limit(max_examples), config.decode_options())
+    return evaluation.evaluate_seq2seq(
+      model, dataset, tokenizers["target"], _limit(max_examples), config.decode_options()
+    )
 
   def parse_target(self, field: str) -> str:
     return field
@@ -143,8 +151,9 @@ class Seq2Seq(kinds.Seq2SeqModel):
 
   def evaluation_note(self, config) -> str:
     options = config.decode_options()
-    return {"greedy": " (greedy)", "beam": f" (beam {options.beam_size})",
-            "sample": " (sampling)"}[options.strategy]
+    return {"greedy": " (greedy)", "beam": f" (beam {options.beam_size})", "sample": " (sampling)"}[
+      options.strategy
+    ]
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
     """Cross-attention of the reference target (teacher-forced) over the source: row i is the
@@ -154,9 +163,12 @@ class Seq2Seq(kinds.Seq2SeqModel):
     sources = _pieces(tokenizers["source"], batch["source"])
     targets = _pieces(tokenizers["target"], batch["target_out"])
     layer = len(weights.cross) - 1
-    return [AttentionMap(cross[i, :, :len(t), :len(s)], s, t,
-                         f"cross-attention, layer {layer}, reference target")
-            for i, (s, t) in enumerate(zip(sources, targets))]
+    return [
+      AttentionMap(
+        cross[i, :, : len(t), : len(s)], s, t, f"cross-attention, layer {layer}, reference target"
+      )
+      for i, (s, t) in enumerate(zip(sources, targets))
+    ]
 
   def forward_flops(self, model_config, rows, source_length, target_length) -> float:
     return flops.seq2seq_forward_flops(model_config, rows, source_length, target_length)
@@ -174,7 +186,7 @@ class Classification(kinds.ClassifierModel):
     """One counted position, the label, per example; the input tokens are what tokens/s
     counts."""
     logits = model(batch["source"], training=True)[:, tf.newaxis]  # [batch, 1, classes]
-    labels = tf.cast(batch["label"], tf.int32)[:, tf.newaxis]      # [batch, 1]
+    labels = tf.cast(batch["label"], tf.int32)[:, tf.newaxis]  # [batch, 1]
     # pad_id=-1 matches no label, so every example counts.
     token_losses, _ = losses.label_smoothed_cross_entropy(logits, labels, smoothing, pad_id=-1)
     correct, count = losses.masked_accuracy(logits, labels, pad_id=-1)
@@ -212,8 +224,14 @@ class Classification(kinds.ClassifierModel):
     maps = []
     for i, pieces in enumerate(_pieces(tokenizers["source"], batch["source"])):
       shown = pieces[:MAP_PIECES]
-      maps.append(AttentionMap(encoder[i, :, :len(shown), :len(shown)], shown, shown,
-                               f"self-attention over the input, layer {layer}"))
+      maps.append(
+        AttentionMap(
+          encoder[i, :, : len(shown), : len(shown)],
+          shown,
+          shown,
+          f"self-attention over the input, layer {layer}",
+        )
+      )
     return maps
 
   def forward_flops(self, model_config, rows, source_length, target_length) -> float:
@@ -229,8 +247,9 @@ def of(task) -> TrainingKind:
   return kinds.lookup(task if isinstance(task, str) else task.kind, TRAINING_KINDS)
 
 
-def step_training_flops(kind: TrainingKind, model_config,
-                        shapes: Sequence[Tuple[int, int, int]]) -> float:
+def step_training_flops(
+  kind: TrainingKind, model_config, shapes: Sequence[Tuple[int, int, int]]
+) -> float:
   """Training FLOPs of one optimizer step from its micro-batches' padded shapes
   [(rows, source_length, target_length)] (target_length 0 for classification)."""
   return flops.training_flops(sum(kind.forward_flops(model_config, *shape) for shape in shapes))

@@ -1,7 +1,9 @@
 """English words for non-negative integers: the built-in text task's targets."""
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-         "fifteen sixteen seventeen eighteen nineteen").split()
+_ONES = (
+  "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+  "fifteen sixteen seventeen eighteen nineteen"
+).split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 _SCALES = ((10**9, "billion"), (10**6, "million"), (1000, "thousand"))
 

@@ -61,6 +61,11 @@ def meter_for(strategy: tf.distribute.Strategy, compute_dtype: str) -> Meter:
   device = strategy.extended.worker_devices[0]
   peak = measure_matmul_peak(device, compute_dtype)
   devices = len(strategy.extended.worker_devices) if "GPU" in device.upper() else 1
-  logging.info("%s matmul peak on %s: %.1f TFLOP/s (x%d devices: the MFU denominator)",
-               compute_dtype, device, peak / 1e12, devices)
+  logging.info(
+    "%s matmul peak on %s: %.1f TFLOP/s (x%d devices: the MFU denominator)",
+    compute_dtype,
+    device,
+    peak / 1e12,
+    devices,
+  )
   return Meter(peak * devices)

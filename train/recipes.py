@@ -17,9 +17,10 @@ from train.task import CLASSIFICATION, SEQ2SEQ
 @dataclasses.dataclass(frozen=True)
 class Anchor:
   """A published (or target) number a recipe is compared with."""
-  metric: str     # a key of eval.json's test metrics, e.g. "accuracy", "bleu"
+
+  metric: str  # a key of eval.json's test metrics, e.g. "accuracy", "bleu"
   value: float
-  source: str     # who published it, or "this project's target"
+  source: str  # who published it, or "this project's target"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Recipe:
     values: the RunConfig values it sets (`decode` as a dict of DecodeOptions fields).
     anchors: the numbers it is judged against.
   """
+
   name: str
   kind: str
   data: str
@@ -42,47 +44,117 @@ class Recipe:
   anchors: Tuple[Anchor, ...]
 
 
-RECIPES = {recipe.name: recipe for recipe in (
+RECIPES = {
+  recipe.name: recipe
+  for recipe in (
     # Su Jianlin's single-attention-layer IMDB model ("Attention is All You Need" 浅读, 2018):
     # Embedding(20000, 128), 8 heads x 16, global average pooling, dropout 0.5, batch 32, Adam
     # 1e-3. Published: val_acc 0.843 without positions, 0.8447 with sinusoidal positions (the
     # last 80 words, 5 epochs). Its own schedule on SentencePiece pieces measured 0.7911 here:
     # the model peaks after one epoch and 80 pieces hold fewer words than 80 words.
-    Recipe("imdb_attention", CLASSIFICATION,
-           "--task=imdb_reviews or a classification TSV (IMDB reviews)", "imdb",
-           dict(classifier_body="attention", d_model=128, num_heads=8, num_layers=1, dff=512,
-                dropout=0.5, tokenizer="sentencepiece", lower_case=True, vocab_size=20000,
-                vocab_examples=25_000, max_length=160, truncate="left", batch_size=32,
-                train_steps=782, schedule="cosine", learning_rate=1e-3, warmup_steps=50,
-                label_smoothing=0.0),
-           (Anchor("accuracy", 0.843, "Su Jianlin, one Keras attention layer, no positions"),
-            Anchor("accuracy", 0.8447, "same, sinusoidal positions"))),
+    Recipe(
+      "imdb_attention",
+      CLASSIFICATION,
+      "--task=imdb_reviews or a classification TSV (IMDB reviews)",
+      "imdb",
+      dict(
+        classifier_body="attention",
+        d_model=128,
+        num_heads=8,
+        num_layers=1,
+        dff=512,
+        dropout=0.5,
+        tokenizer="sentencepiece",
+        lower_case=True,
+        vocab_size=20000,
+        vocab_examples=25_000,
+        max_length=160,
+        truncate="left",
+        batch_size=32,
+        train_steps=782,
+        schedule="cosine",
+        learning_rate=1e-3,
+        warmup_steps=50,
+        label_smoothing=0.0,
+      ),
+      (
+        Anchor("accuracy", 0.843, "Su Jianlin, one Keras attention layer, no positions"),
+        Anchor("accuracy", 0.8447, "same, sinusoidal positions"),
+      ),
+    ),
     # A small Transformer encoder classifier for IMDB, against the published Keras example's
     # single Transformer block (0.8745, maxlen 200, 2 epochs).
-    Recipe("imdb_transformer", CLASSIFICATION,
-           "--task=imdb_reviews or a classification TSV (IMDB reviews)", "imdb",
-           dict(num_layers=2, d_model=128, num_heads=4, dff=512, dropout=0.1,
-                feed_forward_dropout=0.1, tokenizer="sentencepiece", lower_case=True,
-                vocab_size=16000, vocab_examples=25_000, max_length=512, truncate="left",
-                batch_size=32, train_steps=1563, schedule="cosine", learning_rate=5e-4,
-                warmup_steps=200, label_smoothing=0.0),
-           (Anchor("accuracy", 0.8745, "Keras example: one Transformer block, maxlen 200"),
-            Anchor("accuracy", 0.88, "this project's target"))),
+    Recipe(
+      "imdb_transformer",
+      CLASSIFICATION,
+      "--task=imdb_reviews or a classification TSV (IMDB reviews)",
+      "imdb",
+      dict(
+        num_layers=2,
+        d_model=128,
+        num_heads=4,
+        dff=512,
+        dropout=0.1,
+        feed_forward_dropout=0.1,
+        tokenizer="sentencepiece",
+        lower_case=True,
+        vocab_size=16000,
+        vocab_examples=25_000,
+        max_length=512,
+        truncate="left",
+        batch_size=32,
+        train_steps=1563,
+        schedule="cosine",
+        learning_rate=5e-4,
+        warmup_steps=200,
+        label_smoothing=0.0,
+      ),
+      (
+        Anchor("accuracy", 0.8745, "Keras example: one Transformer block, maxlen 200"),
+        Anchor("accuracy", 0.88, "this project's target"),
+      ),
+    ),
     # Multi30k German->English (task 1, raw cased text) through --task=tsv: 3+3 layers,
     # d_model 256, dff 512, ~18 epochs; the paper's schedule shape with its peak (2e-3, what
     # Noam gives at d_model 256 and 1000 warm-up steps) set directly; the export averages the
     # last 5 checkpoints (800 steps); beam 4, BLEU on detokenized cased text.
-    Recipe("multi30k_de_en", SEQ2SEQ, "a German<TAB>English TSV (Multi30k task 1)", "multi30k",
-           dict(model="small", num_layers=3, d_model=256, num_heads=8, dff=512, dropout=0.1,
-                feed_forward_dropout=0.1, tokenizer="sentencepiece", lower_case=False,
-                vocab_size=8000, vocab_examples=29_000, max_length=64, batch_size=128,
-                train_steps=4000, schedule="rsqrt", learning_rate=2e-3, warmup_steps=1000,
-                label_smoothing=0.1, checkpoint_every=200, keep_checkpoints=5,
-                average_checkpoints=5, decode=dict(strategy="beam", beam_size=4, alpha=0.6)),
-           (Anchor("bleu", 38.0, "this project's target (cased)"),
-            Anchor("bleu_lowercase", 41.0, "this project's target (lowercased)"),
-            Anchor("bleu_lowercase", 36.5, "same-size public PyTorch Transformer, greedy"))),
-)}
+    Recipe(
+      "multi30k_de_en",
+      SEQ2SEQ,
+      "a German<TAB>English TSV (Multi30k task 1)",
+      "multi30k",
+      dict(
+        model="small",
+        num_layers=3,
+        d_model=256,
+        num_heads=8,
+        dff=512,
+        dropout=0.1,
+        feed_forward_dropout=0.1,
+        tokenizer="sentencepiece",
+        lower_case=False,
+        vocab_size=8000,
+        vocab_examples=29_000,
+        max_length=64,
+        batch_size=128,
+        train_steps=4000,
+        schedule="rsqrt",
+        learning_rate=2e-3,
+        warmup_steps=1000,
+        label_smoothing=0.1,
+        checkpoint_every=200,
+        keep_checkpoints=5,
+        average_checkpoints=5,
+        decode=dict(strategy="beam", beam_size=4, alpha=0.6),
+      ),
+      (
+        Anchor("bleu", 38.0, "this project's target (cased)"),
+        Anchor("bleu_lowercase", 41.0, "this project's target (lowercased)"),
+        Anchor("bleu_lowercase", 36.5, "same-size public PyTorch Transformer, greedy"),
+      ),
+    ),
+  )
+}
 
 
 def recipe_values(name: str, kind: str) -> dict:
@@ -97,5 +169,7 @@ def recipe_values(name: str, kind: str) -> dict:
 
 def help_text() -> str:
   """`--recipe`'s help: each recipe with the data it expects."""
-  return ("A named recipe measured on real data (train/recipes.py): fills every flag not given "
-          "explicitly. " + "; ".join(f"{r.name}: {r.data}" for r in RECIPES.values()) + ".")
+  return (
+    "A named recipe measured on real data (train/recipes.py): fills every flag not given "
+    "explicitly. " + "; ".join(f"{r.name}: {r.data}" for r in RECIPES.values()) + "."
+  )

@@ -24,11 +24,16 @@ def saved_config(run_dir: str) -> Optional[RunConfig]:
   layout = RunDir(run_dir)
   path = layout.run_config
   if not os.path.exists(path):
-    leftovers = [os.path.basename(p) for p in (layout.checkpoints, layout.vocab,
-                                               layout.model_config) if os.path.exists(p)]
+    leftovers = [
+      os.path.basename(p)
+      for p in (layout.checkpoints, layout.vocab, layout.model_config)
+      if os.path.exists(p)
+    ]
     if leftovers:
-      raise ValueError(f"{run_dir} holds {', '.join(leftovers)} but no {RunDir.RUN_CONFIG}: it "
-                       "was not written by `python -m train`; pass a new --run_dir")
+      raise ValueError(
+        f"{run_dir} holds {', '.join(leftovers)} but no {RunDir.RUN_CONFIG}: it "
+        "was not written by `python -m train`; pass a new --run_dir"
+      )
     return None
   try:
     return RunConfig.load(path)
@@ -36,24 +41,26 @@ def saved_config(run_dir: str) -> Optional[RunConfig]:
     raise ValueError(f"{path} cannot be read ({error}); pass a new --run_dir") from None
 
 
-def merge_for_resume(saved: RunConfig, requested: RunConfig,
-                     explicit: Iterable[str]) -> RunConfig:
+def merge_for_resume(saved: RunConfig, requested: RunConfig, explicit: Iterable[str]) -> RunConfig:
   """The configuration of a resumed run: the saved values, except the flags given on this
   command line (`explicit` field names) and the fields that follow the machine. Decoding
   options given on the command line replace the saved ones one by one."""
   explicit = set(explicit) | fields_with(FOLLOWS_MACHINE)
-  merged = {f.name: getattr(requested if f.name in explicit else saved, f.name)
-            for f in dataclasses.fields(RunConfig)}
+  merged = {
+    f.name: getattr(requested if f.name in explicit else saved, f.name)
+    for f in dataclasses.fields(RunConfig)
+  }
   merged["decode"] = {**(saved.decode or {}), **(requested.decode or {})}
   return RunConfig(**merged)
 
 
 def differences(saved: RunConfig, resolved: RunConfig) -> list:
   """`--name: saved -> now` for every field that decides what is learned and differs."""
-  return [f"--{f.name}: {getattr(saved, f.name)!r} -> {getattr(resolved, f.name)!r}"
-          for f in dataclasses.fields(RunConfig)
-          if resume_policy(f) == MUST_MATCH
-          and getattr(saved, f.name) != getattr(resolved, f.name)]
+  return [
+    f"--{f.name}: {getattr(saved, f.name)!r} -> {getattr(resolved, f.name)!r}"
+    for f in dataclasses.fields(RunConfig)
+    if resume_policy(f) == MUST_MATCH and getattr(saved, f.name) != getattr(resolved, f.name)
+  ]
 
 
 def check_resumable(run_dir: str, resolved: RunConfig) -> None:
@@ -62,5 +69,7 @@ def check_resumable(run_dir: str, resolved: RunConfig) -> None:
   saved = saved_config(run_dir)
   changed = differences(saved, resolved) if saved is not None else []
   if changed:
-    raise ValueError(f"{run_dir} holds a run started with other settings ({'; '.join(changed)})"
-                     ": resume without those flags, or pass a new --run_dir")
+    raise ValueError(
+      f"{run_dir} holds a run started with other settings ({'; '.join(changed)})"
+      ": resume without those flags, or pass a new --run_dir"
+    )

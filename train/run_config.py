@@ -27,20 +27,21 @@ from train.tasks import TASK_NAMES, TFDS_TASKS
 from train.tokenizer import TOKENIZERS
 
 # Resume policies.
-MUST_MATCH = "must match"       # decides what is learned: a resumed run must keep the value
-MAY_CHANGE = "may change"       # how long, how often, how it is judged or exported
+MUST_MATCH = "must match"  # decides what is learned: a resumed run must keep the value
+MAY_CHANGE = "may change"  # how long, how often, how it is judged or exported
 FOLLOWS_MACHINE = "follows the machine"  # devices and precision: this command's value
 RESUME_POLICIES = (MUST_MATCH, MAY_CHANGE, FOLLOWS_MACHINE)
 
 SCHEDULES = ("noam", "rsqrt", "cosine", "constant")
 TRUNCATE_SIDES = ("right", "left")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16",
-                  "mixed_bfloat16": "bfloat16"}
+COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 EXPORT_DECODE_MODES = ("auto", "graph", "xla")
 # Validation metrics a run can keep its best checkpoint by, per task kind.
-BEST_BY = {CLASSIFICATION: ("accuracy",),
-           SEQ2SEQ: ("bleu", "bleu_lowercase", "exact_match", "token_accuracy")}
+BEST_BY = {
+  CLASSIFICATION: ("accuracy",),
+  SEQ2SEQ: ("bleu", "bleu_lowercase", "exact_match", "token_accuracy"),
+}
 # Model sizes an explicit --model preset keeps (the recipe's and task's are not applied).
 MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
 
@@ -60,165 +61,291 @@ def resume_policy(field: dataclasses.Field) -> str:
 class RunConfig:
   """The settings of one training run (None: the recipe's, then the task's value, then the
   declared fallback)."""
+
   run_dir: str = run_setting(
-      "runs/default", "Run directory: config, vocabularies, checkpoints, logs. Reuse it to "
-      "resume.", resume=FOLLOWS_MACHINE)
+    "runs/default",
+    "Run directory: config, vocabularies, checkpoints, logs. Reuse it to resume.",
+    resume=FOLLOWS_MACHINE,
+  )
   # Data.
   task: str = run_setting(
-      "numbers", "What to learn. Built-in tasks are generated offline from --seed; TFDS tasks "
-      "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file.",
-      choices=TASK_NAMES, resume=MUST_MATCH)
+    "numbers",
+    "What to learn. Built-in tasks are generated offline from --seed; TFDS tasks "
+    "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file.",
+    choices=TASK_NAMES,
+    resume=MUST_MATCH,
+  )
   data_dir: Optional[str] = run_setting(
-      None, "tensorflow-datasets data directory.", unset="TFDS's own (~/tensorflow_datasets)",
-      resume=MAY_CHANGE)
+    None,
+    "tensorflow-datasets data directory.",
+    unset="TFDS's own (~/tensorflow_datasets)",
+    resume=MAY_CHANGE,
+  )
   train_file: Optional[str] = run_setting(
-      None, "TSV training file: source<TAB>target, or text<TAB>label.", unset="",
-      resume=MUST_MATCH)
+    None, "TSV training file: source<TAB>target, or text<TAB>label.", unset="", resume=MUST_MATCH
+  )
   validation_file: Optional[str] = run_setting(
-      None, "TSV validation file: in-run evaluation and checkpoint choice (alias --eval_file). "
-      "Without it, validation reads the first 1000 training lines.", unset="",
-      resume=MUST_MATCH)
+    None,
+    "TSV validation file: in-run evaluation and checkpoint choice (alias --eval_file). "
+    "Without it, validation reads the first 1000 training lines.",
+    unset="",
+    resume=MUST_MATCH,
+  )
   test_file: Optional[str] = run_setting(
-      None, "TSV test file, judged once at the end on the weights that get exported. Without "
-      "it, the run has no test number.", unset="", resume=MAY_CHANGE)
+    None,
+    "TSV test file, judged once at the end on the weights that get exported. Without "
+    "it, the run has no test number.",
+    unset="",
+    resume=MAY_CHANGE,
+  )
   train_split: Optional[str] = run_setting(
-      None, "TFDS tasks: the training split slice, e.g. 'train[:90%]' (default: the "
-      "dataset's).", unset="", resume=MUST_MATCH)
+    None,
+    "TFDS tasks: the training split slice, e.g. 'train[:90%]' (default: the dataset's).",
+    unset="",
+    resume=MUST_MATCH,
+  )
   validation_split: Optional[str] = run_setting(
-      None, "TFDS tasks: the validation split slice, e.g. 'train[90%:]' (default: the "
-      "dataset's: IMDB holds out the last 10% of train, translation sets their validation "
-      "split).", unset="", resume=MUST_MATCH)
+    None,
+    "TFDS tasks: the validation split slice, e.g. 'train[90%:]' (default: the "
+    "dataset's: IMDB holds out the last 10% of train, translation sets their validation "
+    "split).",
+    unset="",
+    resume=MUST_MATCH,
+  )
   test_split: Optional[str] = run_setting(
-      None, "TFDS tasks: the test split slice, judged once at the end ('' = none; default: the "
-      "dataset's test split).", unset="", resume=MAY_CHANGE)
+    None,
+    "TFDS tasks: the test split slice, judged once at the end ('' = none; default: the "
+    "dataset's test split).",
+    unset="",
+    resume=MAY_CHANGE,
+  )
   tsv_kind: str = run_setting(
-      SEQ2SEQ, "What the TSV's second column is: the target text (seq2seq) or an integer label "
-      "(classification).", choices=tuple(TRAINING_KINDS), resume=MUST_MATCH)
+    SEQ2SEQ,
+    "What the TSV's second column is: the target text (seq2seq) or an integer label "
+    "(classification).",
+    choices=tuple(TRAINING_KINDS),
+    resume=MUST_MATCH,
+  )
   recipe: Optional[str] = run_setting(
-      None, recipes.help_text(), choices=tuple(sorted(recipes.RECIPES)), unset="none",
-      resume=MAY_CHANGE)
+    None,
+    recipes.help_text(),
+    choices=tuple(sorted(recipes.RECIPES)),
+    unset="none",
+    resume=MAY_CHANGE,
+  )
   # Model: a preset, optionally resized.
   model: Optional[str] = run_setting(
-      None, "Model size preset.", choices=tuple(PRESETS), resume=MUST_MATCH)
+    None, "Model size preset.", choices=tuple(PRESETS), resume=MUST_MATCH
+  )
   d_model: Optional[int] = run_setting(None, "Model width.", above=0, resume=MUST_MATCH)
   num_heads: Optional[int] = run_setting(None, "Attention heads.", above=0, resume=MUST_MATCH)
   dff: Optional[int] = run_setting(None, "Feed-forward inner width.", above=0, resume=MUST_MATCH)
   num_layers: Optional[int] = run_setting(
-      None, "Encoder and decoder layers each.", above=0, resume=MUST_MATCH)
+    None, "Encoder and decoder layers each.", above=0, resume=MUST_MATCH
+  )
   norm_position: str = run_setting(
-      "post", "Layer norm after (paper) or before each sublayer.", choices=("post", "pre"),
-      resume=MUST_MATCH)
+    "post",
+    "Layer norm after (paper) or before each sublayer.",
+    choices=("post", "pre"),
+    resume=MUST_MATCH,
+  )
   classifier_body: Optional[str] = run_setting(
-      None, "Classification only: the encoder stack, or one self-attention layer over "
-      "embeddings (Su Jianlin's experiment).", choices=("transformer", "attention"),
-      resume=MUST_MATCH)
+    None,
+    "Classification only: the encoder stack, or one self-attention layer over "
+    "embeddings (Su Jianlin's experiment).",
+    choices=("transformer", "attention"),
+    resume=MUST_MATCH,
+  )
   dropout: Optional[float] = run_setting(
-      None, "The paper's residual and embedding dropout rate.", minimum=0, below=1,
-      resume=MUST_MATCH)
+    None, "The paper's residual and embedding dropout rate.", minimum=0, below=1, resume=MUST_MATCH
+  )
   feed_forward_dropout: Optional[float] = run_setting(
-      None, "Dropout on the feed-forward hidden layer, after the ReLU (tensor2tensor's "
-      "relu_dropout; not the paper's).", minimum=0, below=1, fallback=0.0, resume=MUST_MATCH)
+    None,
+    "Dropout on the feed-forward hidden layer, after the ReLU (tensor2tensor's "
+    "relu_dropout; not the paper's).",
+    minimum=0,
+    below=1,
+    fallback=0.0,
+    resume=MUST_MATCH,
+  )
   # Text.
   tokenizer: Optional[str] = run_setting(
-      None, "sentencepiece: lossless (case, spacing, punctuation kept); wordpiece: case-folded "
-      "words.", choices=TOKENIZERS, fallback="sentencepiece", resume=MUST_MATCH)
+    None,
+    "sentencepiece: lossless (case, spacing, punctuation kept); wordpiece: case-folded words.",
+    choices=TOKENIZERS,
+    fallback="sentencepiece",
+    resume=MUST_MATCH,
+  )
   lower_case: Optional[bool] = run_setting(
-      None, "Case-fold text before SentencePiece (classification tasks do).", fallback=False,
-      resume=MUST_MATCH)
+    None,
+    "Case-fold text before SentencePiece (classification tasks do).",
+    fallback=False,
+    resume=MUST_MATCH,
+  )
   vocab_size: Optional[int] = run_setting(None, "Vocabulary size.", above=0, resume=MUST_MATCH)
   vocab_examples: Optional[int] = run_setting(
-      None, "Training examples the vocabulary is learned from.", above=0, resume=MUST_MATCH)
+    None, "Training examples the vocabulary is learned from.", above=0, resume=MUST_MATCH
+  )
   max_length: Optional[int] = run_setting(
-      None, "Longest sequence in tokens.", above=0, resume=MUST_MATCH)
+    None, "Longest sequence in tokens.", above=0, resume=MUST_MATCH
+  )
   truncate: Optional[str] = run_setting(
-      None, "Classification: which end of a long text is cut off; left keeps the last "
-      "max_length tokens (reviews end with their verdict).", choices=TRUNCATE_SIDES,
-      fallback="right", resume=MUST_MATCH)
+    None,
+    "Classification: which end of a long text is cut off; left keeps the last "
+    "max_length tokens (reviews end with their verdict).",
+    choices=TRUNCATE_SIDES,
+    fallback="right",
+    resume=MUST_MATCH,
+  )
   # Optimisation.
   batch_size: Optional[int] = run_setting(
-      None, "Global batch size (all replicas).", above=0, resume=MUST_MATCH)
+    None, "Global batch size (all replicas).", above=0, resume=MUST_MATCH
+  )
   batch_tokens: Optional[int] = run_setting(
-      None, "Token-based batching: each batch holds as many examples of its length bucket as "
-      "fit this many padded tokens (the paper: ~25k); replaces --batch_size for training.",
-      above=0, resume=MUST_MATCH)
+    None,
+    "Token-based batching: each batch holds as many examples of its length bucket as "
+    "fit this many padded tokens (the paper: ~25k); replaces --batch_size for training.",
+    above=0,
+    resume=MUST_MATCH,
+  )
   grad_accum_steps: int = run_setting(
-      1, "Micro-batches per optimizer step (gradient accumulation): a large effective batch on "
-      "one GPU.", above=0, resume=MUST_MATCH)
+    1,
+    "Micro-batches per optimizer step (gradient accumulation): a large effective batch on one GPU.",
+    above=0,
+    resume=MUST_MATCH,
+  )
   train_steps: Optional[int] = run_setting(
-      None, "Total optimizer steps.", minimum=0, resume=MAY_CHANGE)
+    None, "Total optimizer steps.", minimum=0, resume=MAY_CHANGE
+  )
   schedule: Optional[str] = run_setting(
-      None, "Learning-rate schedule: noam (the paper's; peak depends on d_model), or a linear "
-      "warm-up to --learning_rate then rsqrt decay, cosine decay to 0, or constant.",
-      choices=SCHEDULES, fallback="noam", resume=MUST_MATCH)
+    None,
+    "Learning-rate schedule: noam (the paper's; peak depends on d_model), or a linear "
+    "warm-up to --learning_rate then rsqrt decay, cosine decay to 0, or constant.",
+    choices=SCHEDULES,
+    fallback="noam",
+    resume=MUST_MATCH,
+  )
   learning_rate: Optional[float] = run_setting(
-      None, "noam: scale on the schedule; rsqrt/cosine/constant: the peak learning rate.",
-      above=0, resume=MUST_MATCH)
-  warmup_steps: Optional[int] = run_setting(
-      None, "Warm-up steps.", minimum=0, resume=MUST_MATCH)
+    None,
+    "noam: scale on the schedule; rsqrt/cosine/constant: the peak learning rate.",
+    above=0,
+    resume=MUST_MATCH,
+  )
+  warmup_steps: Optional[int] = run_setting(None, "Warm-up steps.", minimum=0, resume=MUST_MATCH)
   label_smoothing: Optional[float] = run_setting(
-      None, "Label smoothing epsilon.", minimum=0, below=1, fallback=0.1, resume=MUST_MATCH)
+    None, "Label smoothing epsilon.", minimum=0, below=1, fallback=0.1, resume=MUST_MATCH
+  )
   clip_norm: float = run_setting(
-      0.0, "Global gradient-norm clip; 0 disables.", minimum=0, resume=MUST_MATCH)
+    0.0, "Global gradient-norm clip; 0 disables.", minimum=0, resume=MUST_MATCH
+  )
   seed: int = run_setting(
-      0, "Seed for data generation, initialisation, shuffling, dropout.", resume=MUST_MATCH)
+    0, "Seed for data generation, initialisation, shuffling, dropout.", resume=MUST_MATCH
+  )
   # Devices: follow the machine a run resumes on.
   mixed_precision: str = run_setting(
-      "auto", "Compute dtype (variables stay float32; float16 uses loss scaling); auto: "
-      "bfloat16 on GPUs that have it (compute capability >= 8.0), else float32.",
-      choices=PRECISIONS, resume=FOLLOWS_MACHINE)
+    "auto",
+    "Compute dtype (variables stay float32; float16 uses loss scaling); auto: "
+    "bfloat16 on GPUs that have it (compute capability >= 8.0), else float32.",
+    choices=PRECISIONS,
+    resume=FOLLOWS_MACHINE,
+  )
   jit_compile: Optional[bool] = run_setting(
-      None, "Compile the train step with XLA (batches padded to a few length buckets, one "
-      "program each); --nojit_compile: off.", unset="on when a GPU is present",
-      resume=FOLLOWS_MACHINE)
+    None,
+    "Compile the train step with XLA (batches padded to a few length buckets, one "
+    "program each); --nojit_compile: off.",
+    unset="on when a GPU is present",
+    resume=FOLLOWS_MACHINE,
+  )
   deterministic: bool = run_setting(
-      False, "Enable TF op determinism (bitwise-reproducible runs and resumes).",
-      resume=FOLLOWS_MACHINE)
+    False,
+    "Enable TF op determinism (bitwise-reproducible runs and resumes).",
+    resume=FOLLOWS_MACHINE,
+  )
   strategy: str = run_setting(
-      "auto", "auto: multi_worker if TF_CONFIG lists several workers, else mirrored over all "
-      "GPUs (or the split CPU), else one_device.", choices=STRATEGIES, resume=FOLLOWS_MACHINE)
+    "auto",
+    "auto: multi_worker if TF_CONFIG lists several workers, else mirrored over all "
+    "GPUs (or the split CPU), else one_device.",
+    choices=STRATEGIES,
+    resume=FOLLOWS_MACHINE,
+  )
   cpu_replicas: int = run_setting(
-      0, "Split the CPU into N logical devices (mirrored training without GPUs).", minimum=0,
-      resume=FOLLOWS_MACHINE)
+    0,
+    "Split the CPU into N logical devices (mirrored training without GPUs).",
+    minimum=0,
+    resume=FOLLOWS_MACHINE,
+  )
   # Book-keeping, evaluation, export.
   checkpoint_every: Optional[int] = run_setting(
-      None, "Steps between checkpoints.", above=0, fallback=500, resume=MAY_CHANGE)
+    None, "Steps between checkpoints.", above=0, fallback=500, resume=MAY_CHANGE
+  )
   keep_checkpoints: Optional[int] = run_setting(
-      None, "Checkpoints to keep.", above=0, fallback=3, resume=MAY_CHANGE)
+    None, "Checkpoints to keep.", above=0, fallback=3, resume=MAY_CHANGE
+  )
   average_checkpoints: Optional[int] = run_setting(
-      None, "The final evaluation and the export use the mean weights of the last N "
-      "checkpoints (the paper averages the last 5 for its base models); needs "
-      "--keep_checkpoints >= N.", above=0, fallback=1, resume=MAY_CHANGE)
+    None,
+    "The final evaluation and the export use the mean weights of the last N "
+    "checkpoints (the paper averages the last 5 for its base models); needs "
+    "--keep_checkpoints >= N.",
+    above=0,
+    fallback=1,
+    resume=MAY_CHANGE,
+  )
   keep_best_by: Optional[str] = run_setting(
-      None, "Also keep the checkpoint with the best validation value of this metric (at each "
-      "--eval_every); the final evaluation, the test number and the export then use it "
-      "instead of the last weights.",
-      choices=tuple(sorted({m for metrics in BEST_BY.values() for m in metrics})),
-      unset="off", resume=MAY_CHANGE)
+    None,
+    "Also keep the checkpoint with the best validation value of this metric (at each "
+    "--eval_every); the final evaluation, the test number and the export then use it "
+    "instead of the last weights.",
+    choices=tuple(sorted({m for metrics in BEST_BY.values() for m in metrics})),
+    unset="off",
+    resume=MAY_CHANGE,
+  )
   log_every: int = run_setting(100, "Steps between progress lines.", above=0, resume=MAY_CHANGE)
   eval_every: int = run_setting(
-      0, "Steps between validation evaluations; 0 = only at the end.", minimum=0,
-      resume=MAY_CHANGE)
+    0, "Steps between validation evaluations; 0 = only at the end.", minimum=0, resume=MAY_CHANGE
+  )
   eval_examples: int = run_setting(
-      1000, "Validation examples judged at each evaluation (the test set is always judged "
-      "whole).", above=0, resume=MAY_CHANGE)
+    1000,
+    "Validation examples judged at each evaluation (the test set is always judged whole).",
+    above=0,
+    resume=MAY_CHANGE,
+  )
   attention_images: int = run_setting(
-      3, "Validation examples whose last-layer attention (seq2seq: cross-attention over the "
-      "source; classification: over the input) is drawn to TensorBoard's Images tab at every "
-      "evaluation; 0 = none.", minimum=0, resume=MAY_CHANGE)
+    3,
+    "Validation examples whose last-layer attention (seq2seq: cross-attention over the "
+    "source; classification: over the input) is drawn to TensorBoard's Images tab at every "
+    "evaluation; 0 = none.",
+    minimum=0,
+    resume=MAY_CHANGE,
+  )
   test_examples: Optional[int] = run_setting(
-      None, "Test examples judged at the end. A recipe's reported number is always the whole "
-      "test set; a smaller count is for quick checks.", above=0, unset="all",
-      resume=MAY_CHANGE)
+    None,
+    "Test examples judged at the end. A recipe's reported number is always the whole "
+    "test set; a smaller count is for quick checks.",
+    above=0,
+    unset="all",
+    resume=MAY_CHANGE,
+  )
   decode: Optional[Dict[str, Any]] = run_setting(
-      None, "DecodeOptions values (flags --decode_strategy, --beam_size, ...): how evaluation "
-      "decodes, and what the export serves.", resume=MAY_CHANGE)
+    None,
+    "DecodeOptions values (flags --decode_strategy, --beam_size, ...): how evaluation "
+    "decodes, and what the export serves.",
+    resume=MAY_CHANGE,
+  )
   export_base_path: Optional[str] = run_setting(
-      None, "When training finishes, export a TF Serving version under this base path (runs "
-      "`python -m serving.export`).", unset="no export", resume=MAY_CHANGE)
+    None,
+    "When training finishes, export a TF Serving version under this base path (runs "
+    "`python -m serving.export`).",
+    unset="no export",
+    resume=MAY_CHANGE,
+  )
   export_decode: str = run_setting(
-      "auto", "Decoding in the export (serving.export --decode): xla = padded search compiled "
-      "with XLA per source length bucket; graph = graph-mode search; auto = xla where a GPU is "
-      "present, else graph.", choices=EXPORT_DECODE_MODES, resume=MAY_CHANGE)
+    "auto",
+    "Decoding in the export (serving.export --decode): xla = padded search compiled "
+    "with XLA per source length bucket; graph = graph-mode search; auto = xla where a GPU is "
+    "present, else graph.",
+    choices=EXPORT_DECODE_MODES,
+    resume=MAY_CHANGE,
+  )
 
   # --- resolution -----------------------------------------------------------------------
 
@@ -250,8 +377,9 @@ class RunConfig:
     layers = (recipes.recipe_values(self.recipe, task.kind),) if self.recipe else ()
     layers += (task.defaults,)
     if self.model is not None:
-      layers = tuple({k: v for k, v in layer.items() if k not in MODEL_SIZE_FIELDS}
-                     for layer in layers)
+      layers = tuple(
+        {k: v for k, v in layer.items() if k not in MODEL_SIZE_FIELDS} for layer in layers
+      )
     config = self.resolved(*layers)
     config.check(kind=task.kind)
     return config
@@ -269,40 +397,64 @@ class RunConfig:
     settings.check(self)
     if self.decode:
       settings.check_values(DecodeOptions, self.decode)
-    if (self.average_checkpoints and self.keep_checkpoints
-        and self.average_checkpoints > self.keep_checkpoints):
-      raise ValueError(f"--average_checkpoints ({self.average_checkpoints}) needs "
-                       f"--keep_checkpoints >= it (got {self.keep_checkpoints})")
+    if (
+      self.average_checkpoints
+      and self.keep_checkpoints
+      and self.average_checkpoints > self.keep_checkpoints
+    ):
+      raise ValueError(
+        f"--average_checkpoints ({self.average_checkpoints}) needs "
+        f"--keep_checkpoints >= it (got {self.keep_checkpoints})"
+      )
     if self.batch_tokens and self.max_length and self.batch_tokens < self.max_length:
-      raise ValueError(f"--batch_tokens ({self.batch_tokens}) must hold at least one "
-                       f"--max_length ({self.max_length}) example")
+      raise ValueError(
+        f"--batch_tokens ({self.batch_tokens}) must hold at least one "
+        f"--max_length ({self.max_length}) example"
+      )
     if self.clip_norm and self.mixed_precision == "mixed_float16":
-      raise ValueError("--clip_norm with --mixed_precision=mixed_float16 is not supported "
-                       "(clipping would see loss-scaled gradients); use mixed_bfloat16")
+      raise ValueError(
+        "--clip_norm with --mixed_precision=mixed_float16 is not supported "
+        "(clipping would see loss-scaled gradients); use mixed_bfloat16"
+      )
     if self.keep_best_by and self.average_checkpoints and self.average_checkpoints > 1:
-      raise ValueError("--keep_best_by and --average_checkpoints > 1 each choose the final "
-                       "weights: give one of them")
+      raise ValueError(
+        "--keep_best_by and --average_checkpoints > 1 each choose the final "
+        "weights: give one of them"
+      )
     if kind is not None and self.keep_best_by and self.keep_best_by not in BEST_BY[kind]:
-      raise ValueError(f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose "
-                       f"one of {list(BEST_BY[kind])}")
+      raise ValueError(
+        f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose "
+        f"one of {list(BEST_BY[kind])}"
+      )
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):
         if getattr(self, name) is not None:
           raise ValueError(f"--{name} applies to TFDS tasks only (--task={self.task})")
 
-  def model_config(self, source_vocab_size: int, target_vocab_size: int,
-                   num_classes: int) -> tfattn.TransformerConfig:
+  def model_config(
+    self, source_vocab_size: int, target_vocab_size: int, num_classes: int
+  ) -> tfattn.TransformerConfig:
     """The model this configuration describes, for the given vocabularies."""
-    overrides = dict(source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size,
-                     max_length=self.max_length, norm_position=self.norm_position,
-                     compute_dtype=COMPUTE_DTYPES.get(self.mixed_precision, "float32"),
-                     num_classes=num_classes, seed=self.seed, dropout_rate=self.dropout,
-                     feed_forward_dropout_rate=self.feed_forward_dropout)
+    overrides = dict(
+      source_vocab_size=source_vocab_size,
+      target_vocab_size=target_vocab_size,
+      max_length=self.max_length,
+      norm_position=self.norm_position,
+      compute_dtype=COMPUTE_DTYPES.get(self.mixed_precision, "float32"),
+      num_classes=num_classes,
+      seed=self.seed,
+      dropout_rate=self.dropout,
+      feed_forward_dropout_rate=self.feed_forward_dropout,
+    )
     if self.classifier_body is not None:
       overrides["classifier_body"] = self.classifier_body
-    for field, value in (("d_model", self.d_model), ("num_heads", self.num_heads),
-                         ("dff", self.dff), ("num_encoder_layers", self.num_layers),
-                         ("num_decoder_layers", self.num_layers)):
+    for field, value in (
+      ("d_model", self.d_model),
+      ("num_heads", self.num_heads),
+      ("dff", self.dff),
+      ("num_encoder_layers", self.num_layers),
+      ("num_decoder_layers", self.num_layers),
+    ):
       if value is not None:
         overrides[field] = value
     return tfattn.TransformerConfig.preset(self.model, **overrides)
@@ -333,6 +485,7 @@ class RunConfig:
       values["validation_file"] = values.pop("eval_file")
     if "validation_split" not in values and values.get("task") in TFDS_TASKS:
       from train.tfds_tasks import splits_before_roles
+
       values.update(splits_before_roles(values["task"]))
     return cls(**values)
 

@@ -13,9 +13,15 @@ def write_start(layout: RunDir, config, model_config, task) -> None:
   """run_config.json, model_config.json and task.json, written when a run starts."""
   config.save(layout.run_config)
   write_text_atomically(layout.model_config, model_config.to_json())
-  write_json_atomically(layout.task, {"name": task.name, "kind": task.kind,
-                                      "num_classes": task.num_classes,
-                                      "truncate": config.truncate})
+  write_json_atomically(
+    layout.task,
+    {
+      "name": task.name,
+      "kind": task.kind,
+      "num_classes": task.num_classes,
+      "truncate": config.truncate,
+    },
+  )
 
 
 def append_train_log(layout: RunDir, record: Dict) -> None:

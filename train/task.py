@@ -31,6 +31,7 @@ class Task:
     defaults: RunConfig values this task recommends (a recipe or explicit flags override).
     validation_note: said at start when the validation examples are not held out.
   """
+
   name: str
   kind: str
   train: Examples
@@ -51,21 +52,61 @@ def strings_dataset(pairs) -> tf.data.Dataset:
 # The built-in tasks decay the rate to 0 at the last step: under Noam (1.4e-3 at step 4000)
 # the last updates still jolt the weights, and the default task's held-out exact match ended
 # anywhere from 0.909 to 0.998 with the seed or device (WORKSPACE_NOTES).
-BUILTIN_DEFAULTS = dict(model="tiny", d_model=128, dff=512, num_layers=2, vocab_size=1000,
-                        max_length=32, batch_size=64, train_steps=4000, warmup_steps=400,
-                        dropout=0.0, schedule="cosine", learning_rate=2e-3,
-                        vocab_examples=10_000)
-TRANSLATION_DEFAULTS = dict(model="base", vocab_size=8000, max_length=128, batch_size=64,
-                            train_steps=100_000, warmup_steps=4000, dropout=0.1,
-                            learning_rate=1.0, vocab_examples=200_000)
-TSV_SEQ2SEQ_DEFAULTS = dict(model="small", vocab_size=4000, max_length=64, batch_size=64,
-                            train_steps=5000, warmup_steps=1000, dropout=0.1, learning_rate=1.0,
-                            vocab_examples=200_000)
+BUILTIN_DEFAULTS = dict(
+  model="tiny",
+  d_model=128,
+  dff=512,
+  num_layers=2,
+  vocab_size=1000,
+  max_length=32,
+  batch_size=64,
+  train_steps=4000,
+  warmup_steps=400,
+  dropout=0.0,
+  schedule="cosine",
+  learning_rate=2e-3,
+  vocab_examples=10_000,
+)
+TRANSLATION_DEFAULTS = dict(
+  model="base",
+  vocab_size=8000,
+  max_length=128,
+  batch_size=64,
+  train_steps=100_000,
+  warmup_steps=4000,
+  dropout=0.1,
+  learning_rate=1.0,
+  vocab_examples=200_000,
+)
+TSV_SEQ2SEQ_DEFAULTS = dict(
+  model="small",
+  vocab_size=4000,
+  max_length=64,
+  batch_size=64,
+  train_steps=5000,
+  warmup_steps=1000,
+  dropout=0.1,
+  learning_rate=1.0,
+  vocab_examples=200_000,
+)
 # Classification: case-folded text; reviews give their verdict at the end, so long texts keep
 # their last tokens; no label smoothing on a handful of classes; a peak learning rate set
 # directly (Noam's peak depends on d_model).
-CLASSIFICATION_DEFAULTS = dict(model="small", num_layers=2, d_model=128, dff=512,
-                               vocab_size=16000, max_length=256, batch_size=32,
-                               train_steps=2400, warmup_steps=200, dropout=0.1,
-                               schedule="cosine", learning_rate=5e-4, label_smoothing=0.0,
-                               lower_case=True, truncate="left", vocab_examples=50_000)
+CLASSIFICATION_DEFAULTS = dict(
+  model="small",
+  num_layers=2,
+  d_model=128,
+  dff=512,
+  vocab_size=16000,
+  max_length=256,
+  batch_size=32,
+  train_steps=2400,
+  warmup_steps=200,
+  dropout=0.1,
+  schedule="cosine",
+  learning_rate=5e-4,
+  label_smoothing=0.0,
+  lower_case=True,
+  truncate="left",
+  vocab_examples=50_000,
+)

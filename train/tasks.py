@@ -21,9 +21,9 @@ def get_task(config) -> Task:
   if name in BUILTIN_TASKS:
     return builtin_task(name, config.seed)
   if name in TFDS_TASKS:
-    return tfds_task(name, config.data_dir, config.train_split, config.validation_split,
-                     config.test_split)
+    return tfds_task(
+      name, config.data_dir, config.train_split, config.validation_split, config.test_split
+    )
   if name == TSV:
-    return tsv_task(config.train_file, config.validation_file, config.test_file,
-                    config.tsv_kind)
+    return tsv_task(config.train_file, config.validation_file, config.test_file, config.tsv_kind)
   raise ValueError(f"unknown task {name!r}; choose one of {list(TASK_NAMES)}")

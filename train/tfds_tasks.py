@@ -38,6 +38,7 @@ class TfdsDataset:
     evaluated_before_roles: the split a run saved before the three data roles existed
       evaluated on (it resumes with its own train split and that one as validation).
   """
+
   name: str
   kind: str
   features: Tuple[str, str]
@@ -50,17 +51,45 @@ class TfdsDataset:
   evaluated_before_roles: str = "validation"
 
 
-DATASETS = {dataset.name: dataset for dataset in (
+DATASETS = {
+  dataset.name: dataset
+  for dataset in (
     # IMDB ships no validation split: the last 10% of train is held out for it.
-    TfdsDataset("imdb_reviews", CLASSIFICATION, ("text", "label"), "train[:90%]",
-                "train[90%:]", "test", ("ai.stanford.edu", 80), num_classes=2,
-                defaults=CLASSIFICATION_DEFAULTS, evaluated_before_roles="test"),
-    TfdsDataset("ted_hrlr_translate/pt_to_en", SEQ2SEQ, ("pt", "en"), "train", "validation",
-                "test", ("www.phontron.com", 80), defaults=TRANSLATION_DEFAULTS),
+    TfdsDataset(
+      "imdb_reviews",
+      CLASSIFICATION,
+      ("text", "label"),
+      "train[:90%]",
+      "train[90%:]",
+      "test",
+      ("ai.stanford.edu", 80),
+      num_classes=2,
+      defaults=CLASSIFICATION_DEFAULTS,
+      evaluated_before_roles="test",
+    ),
+    TfdsDataset(
+      "ted_hrlr_translate/pt_to_en",
+      SEQ2SEQ,
+      ("pt", "en"),
+      "train",
+      "validation",
+      "test",
+      ("www.phontron.com", 80),
+      defaults=TRANSLATION_DEFAULTS,
+    ),
     # validation: newstest2013; test: newstest2014, the paper's test set.
-    TfdsDataset("wmt14_translate/de-en", SEQ2SEQ, ("de", "en"), "train", "validation", "test",
-                ("www.statmt.org", 80), defaults=TRANSLATION_DEFAULTS),
-)}
+    TfdsDataset(
+      "wmt14_translate/de-en",
+      SEQ2SEQ,
+      ("de", "en"),
+      "train",
+      "validation",
+      "test",
+      ("www.statmt.org", 80),
+      defaults=TRANSLATION_DEFAULTS,
+    ),
+  )
+}
 TFDS_TASKS = tuple(DATASETS)
 
 
@@ -92,8 +121,10 @@ def prepared_builder(dataset: TfdsDataset, data_dir=None):
   try:
     import tensorflow_datasets as tfds  # imported lazily: only TFDS tasks need it
   except ImportError as error:
-    raise DataUnavailableError(f"tensorflow-datasets cannot be imported ({error}); "
-                               "reinstall with `pip install -r requirements.txt`") from None
+    raise DataUnavailableError(
+      f"tensorflow-datasets cannot be imported ({error}); "
+      "reinstall with `pip install -r requirements.txt`"
+    ) from None
   builder = tfds.builder(dataset.name, data_dir=data_dir)
   if builder.is_prepared():
     return builder
@@ -101,9 +132,10 @@ def prepared_builder(dataset: TfdsDataset, data_dir=None):
   host, port = dataset.download_host
   if not reachable(host, port):
     raise DataUnavailableError(
-        f"{dataset.name} is not prepared in {where} and {host} cannot be reached to download it:"
-        f" on a connected machine run `tfds build {dataset.name} --data_dir=DIR`, copy DIR here "
-        f"and pass --data_dir=DIR")
+      f"{dataset.name} is not prepared in {where} and {host} cannot be reached to download it:"
+      f" on a connected machine run `tfds build {dataset.name} --data_dir=DIR`, copy DIR here "
+      f"and pass --data_dir=DIR"
+    )
   logging.info("downloading and preparing %s into %s (once)", dataset.name, where)
   builder.download_and_prepare()
   return builder
@@ -115,33 +147,49 @@ def _split(builder, dataset: TfdsDataset, split: str):
   try:
     builder.info.splits[split]  # fails on an unknown split or a bad slice, before training
   except (KeyError, ValueError) as error:
-    raise ValueError(f"{dataset.name} has no split {split!r} ({error}); its splits: "
-                     f"{sorted(builder.info.splits)}") from None
+    raise ValueError(
+      f"{dataset.name} has no split {split!r} ({error}); its splits: {sorted(builder.info.splits)}"
+    ) from None
   return lambda: builder.as_dataset(split=split, shuffle_files=False).map(
-      lambda example: (example[source], example[target]))
+    lambda example: (example[source], example[target])
+  )
 
 
-def tfds_task(name: str, data_dir: Optional[str] = None, train_split: Optional[str] = None,
-              validation_split: Optional[str] = None, test_split: Optional[str] = None) -> Task:
+def tfds_task(
+  name: str,
+  data_dir: Optional[str] = None,
+  train_split: Optional[str] = None,
+  validation_split: Optional[str] = None,
+  test_split: Optional[str] = None,
+) -> Task:
   """The TFDS dataset `name` as a task; a split left None takes the dataset's default, "" means
   no test role."""
   if name not in DATASETS:
     raise ValueError(f"unknown TFDS task {name!r}; choose one of {list(TFDS_TASKS)}")
   dataset = DATASETS[name]
   builder = prepared_builder(dataset, data_dir)
-  splits = [dataset.train_split if train_split is None else train_split,
-            dataset.validation_split if validation_split is None else validation_split,
-            dataset.test_split if test_split is None else test_split]
-  train, validation, test = (_split(builder, dataset, split) if split else None
-                             for split in splits)
+  splits = [
+    dataset.train_split if train_split is None else train_split,
+    dataset.validation_split if validation_split is None else validation_split,
+    dataset.test_split if test_split is None else test_split,
+  ]
+  train, validation, test = (_split(builder, dataset, split) if split else None for split in splits)
   if train is None or validation is None:
     raise ValueError(f"{name}: --train_split and --validation_split cannot be empty")
-  return Task(name, dataset.kind, train, validation, test, num_classes=dataset.num_classes,
-              defaults=dict(dataset.defaults))
+  return Task(
+    name,
+    dataset.kind,
+    train,
+    validation,
+    test,
+    num_classes=dataset.num_classes,
+    defaults=dict(dataset.defaults),
+  )
 
 
 def splits_before_roles(name: str) -> dict:
   """The split flags that reproduce what a run saved before the data roles trained and
   evaluated on."""
-  return dict(train_split="train", test_split="",
-              validation_split=DATASETS[name].evaluated_before_roles)
+  return dict(
+    train_split="train", test_split="", validation_split=DATASETS[name].evaluated_before_roles
+  )

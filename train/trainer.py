@@ -30,8 +30,9 @@ from train.tasks import get_task
 def make_schedule(config: RunConfig, d_model):
   if config.schedule == "noam":
     return NoamSchedule(d_model, config.warmup_steps, config.learning_rate)
-  return WarmupSchedule(config.learning_rate, config.warmup_steps, config.train_steps,
-                        config.schedule)
+  return WarmupSchedule(
+    config.learning_rate, config.warmup_steps, config.train_steps, config.schedule
+  )
 
 
 class _StopRequest:
@@ -49,8 +50,7 @@ class _StopRequest:
     if self.requested and signum == signal.SIGINT:
       logging.warning("second %s: exiting without a checkpoint", name)
       os._exit(130)  # the conventional status of a Ctrl-C'd program
-    logging.warning("%s received: saving a checkpoint and stopping (Ctrl-C again: exit now)",
-                    name)
+    logging.warning("%s received: saving a checkpoint and stopping (Ctrl-C again: exit now)", name)
     self.requested = True
 
   def restore(self):
@@ -67,11 +67,14 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
   config.check()
   task = get_task(config)
   config = config.resolved_for(task)
-  jit_compile, precision = distribute.resolve_device_defaults(config.jit_compile,
-                                                              config.mixed_precision)
+  jit_compile, precision = distribute.resolve_device_defaults(
+    config.jit_compile, config.mixed_precision
+  )
   config = dataclasses.replace(config, jit_compile=jit_compile, mixed_precision=precision)
-  logging.info("effective configuration: %s", "  ".join(
-      f"{k}={v}" for k, v in sorted(dataclasses.asdict(config).items()) if v is not None))
+  logging.info(
+    "effective configuration: %s",
+    "  ".join(f"{k}={v}" for k, v in sorted(dataclasses.asdict(config).items()) if v is not None),
+  )
   if task.validation_note:
     logging.warning("%s", task.validation_note)
   if task.test is None:
@@ -100,10 +103,12 @@ class Trainer:
     self.run_dir = RunDir(config.run_dir)
     self._check_before_writing()
     os.makedirs(self.run_dir.path, exist_ok=True)
-    self.tokenizers = vocabularies.learn_or_load(task, self.kind.vocabulary_sides, config,
-                                                 self.run_dir)
+    self.tokenizers = vocabularies.learn_or_load(
+      task, self.kind.vocabulary_sides, config, self.run_dir
+    )
     self.model_config = config.model_config(
-        num_classes=task.num_classes, **self._vocab_sizes(self.tokenizers))
+      num_classes=task.num_classes, **self._vocab_sizes(self.tokenizers)
+    )
     if self.is_chief:
       run_files.write_start(self.run_dir, config, self.model_config, task)
     self._build_model_and_optimizer()
@@ -121,10 +126,14 @@ class Trainer:
     model settings (with the requested vocabulary size) and the saved run's configuration."""
     c = self.config
     if c.batch_size % self.strategy.num_replicas_in_sync:
-      raise ValueError(f"--batch_size ({c.batch_size}) must be divisible by the number of "
-                       f"replicas ({self.strategy.num_replicas_in_sync})")
-    c.model_config(num_classes=self.task.num_classes,
-                   **self.kind.vocab_sizes(dict.fromkeys(self.kind.vocabulary_sides, c.vocab_size)))
+      raise ValueError(
+        f"--batch_size ({c.batch_size}) must be divisible by the number of "
+        f"replicas ({self.strategy.num_replicas_in_sync})"
+      )
+    c.model_config(
+      num_classes=self.task.num_classes,
+      **self.kind.vocab_sizes(dict.fromkeys(self.kind.vocabulary_sides, c.vocab_size)),
+    )
     resume.check_resumable(c.run_dir, c)
 
   def _build_model_and_optimizer(self):
@@ -147,24 +156,32 @@ class Trainer:
     if num_workers > 1:
       train_raw = train_raw.shard(num_workers, self.strategy.cluster_resolver.task_id)
     self.train_dataset = self._dataset(
-        train_raw, training=True, batch_size=c.batch_size // num_workers,
-        batch_tokens=(c.batch_tokens // num_workers if c.batch_tokens else None))
+      train_raw,
+      training=True,
+      batch_size=c.batch_size // num_workers,
+      batch_tokens=(c.batch_tokens // num_workers if c.batch_tokens else None),
+    )
     self.iterator = iter(self.train_dataset)
     self.validation_dataset = self._dataset(self.task.validation(), training=False)
-    self.test_dataset = (self._dataset(self.task.test(), training=False)
-                         if self.task.test is not None else None)
+    self.test_dataset = (
+      self._dataset(self.task.test(), training=False) if self.task.test is not None else None
+    )
 
   def _build_checkpoints(self):
-    self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                          data=self.iterator)
+    self.checkpoint = tf.train.Checkpoint(
+      model=self.model, optimizer=self.optimizer, data=self.iterator
+    )
     directory = self.run_dir.checkpoints
     if not self.is_chief:  # other workers must write too (collectives), but somewhere private
       directory = self.run_dir.worker_checkpoints(self.strategy.cluster_resolver.task_id)
-    self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
-                                              max_to_keep=self.config.keep_checkpoints)
-    self.best = (BestCheckpoint(self.model, self.run_dir.best_checkpoints,
-                                self.config.keep_best_by)
-                 if self.config.keep_best_by and self.is_chief else None)
+    self.manager = tf.train.CheckpointManager(
+      self.checkpoint, directory, max_to_keep=self.config.keep_checkpoints
+    )
+    self.best = (
+      BestCheckpoint(self.model, self.run_dir.best_checkpoints, self.config.keep_best_by)
+      if self.config.keep_best_by and self.is_chief
+      else None
+    )
 
   @property
   def step(self):
@@ -172,15 +189,19 @@ class Trainer:
 
   def _dataset(self, raw, training, batch_size=None, batch_tokens=None):
     c = self.config
-    kwargs = dict(batch_size=batch_size or c.batch_size, max_length=c.max_length,
-                  shuffle_seed=c.seed if training else None, repeat=training,
-                  drop_remainder=training)  # equal per-replica shards
+    kwargs = dict(
+      batch_size=batch_size or c.batch_size,
+      max_length=c.max_length,
+      shuffle_seed=c.seed if training else None,
+      repeat=training,
+      drop_remainder=training,
+    )  # equal per-replica shards
     if training:
       # Bucket-length padding under XLA: a handful of batch shapes, one program each.
-      kwargs.update(batch_tokens=batch_tokens, multiple_of=self.local_replicas,
-                    pad_to_bucket=c.jit_compile)
-    return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate,
-                             **kwargs)
+      kwargs.update(
+        batch_tokens=batch_tokens, multiple_of=self.local_replicas, pad_to_bucket=c.jit_compile
+      )
+    return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate, **kwargs)
 
   def _make_train_step(self):
     """One optimizer step over `grad_accum_steps` micro-batches.
@@ -216,15 +237,16 @@ class Trainer:
       summed, totals = None, kinds.LossSums(*[tf.constant(0.0)] * 4)
       for worker_batch in worker_batches:
         rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
-        batch = {name: value[local_id * rows:(local_id + 1) * rows]
-                 for name, value in worker_batch.items()}
+        batch = {
+          name: value[local_id * rows : (local_id + 1) * rows]
+          for name, value in worker_batch.items()
+        }
         grads, sums = gradients(batch)
         # The gradient of the mean times the token count is the gradient of the sum.
         weighted = [g * sums.count for g in grads]
         summed = weighted if summed is None else [a + b for a, b in zip(summed, weighted)]
         totals = kinds.LossSums(*[a + b for a, b in zip(totals, sums)])
-      global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, totals.count),
-                                1.0)
+      global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, totals.count), 1.0)
       grads = [g / global_count for g in summed]
       if clip_norm:
         # Keras clips each replica's *local* gradients; the global norm needs the sum first.
@@ -239,9 +261,12 @@ class Trainer:
     def train_step(iterator):
       batches = [iterator.get_next() for _ in range(micro_batches)]
       per_replica = self.strategy.run(replica_step, args=(batches,))
-      totals = kinds.LossSums(*[
+      totals = kinds.LossSums(
+        *[
           self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-          for value in per_replica])
+          for value in per_replica
+        ]
+      )
       # Padded (rows, source length, target length) of each micro-batch: FLOPs and the XLA
       # program count are derived from them.
       return totals, tf.stack([kind.batch_shape(b) for b in batches])
@@ -271,12 +296,16 @@ class Trainer:
     restored = self.manager.restore_or_initialize()
     if restored:
       logging.info("resumed from %s at step %d", restored, self.step)
-    writer = (tf.summary.create_file_writer(self.run_dir.logs)
-              if self.is_chief else tf.summary.create_noop_writer())
+    writer = (
+      tf.summary.create_file_writer(self.run_dir.logs)
+      if self.is_chief
+      else tf.summary.create_noop_writer()
+    )
     stop = _StopRequest()
     if self.step < c.train_steps:
-      logging.info("training from step %d to %d (the first step builds the graph)", self.step,
-                   c.train_steps)
+      logging.info(
+        "training from step %d to %d (the first step builds the graph)", self.step, c.train_steps
+      )
     try:
       interval_start, interval_step = time.time(), self.step
       self.meter.reset()
@@ -285,11 +314,13 @@ class Trainer:
         step = self.step
         shapes = [tuple(int(x) for x in row) for row in shapes.numpy()]
         self._note_batch_shapes(shapes)
-        self.meter.add(float(sums.tokens),
-                       kinds.step_training_flops(self.kind, self.model_config, shapes))
+        self.meter.add(
+          float(sums.tokens), kinds.step_training_flops(self.kind, self.model_config, shapes)
+        )
         if step % c.log_every == 0 or step == c.train_steps:
-          self._log_progress(writer, step, sums, (step - interval_step) /
-                             max(time.time() - interval_start, 1e-9))
+          self._log_progress(
+            writer, step, sums, (step - interval_step) / max(time.time() - interval_start, 1e-9)
+          )
           interval_start, interval_step = time.time(), step
           self.meter.reset()
         if step % c.checkpoint_every == 0:
@@ -298,8 +329,9 @@ class Trainer:
           self._validate(writer)
       self._save()
       if stop.requested:
-        logging.warning("stopped at step %d; run again with the same --run_dir to resume",
-                        self.step)
+        logging.warning(
+          "stopped at step %d; run again with the same --run_dir to resume", self.step
+        )
         return None
       return self._final_evaluation(writer)
     finally:
@@ -310,15 +342,28 @@ class Trainer:
     c = self.config
     tokens_per_second, mfu = self.meter.read()
     eta = (c.train_steps - step) / max(steps_per_second, 1e-9)
-    record = {"step": step, "loss": float(sums.loss),
-              "accuracy": float(sums.correct) / max(float(sums.count), 1.0),
-              "learning_rate": float(self.optimizer.learning_rate),
-              "steps_per_second": steps_per_second,
-              "tokens_per_second": tokens_per_second, "mfu": mfu}
-    logging.info("step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  "
-                 "MFU %.3f  ETA %dm%02ds", step, c.train_steps, record["loss"],
-                 record["accuracy"], record["learning_rate"], steps_per_second,
-                 tokens_per_second, mfu, eta // 60, eta % 60)
+    record = {
+      "step": step,
+      "loss": float(sums.loss),
+      "accuracy": float(sums.correct) / max(float(sums.count), 1.0),
+      "learning_rate": float(self.optimizer.learning_rate),
+      "steps_per_second": steps_per_second,
+      "tokens_per_second": tokens_per_second,
+      "mfu": mfu,
+    }
+    logging.info(
+      "step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  MFU %.3f  ETA %dm%02ds",
+      step,
+      c.train_steps,
+      record["loss"],
+      record["accuracy"],
+      record["learning_rate"],
+      steps_per_second,
+      tokens_per_second,
+      mfu,
+      eta // 60,
+      eta % 60,
+    )
     if self.is_chief:
       with writer.as_default(step=step):
         for name, value in record.items():
@@ -331,15 +376,23 @@ class Trainer:
     new = sorted(set(shapes) - self._batch_shapes)
     self._batch_shapes.update(new)
     if self.config.jit_compile and new:
-      logging.info("XLA: compiled the train step for %s (%d program%s so far)",
-                   ", ".join("rows %d x source %d%s" % (r, s_len, f" x target {t_len}" if t_len
-                                                       else "") for r, s_len, t_len in new),
-                   len(self._batch_shapes), "" if len(self._batch_shapes) == 1 else "s")
+      logging.info(
+        "XLA: compiled the train step for %s (%d program%s so far)",
+        ", ".join(
+          "rows %d x source %d%s" % (r, s_len, f" x target {t_len}" if t_len else "")
+          for r, s_len, t_len in new
+        ),
+        len(self._batch_shapes),
+        "" if len(self._batch_shapes) == 1 else "s",
+      )
 
   def _validate(self, writer) -> Dict:
     """An in-run evaluation on validation: logged, written, and offered to --keep_best_by."""
-    logging.info("evaluating on up to %d validation examples%s", self.config.eval_examples,
-                 self.kind.evaluation_note(self.config))
+    logging.info(
+      "evaluating on up to %d validation examples%s",
+      self.config.eval_examples,
+      self.kind.evaluation_note(self.config),
+    )
     metrics = self.evaluate()
     self._report(writer, "validation", metrics)
     self._attention_images(writer)
@@ -357,31 +410,44 @@ class Trainer:
     if self.best is not None:
       self._validate(writer)  # the last weights compete too
       prefix = self.best.restore()
-      logging.info("final weights: the best %s on validation, step %d", self.best.metric,
-                   self.best.record["step"])
-      return {"checkpoints": [os.path.relpath(prefix, self.run_dir.checkpoints)],
-              "chosen_by": f"best {self.best.metric} on validation"}
+      logging.info(
+        "final weights: the best %s on validation, step %d",
+        self.best.metric,
+        self.best.record["step"],
+      )
+      return {
+        "checkpoints": [os.path.relpath(prefix, self.run_dir.checkpoints)],
+        "chosen_by": f"best {self.best.metric} on validation",
+      }
     wanted = self.config.average_checkpoints
     if wanted <= 1 or not self.is_chief:
       return {"checkpoints": [last], "chosen_by": "last"}
     kept = len(self.manager.checkpoints)
     if kept < wanted:  # a run shorter than the averaging window
-      logging.warning("--average_checkpoints=%d but only %d checkpoints are kept: averaging %d",
-                      wanted, kept, kept)
-    chosen = checkpoints.checkpoints_to_average(self.manager.directory,
-                                                average_last=min(wanted, kept))
+      logging.warning(
+        "--average_checkpoints=%d but only %d checkpoints are kept: averaging %d",
+        wanted,
+        kept,
+        kept,
+      )
+    chosen = checkpoints.checkpoints_to_average(
+      self.manager.directory, average_last=min(wanted, kept)
+    )
     if len(chosen) > 1:
       logging.info("averaging the weights of %s", ", ".join(os.path.basename(p) for p in chosen))
       checkpoints.restore_average(self.model, chosen)
-    return {"checkpoints": [os.path.basename(p) for p in chosen],
-            "chosen_by": f"average of the last {len(chosen)}" if len(chosen) > 1 else "last"}
+    return {
+      "checkpoints": [os.path.basename(p) for p in chosen],
+      "chosen_by": f"average of the last {len(chosen)}" if len(chosen) > 1 else "last",
+    }
 
   def _final_evaluation(self, writer) -> Dict:
     """Validation, then test (judged once, whole) on the final weights; eval.json."""
     weights = self._choose_final_weights(writer)
     note = self.kind.evaluation_note(self.config)
-    logging.info("final evaluation on up to %d validation examples%s",
-                 self.config.eval_examples, note)
+    logging.info(
+      "final evaluation on up to %d validation examples%s", self.config.eval_examples, note
+    )
     result = {"step": self.step, "weights": weights, "validation": self.evaluate()}
     self._report(writer, "validation", result["validation"], label="final validation")
     self._attention_images(writer)
@@ -402,15 +468,25 @@ class Trainer:
     batch = {name: value[:count] for name, value in next(iter(self.validation_dataset)).items()}
     with writer.as_default(step=self.step):
       for i, picture in enumerate(self.kind.attention_maps(self.model, batch, self.tokenizers)):
-        png = attention_plot.render_png(picture.weights, picture.keys, picture.queries,
-                                        title=f"validation example {i}: {picture.title}")
+        png = attention_plot.render_png(
+          picture.weights,
+          picture.keys,
+          picture.queries,
+          title=f"validation example {i}: {picture.title}",
+        )
         tf.summary.image(f"attention/validation_example_{i}", attention_plot.image_tensor(png))
 
   def _report(self, writer, role: str, metrics: Dict, label: Optional[str] = None):
-    logging.info("%s at step %d: %s", label or role, self.step,
-                 "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                           for k, v in sorted(metrics.items())
-                           if not isinstance(v, dict) and not k.endswith("_signature")))
+    logging.info(
+      "%s at step %d: %s",
+      label or role,
+      self.step,
+      "  ".join(
+        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in sorted(metrics.items())
+        if not isinstance(v, dict) and not k.endswith("_signature")
+      ),
+    )
     if self.is_chief:
       with writer.as_default(step=self.step):
         for name, value in metrics.items():
@@ -423,8 +499,10 @@ def final_metrics(result: Dict) -> List[str]:
   lines = []
   for role in ("validation", "test"):
     if role in result:
-      shown = {k: round(v, 4) if isinstance(v, float) else v
-               for k, v in result[role].items() if not isinstance(v, dict)
-               and not k.endswith("_signature")}
+      shown = {
+        k: round(v, 4) if isinstance(v, float) else v
+        for k, v in result[role].items()
+        if not isinstance(v, dict) and not k.endswith("_signature")
+      }
       lines.append(f"{role}: {shown}")
   return lines

@@ -33,8 +33,10 @@ def read_tsv(path, kind):
       try:
         line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
       except UnicodeDecodeError as error:
-        raise ValueError(f"{path}:{number}: not valid UTF-8 ({error.reason} at byte "
-                         f"{error.start} of the line); save the file as UTF-8") from None
+        raise ValueError(
+          f"{path}:{number}: not valid UTF-8 ({error.reason} at byte "
+          f"{error.start} of the line); save the file as UTF-8"
+        ) from None
       if not line.strip():
         continue
       fields = line.split("\t")
@@ -50,24 +52,38 @@ def read_tsv(path, kind):
   return pairs
 
 
-def tsv_task(train_file: str, validation_file: Optional[str] = None,
-             test_file: Optional[str] = None, kind: str = SEQ2SEQ) -> Task:
+def tsv_task(
+  train_file: str,
+  validation_file: Optional[str] = None,
+  test_file: Optional[str] = None,
+  kind: str = SEQ2SEQ,
+) -> Task:
   """Reads (and checks) every given file now. Without a validation file, validation reads the
   first training lines, which are not held out: the start says so."""
   kind_object = kinds.of(kind)  # a ValueError naming the known kinds
   if not train_file:
     raise ValueError("--task=tsv needs --train_file")
   train_pairs = read_tsv(train_file, kind)
-  validation_pairs = (read_tsv(validation_file, kind) if validation_file
-                      else train_pairs[:UNHELD_VALIDATION_LINES])
+  validation_pairs = (
+    read_tsv(validation_file, kind) if validation_file else train_pairs[:UNHELD_VALIDATION_LINES]
+  )
   test_pairs = read_tsv(test_file, kind) if test_file else None
-  note = ("" if validation_file else
-          f"validation reads the first {len(validation_pairs)} training lines, which are not "
-          "held out: pass --validation_file for an honest number")
+  note = (
+    ""
+    if validation_file
+    else f"validation reads the first {len(validation_pairs)} training lines, which are not "
+    "held out: pass --validation_file for an honest number"
+  )
   num_classes = kind_object.count_classes(
-      [y for _, y in train_pairs + validation_pairs + (test_pairs or [])])
-  return Task("tsv", kind, lambda: strings_dataset(train_pairs),
-              lambda: strings_dataset(validation_pairs),
-              (lambda: strings_dataset(test_pairs)) if test_pairs else None,
-              num_classes=num_classes, defaults=dict(DEFAULTS.get(kind, {})),
-              validation_note=note)
+    [y for _, y in train_pairs + validation_pairs + (test_pairs or [])]
+  )
+  return Task(
+    "tsv",
+    kind,
+    lambda: strings_dataset(train_pairs),
+    lambda: strings_dataset(validation_pairs),
+    (lambda: strings_dataset(test_pairs)) if test_pairs else None,
+    num_classes=num_classes,
+    defaults=dict(DEFAULTS.get(kind, {})),
+    validation_note=note,
+  )

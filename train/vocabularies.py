@@ -18,7 +18,12 @@ def learn_or_load(task, sides: Sequence[str], config, layout: RunDir) -> Dict:
       loaded[side] = text.load_tokenizer(text.tokenizer_path(layout.vocab, side))
     except ValueError:  # not learned yet
       path = tokenizer.learn_and_write(
-          config.tokenizer, task.train().map(lambda *pair, i=index: pair[i]), config.vocab_size,
-          os.path.join(layout.vocab, side), config.lower_case, config.vocab_examples)
+        config.tokenizer,
+        task.train().map(lambda *pair, i=index: pair[i]),
+        config.vocab_size,
+        os.path.join(layout.vocab, side),
+        config.lower_case,
+        config.vocab_examples,
+      )
       loaded[side] = text.load_tokenizer(path)
   return loaded

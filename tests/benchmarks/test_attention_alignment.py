@@ -28,10 +28,19 @@ def test_the_check_runs_on_an_export(exported, tmp_path):
   (tmp_path / "test_2016_flickr.de").write_text("Ein Mann schläft.\nEin Hund.\n")
   (tmp_path / "test_2016_flickr.en").write_text("A man sleeps.\nA dog.\n")
   result = subprocess.run(
-      [sys.executable, os.path.join("benchmarks", "attention_alignment.py"),
-       f"--model_base_path={base}", f"--multi30k={tmp_path}",
-       f"--results={tmp_path}/results.json"], cwd=REPO, env=environment(),
-      capture_output=True, text=True, timeout=300)
+    [
+      sys.executable,
+      os.path.join("benchmarks", "attention_alignment.py"),
+      f"--model_base_path={base}",
+      f"--multi30k={tmp_path}",
+      f"--results={tmp_path}/results.json",
+    ],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "2 (sentence, noun pair) cases in 2 of 2 test sentences" in result.stdout
   assert "| decoder layer |" in result.stdout

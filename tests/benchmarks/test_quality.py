@@ -26,11 +26,24 @@ def _write_aclimdb(root):
 def test_two_seeds_of_a_recipe_report_validation_and_test(tmp_path):
   _write_aclimdb(tmp_path / "aclImdb")
   result = subprocess.run(
-      [sys.executable, os.path.join("benchmarks", "quality.py"), f"--imdb={tmp_path}/aclImdb",
-       "--recipes=imdb_attention", "--seeds=2", f"--work_dir={tmp_path}/work",
-       "--extra_flag=--train_steps=2", "--extra_flag=--batch_size=8",
-       "--extra_flag=--vocab_size=300", "--extra_flag=--log_every=1"],
-      cwd=REPO, env=environment(), capture_output=True, text=True, timeout=600)
+    [
+      sys.executable,
+      os.path.join("benchmarks", "quality.py"),
+      f"--imdb={tmp_path}/aclImdb",
+      "--recipes=imdb_attention",
+      "--seeds=2",
+      f"--work_dir={tmp_path}/work",
+      "--extra_flag=--train_steps=2",
+      "--extra_flag=--batch_size=8",
+      "--extra_flag=--vocab_size=300",
+      "--extra_flag=--log_every=1",
+    ],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   rows = [line for line in result.stdout.splitlines() if line.startswith("| imdb_attention")]
   assert len(rows) == 2, result.stdout[-3000:]  # one per anchor

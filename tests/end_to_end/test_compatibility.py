@@ -37,8 +37,11 @@ def old_runs(tmp_path):
     shutil.copy(os.path.join(FIXTURES, f"{kind}.tsv"), tmp_path / f"{kind}.tsv")
     path = run / "run_config.json"
     saved = json.loads(path.read_text())
-    saved.update(run_dir=str(run), train_file=str(tmp_path / f"{kind}.tsv"),
-                 export_base_path=str(tmp_path / f"export_{kind}"))
+    saved.update(
+      run_dir=str(run),
+      train_file=str(tmp_path / f"{kind}.tsv"),
+      export_base_path=str(tmp_path / f"export_{kind}"),
+    )
     path.write_text(json.dumps(saved))
     runs[kind] = run
   return runs
@@ -55,10 +58,17 @@ def test_old_run_configurations_load_with_what_they_evaluated():
 
 @pytest.mark.slow
 def test_old_runs_resume_and_export(old_runs, tmp_path):
-  processes = [subprocess.Popen([sys.executable, "-m", "train", f"--run_dir={run}",
-                                 "--train_steps=40"], cwd=REPO, env=environment(),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for run in old_runs.values()]
+  processes = [
+    subprocess.Popen(
+      [sys.executable, "-m", "train", f"--run_dir={run}", "--train_steps=40"],
+      cwd=REPO,
+      env=environment(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for run in old_runs.values()
+  ]
   outputs = [process.communicate(timeout=300)[0] for process in processes]
   for process, output in zip(processes, outputs):
     assert process.returncode == 0, output[-3000:]

@@ -17,9 +17,11 @@ def test_every_registry_holds_the_same_kinds():
 
 def test_each_kind_object_provides_its_layers_protocol():
   for name in model_kinds.MODEL_KINDS:
-    model, training, exporting = (model_kinds.MODEL_KINDS[name],
-                                  training_kinds.TRAINING_KINDS[name],
-                                  export.EXPORT_KINDS[name])
+    model, training, exporting = (
+      model_kinds.MODEL_KINDS[name],
+      training_kinds.TRAINING_KINDS[name],
+      export.EXPORT_KINDS[name],
+    )
     assert isinstance(model, model_kinds.ModelKind)
     assert isinstance(training, training_kinds.TrainingKind)
     assert isinstance(exporting, export.ExportKind)

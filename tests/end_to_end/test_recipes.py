@@ -22,13 +22,21 @@ pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 # Cased text with punctuation, accents and doubled spaces: what lossless tokenization keeps.
 CASED_PAIRS = [
-    ("hallo welt", "Hello, World!"), ("guten morgen", "Good morning, Anna."),
-    ("das ist gut", "That's GOOD."), ("wie geht es", "How are you?"),
-    ("danke schön", "Thank you  very much!"), ("ich heiße Jörg", "My name is Jörg."),
-    ("bis bald", "See you soon (I hope)."), ("ja oder nein", "Yes -- or no?"),
+  ("hallo welt", "Hello, World!"),
+  ("guten morgen", "Good morning, Anna."),
+  ("das ist gut", "That's GOOD."),
+  ("wie geht es", "How are you?"),
+  ("danke schön", "Thank you  very much!"),
+  ("ich heiße Jörg", "My name is Jörg."),
+  ("bis bald", "See you soon (I hope)."),
+  ("ja oder nein", "Yes -- or no?"),
 ]
-REVIEWS = [("A wonderful, moving film. Loved it!", 1), ("Dull, slow and far too long.", 0),
-           ("Great acting and a great story.", 1), ("Terrible script. Avoid it.", 0)]
+REVIEWS = [
+  ("A wonderful, moving film. Loved it!", 1),
+  ("Dull, slow and far too long.", 0),
+  ("Great acting and a great story.", 1),
+  ("Terrible script. Avoid it.", 0),
+]
 
 
 def _serve(base, name):
@@ -48,17 +56,33 @@ def _write_tsv(path, rows):
 
 def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path):
   train_file = _write_tsv(tmp_path / "train.tsv", CASED_PAIRS * 4)
-  config = RunConfig(run_dir=str(tmp_path / "run"), task="tsv", train_file=train_file,
-                     validation_file=train_file, model="tiny", d_model=64, dff=128, num_heads=4,
-                     num_layers=1, dropout=0.0, vocab_size=300, batch_size=16, max_length=32,
-                     train_steps=500, schedule="rsqrt", learning_rate=3e-3, warmup_steps=30,
-                     label_smoothing=0.0, log_every=100, checkpoint_every=1000)
+  config = RunConfig(
+    run_dir=str(tmp_path / "run"),
+    task="tsv",
+    train_file=train_file,
+    validation_file=train_file,
+    model="tiny",
+    d_model=64,
+    dff=128,
+    num_heads=4,
+    num_layers=1,
+    dropout=0.0,
+    vocab_size=300,
+    batch_size=16,
+    max_length=32,
+    train_steps=500,
+    schedule="rsqrt",
+    learning_rate=3e-3,
+    warmup_steps=30,
+    label_smoothing=0.0,
+    log_every=100,
+    checkpoint_every=1000,
+  )
   metrics = Trainer(*prepare(config)).run()["validation"]
   assert metrics["exact_match"] == 1.0, metrics  # compared as text: case and spacing count
   assert metrics["bleu"] == pytest.approx(100.0)
 
-  path = export.export(config.run_dir, str(tmp_path / "models"),
-                       options=DecodeOptions(beam_size=2))
+  path = export.export(config.run_dir, str(tmp_path / "models"), options=DecodeOptions(beam_size=2))
   assert check.problems(path) == []
   client, stop = _serve(tmp_path / "models", "cased")
   try:
@@ -74,9 +98,18 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
   rows = CASED_PAIRS if kind == "seq2seq" else REVIEWS
   train_file = _write_tsv(tmp_path / "train.tsv", rows * 4)
   # The recipe fills everything else; only the budget is cut for a test.
-  config = RunConfig(run_dir=str(tmp_path / "run"), task="tsv", tsv_kind=kind, recipe=name,
-                     train_file=train_file, vocab_size=300, train_steps=3, batch_size=8,
-                     log_every=1, eval_examples=8)
+  config = RunConfig(
+    run_dir=str(tmp_path / "run"),
+    task="tsv",
+    tsv_kind=kind,
+    recipe=name,
+    train_file=train_file,
+    vocab_size=300,
+    train_steps=3,
+    batch_size=8,
+    log_every=1,
+    eval_examples=8,
+  )
   trainer = Trainer(*prepare(config))
   for field, value in recipes.recipe_values(name, kind).items():
     if field == "decode":  # the recipe's options, the rest DecodeOptions' defaults
@@ -85,20 +118,30 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
       assert getattr(trainer.config, field) == value, field
   result = trainer.run()
   assert result["step"] == 3 and result["validation"]["examples"] >= 8
-  path = export.export(config.run_dir, str(tmp_path / "models"),
-                       options=DecodeOptions(strategy="greedy"))
+  path = export.export(
+    config.run_dir, str(tmp_path / "models"), options=DecodeOptions(strategy="greedy")
+  )
   loaded = tf.saved_model.load(path)
   out = loaded.signatures["serving_default"](text=tf.constant([rows[0][0]]))
-  assert set(out) == ({"translation", "score", "log_prob"} if kind == "seq2seq"
-                      else {"label", "probabilities"})
+  assert set(out) == (
+    {"translation", "score", "log_prob"} if kind == "seq2seq" else {"label", "probabilities"}
+  )
 
 
 def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
   """--task=imdb_reviews --recipe=imdb_attention on a TFDS data_dir prepared locally."""
   prepare_fake_tfds("imdb_reviews", tmp_path / "tfds")
-  config = RunConfig(run_dir=str(tmp_path / "run"), task="imdb_reviews", recipe="imdb_attention",
-                     data_dir=str(tmp_path / "tfds"), vocab_size=200, train_steps=4,
-                     batch_size=4, log_every=2, eval_examples=8)
+  config = RunConfig(
+    run_dir=str(tmp_path / "run"),
+    task="imdb_reviews",
+    recipe="imdb_attention",
+    data_dir=str(tmp_path / "tfds"),
+    vocab_size=200,
+    train_steps=4,
+    batch_size=4,
+    log_every=2,
+    eval_examples=8,
+  )
   trainer = Trainer(*prepare(config))
   assert trainer.model_config.classifier_body == "attention"
   assert trainer.config.max_length == 160 and trainer.config.truncate == "left"

@@ -10,8 +10,9 @@ import tensorflow as tf
 
 import tfattn
 
-CLASSIFIER_TEXTS = [f"{word} film number {i}" for i in range(40)
-                    for word in ("good", "bad", "fine", "great", "awful")]
+CLASSIFIER_TEXTS = [
+  f"{word} film number {i}" for i in range(40) for word in ("good", "bad", "fine", "great", "awful")
+]
 
 
 # Built once a session, whichever test module asks first.
@@ -31,20 +32,35 @@ def _make_classifier_run(tmp_path_factory):
   from tfattn import text
   from tfattn.run_dir import RunDir
   from train import tasks, tokenizer
+
   run_dir = tmp_path_factory.mktemp("classifier_run")
   layout = RunDir(run_dir)
-  source = text.load_tokenizer(tokenizer.learn_and_write(
-      tokenizer.SENTENCEPIECE, tf.data.Dataset.from_tensor_slices(CLASSIFIER_TEXTS), 100,
-      os.path.join(layout.vocab, "source"), lower_case=True))
+  source = text.load_tokenizer(
+    tokenizer.learn_and_write(
+      tokenizer.SENTENCEPIECE,
+      tf.data.Dataset.from_tensor_slices(CLASSIFIER_TEXTS),
+      100,
+      os.path.join(layout.vocab, "source"),
+      lower_case=True,
+    )
+  )
   config = tfattn.TransformerConfig.preset(
-      "tiny", source_vocab_size=source.vocab_size, target_vocab_size=source.vocab_size,
-      d_model=32, dff=64, num_encoder_layers=2, num_decoder_layers=0, max_length=32,
-      num_classes=3)
+    "tiny",
+    source_vocab_size=source.vocab_size,
+    target_vocab_size=source.vocab_size,
+    d_model=32,
+    dff=64,
+    num_encoder_layers=2,
+    num_decoder_layers=0,
+    max_length=32,
+    num_classes=3,
+  )
   with open(layout.model_config, "w") as f:
     f.write(config.to_json())
   with open(layout.task, "w") as f:
-    json.dump({"name": "tsv", "kind": tasks.CLASSIFICATION, "num_classes": 3,
-               "truncate": "right"}, f)
+    json.dump(
+      {"name": "tsv", "kind": tasks.CLASSIFICATION, "num_classes": 3, "truncate": "right"}, f
+    )
   model = tfattn.EncoderClassifier(config)
   tf.train.Checkpoint(model=model).save(os.path.join(layout.checkpoints, "ckpt"))
   return run_dir
@@ -54,6 +70,7 @@ def _make_classifier_run(tmp_path_factory):
 def classifier_exported(classifier_run, tmp_path_factory):
   """(base path, `<base>/1`) exported from `classifier_run`."""
   from serving import export
+
   if "export" not in _BUILT:
     base = tmp_path_factory.mktemp("classifier_models")
     _BUILT["export"] = base, export.export(str(classifier_run), str(base))

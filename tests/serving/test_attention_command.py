@@ -46,9 +46,17 @@ def _run_all(commands, tmp_path):
   env = dict(os.environ, TMPDIR=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
   results = []
   for start in range(0, len(commands), 2):
-    processes = [subprocess.Popen([sys.executable, "-m", "serving.attention", *args], cwd=REPO,
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for args in commands[start:start + 2]]
+    processes = [
+      subprocess.Popen(
+        [sys.executable, "-m", "serving.attention", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for args in commands[start : start + 2]
+    ]
     for process in processes:
       stdout, stderr = process.communicate(timeout=300)
       results.append((process.returncode, stdout, stderr))
@@ -83,8 +91,9 @@ def _self_contained_images(path):
   assert "http://" not in page and "https://" not in page
   prefix = "data:image/png;base64,"
   assert parser.sources and all(source.startswith(prefix) for source in parser.sources)
-  return [tf.io.decode_png(base64.b64decode(source[len(prefix):])).numpy()
-          for source in parser.sources]
+  return [
+    tf.io.decode_png(base64.b64decode(source[len(prefix) :])).numpy() for source in parser.sources
+  ]
 
 
 def _maps(outputs, layer=-1):
@@ -92,18 +101,37 @@ def _maps(outputs, layer=-1):
 
 
 def test_pictures_of_a_local_seq2seq_export_and_a_served_classifier(
-    exported, classifier_url, tmp_path):
+  exported, classifier_url, tmp_path
+):
   base, path = exported
   out = {name: str(tmp_path / name) for name in ("s.png", "s.html", "c.png", "c.html")}
-  results = _run_all([
+  results = _run_all(
+    [
       [f"--model_base_path={base}", "--text=4213", f"--out={out['s.png']}"],
-      [f"--model_base_path={path}", "--text=4213", "--target=four thousand", "--kind=decoder",
-       "--all_layers", f"--out={out['s.html']}"],
-      [f"--server={classifier_url}", f"--model_name={NAME}", "--text=good film",
-       "--all_layers", f"--out={out['c.png']}"],
-      [f"--server={classifier_url}", f"--model_name={NAME}", "--text=bad film",
-       f"--out={out['c.html']}"],
-  ], tmp_path)
+      [
+        f"--model_base_path={path}",
+        "--text=4213",
+        "--target=four thousand",
+        "--kind=decoder",
+        "--all_layers",
+        f"--out={out['s.html']}",
+      ],
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=good film",
+        "--all_layers",
+        f"--out={out['c.png']}",
+      ],
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=bad film",
+        f"--out={out['c.html']}",
+      ],
+    ],
+    tmp_path,
+  )
   for returncode, stdout, stderr in results:
     assert returncode == 0, stderr[-3000:]
     assert stdout.startswith("wrote ") and "Traceback" not in stderr
@@ -111,8 +139,7 @@ def test_pictures_of_a_local_seq2seq_export_and_a_served_classifier(
   # The seq2seq PNG: the last (only) layer's cross-attention, 4 heads, of the model's own
   # translation, drawn at the size its pieces give.
   signature = tf.saved_model.load(path).signatures["attention"]
-  outputs = signature(text=tf.constant(["4213"]), target=tf.constant([""]),
-                      layer=tf.constant([-1]))
+  outputs = signature(text=tf.constant(["4213"]), target=tf.constant([""]), layer=tf.constant([-1]))
   maps = _maps({name: value.numpy()[0] for name, value in outputs.items()})
   width, height = attention_plot.figure_pixels(1, 4, *attention.labels(maps, "cross"))
   assert _png(out["s.png"]).shape == (height, width, 3)
@@ -122,8 +149,9 @@ def test_pictures_of_a_local_seq2seq_export_and_a_served_classifier(
 
   # The classifier over REST: both layers in one PNG (a row each), the last one in the HTML.
   client = ServingClient(NAME, port=int(classifier_url.rsplit(":", 1)[1]))
-  row = client.predict(instances=[{"text": "good film", "layer": -1}],
-                       signature_name="attention")["predictions"][0]
+  row = client.predict(instances=[{"text": "good film", "layer": -1}], signature_name="attention")[
+    "predictions"
+  ][0]
   maps = _maps(row)
   assert maps.layers == [0, 1] and not maps.seq2seq
   width, height = attention_plot.figure_pixels(2, 4, *attention.labels(maps, "encoder"))
@@ -137,23 +165,47 @@ def test_mistakes_are_one_line_and_exit_2(exported, classifier_url, tmp_path):
   base, _ = exported
   empty = tmp_path / "empty"
   empty.mkdir()
-  unused_port, = free_ports(1)
+  (unused_port,) = free_ports(1)
   png = str(tmp_path / "map.png")
   cases = [
-      (["--text=1", f"--out={png}"], "give --model_base_path=DIR"),
-      ([f"--model_base_path={base}", "--text=1", f"--out={tmp_path / 'map.jpg'}"],
-       "the file must end in .png or .html"),
-      ([f"--model_base_path={empty}", "--text=1", f"--out={png}"], "holds no version folder"),
-      ([f"--model_base_path={base}", "--text=1", "--layer=3", f"--out={png}"],
-       "--layer=3: this model has 1 layer (0 to 0)"),
-      ([f"--server=http://127.0.0.1:{unused_port}", "--text=1", f"--out={png}"],
-       "cannot reach http://127.0.0.1:"),
-      ([f"--server={classifier_url}", f"--model_name={NAME}", "--text=1", "--layer=5",
-        f"--out={png}"], "layer must be -1 (every layer) or 0 to 1"),
-      ([f"--server={classifier_url}", f"--model_name={NAME}", "--text=1", "--kind=cross",
-        f"--out={png}"], "--kind=cross: this model is a classifier"),
-      ([f"--model_base_path={base}", "--text=1", "--layer=0", "--all_layers", f"--out={png}"],
-       "give --layer=N or --all_layers, not both"),
+    (["--text=1", f"--out={png}"], "give --model_base_path=DIR"),
+    (
+      [f"--model_base_path={base}", "--text=1", f"--out={tmp_path / 'map.jpg'}"],
+      "the file must end in .png or .html",
+    ),
+    ([f"--model_base_path={empty}", "--text=1", f"--out={png}"], "holds no version folder"),
+    (
+      [f"--model_base_path={base}", "--text=1", "--layer=3", f"--out={png}"],
+      "--layer=3: this model has 1 layer (0 to 0)",
+    ),
+    (
+      [f"--server=http://127.0.0.1:{unused_port}", "--text=1", f"--out={png}"],
+      "cannot reach http://127.0.0.1:",
+    ),
+    (
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=1",
+        "--layer=5",
+        f"--out={png}",
+      ],
+      "layer must be -1 (every layer) or 0 to 1",
+    ),
+    (
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=1",
+        "--kind=cross",
+        f"--out={png}",
+      ],
+      "--kind=cross: this model is a classifier",
+    ),
+    (
+      [f"--model_base_path={base}", "--text=1", "--layer=0", "--all_layers", f"--out={png}"],
+      "give --layer=N or --all_layers, not both",
+    ),
   ]
   results = _run_all([args for args, _ in cases], tmp_path)
   for (args, message), (returncode, stdout, stderr) in zip(cases, results):

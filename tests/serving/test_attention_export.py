@@ -69,23 +69,32 @@ def test_signature_is_listed_and_servable(exported, classifier_exported):
 
 def test_seq2seq_maps_over_rest(seq2seq_server):
   client, _ = seq2seq_server
-  rows = _attention(client, [{"text": "4213", "target": "", "layer": -1},
-                             {"text": "17", "target": "four thousand", "layer": -1}])
+  rows = _attention(
+    client,
+    [
+      {"text": "4213", "target": "", "layer": -1},
+      {"text": "17", "target": "four thousand", "layer": -1},
+    ],
+  )
   own, given = rows
-  assert own["source_pieces"][:own["source_length"]] == ["4", "2", "1", "3"]
+  assert own["source_pieces"][: own["source_length"]] == ["4", "2", "1", "3"]
   assert "".join(own["source_pieces"]) == "4213"  # "" past the length
   # An empty target: the model's own translation, as serving_default decodes it.
   translation = client.predict(instances=["4213"])["predictions"][0]["translation"]
-  own_target = own["target_pieces"][:own["target_length"]]
+  own_target = own["target_pieces"][: own["target_length"]]
   assert "".join(p for p in own_target if p != "[END]") == translation
   # A given target: its pieces (joining back into it), then END.
-  target = given["target_pieces"][:given["target_length"]]
+  target = given["target_pieces"][: given["target_length"]]
   assert "".join(target[:-1]) == "four thousand" and target[-1] == "[END]"
   for row in rows:
     s_len, t_len = row["source_length"], row["target_length"]
     layers, heads = 1, 4
-    assert np.shape(row["cross_attention"]) == (layers, heads, len(row["target_pieces"]),
-                                                len(row["source_pieces"]))
+    assert np.shape(row["cross_attention"]) == (
+      layers,
+      heads,
+      len(row["target_pieces"]),
+      len(row["source_pieces"]),
+    )
     _assert_rows_sum_to_one_over_real_pieces(row["encoder_attention"], s_len, s_len)
     _assert_rows_sum_to_one_over_real_pieces(row["cross_attention"], t_len, s_len)
     _assert_rows_sum_to_one_over_real_pieces(row["decoder_attention"], t_len, t_len)
@@ -104,9 +113,14 @@ def test_empty_text_gets_finite_maps(seq2seq_server):
 def test_classifier_maps_and_the_layer_selector(classifier_server):
   client = classifier_server
   text = "good film number 7"
-  every, = _attention(client, [{"text": text, "layer": -1}])
-  assert set(every) == {"source_pieces", "source_length", "encoder_attention", "label",
-                        "probabilities"}
+  (every,) = _attention(client, [{"text": text, "layer": -1}])
+  assert set(every) == {
+    "source_pieces",
+    "source_length",
+    "encoder_attention",
+    "label",
+    "probabilities",
+  }
   expected = client.predict(instances=[text])["predictions"][0]
   assert every["label"] == expected["label"]
   assert every["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-5)
@@ -116,29 +130,33 @@ def test_classifier_maps_and_the_layer_selector(classifier_server):
   _assert_rows_sum_to_one_over_real_pieces(every["encoder_attention"], s_len, s_len)
   rows = _attention(client, [{"text": text, "layer": 1}, {"text": "bad", "layer": 0}])
   assert np.shape(rows[0]["encoder_attention"])[:2] == (1, 4)
-  np.testing.assert_allclose(rows[0]["encoder_attention"][0], every["encoder_attention"][1],
-                             atol=1e-5)
-  for layers, message in (([2], "layer must be -1 (every layer) or 0 to 1"),
-                          ([-1, 0], "every row must ask for -1")):
+  np.testing.assert_allclose(
+    rows[0]["encoder_attention"][0], every["encoder_attention"][1], atol=1e-5
+  )
+  for layers, message in (
+    ([2], "layer must be -1 (every layer) or 0 to 1"),
+    ([-1, 0], "every row must ask for -1"),
+  ):
     with pytest.raises(ServingError) as error:
       _attention(client, [{"text": text, "layer": layer} for layer in layers])
     assert error.value.status == 400 and message in error.value.message
 
 
-def test_a_thousand_piece_input_is_truncated_and_a_request_over_the_limit_refused(
-    seq2seq_server):
+def test_a_thousand_piece_input_is_truncated_and_a_request_over_the_limit_refused(seq2seq_server):
   client, port = seq2seq_server
-  body = json.dumps({"signature_name": "attention",
-                     "instances": [{"text": "9" * 1000, "target": "", "layer": -1}]}).encode()
+  body = json.dumps(
+    {"signature_name": "attention", "instances": [{"text": "9" * 1000, "target": "", "layer": -1}]}
+  ).encode()
   request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models/{NAME}:predict", body)
   with urllib.request.urlopen(request, timeout=120) as response:
     answer = response.read()
   row = json.loads(answer)["predictions"][0]
   max_length, heads = 24, 4
   assert row["source_length"] == max_length  # truncated like every signature's input
-  weights = sum(np.size(row[k]) for k in ("encoder_attention", "decoder_attention",
-                                          "cross_attention"))
-  assert weights <= 3 * heads * max_length ** 2
+  weights = sum(
+    np.size(row[k]) for k in ("encoder_attention", "decoder_attention", "cross_attention")
+  )
+  assert weights <= 3 * heads * max_length**2
   pieces = 2 * max_length * 16  # two piece lists of at most max_length short strings
   assert len(answer) <= weights * attention_export.MAX_JSON_BYTES_PER_WEIGHT + pieces + 500
   # 700 such rows: 700 x 4 heads x 3 x 24^2 = 4.8M weights > 2^22, refused before the model runs.
@@ -147,17 +165,19 @@ def test_a_thousand_piece_input_is_truncated_and_a_request_over_the_limit_refuse
     _attention(client, over)
   assert error.value.status == 400
   assert "this request asks for 4838400 weights, more than the limit of 4194304" in (
-      error.value.message)
+    error.value.message
+  )
 
 
 def test_json_bytes_per_weight_bound_holds_for_float32():
   """The bound's arithmetic: the server writes a float32 in [0, 1] in at most 14 characters
   (9 significant digits and an exponent), 15 bytes with its comma."""
   from serving.tensor_json import format_predict_response
+
   longest = np.array([1.07979295e-05, 0.000116141506], np.float32)
   bits = np.random.default_rng(0).integers(0, 0x3F800000, 20000, dtype=np.uint32)
   for values in (longest, bits.view(np.float32)):  # any float32 bit pattern in [0, 1)
     text = format_predict_response({"w": values}, row_format=False)
-    longest_text = max(len(item) for item in text[len('{"outputs": ['):-2].split(","))
+    longest_text = max(len(item) for item in text[len('{"outputs": [') : -2].split(","))
     assert longest_text + 1 <= attention_export.MAX_JSON_BYTES_PER_WEIGHT
   assert longest_text == 14

@@ -29,8 +29,13 @@ GREEDY = DecodeOptions(strategy="greedy")
 def test_layout_follows_tf_serving(exported):
   base, path = exported
   assert os.path.basename(path) == "1"
-  for required in ("saved_model.pb", "variables/variables.index", "assets/source.model",
-                   "assets/target.model", warmup.WARMUP_FILE):
+  for required in (
+    "saved_model.pb",
+    "variables/variables.index",
+    "assets/source.model",
+    "assets/target.model",
+    warmup.WARMUP_FILE,
+  ):
     assert os.path.exists(os.path.join(path, required)), required
   assert [n for n in os.listdir(base) if not n.isdigit()] == []  # no temp dirs left behind
   records = warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE))
@@ -49,8 +54,9 @@ def test_versions_increase_and_are_never_overwritten(trained_run, tmp_path):
 
 
 def test_warmup_records_round_trip():
-  record = warmup.prediction_log("m", "sig", {"text": np.array([b"a", b""], dtype=object),
-                                              "ids": np.array([[1, 2]], np.int32)})
+  record = warmup.prediction_log(
+    "m", "sig", {"text": np.array([b"a", b""], dtype=object), "ids": np.array([[1, 2]], np.int32)}
+  )
   signature, inputs = warmup.parse_prediction_log(record)
   assert signature == "sig"
   assert list(inputs["text"]) == [b"a", b""]
@@ -60,14 +66,23 @@ def test_warmup_records_round_trip():
 def test_signatures_have_batch_dimension_and_names(exported):
   _, path = exported
   loaded = tf.saved_model.load(path)
-  assert set(loaded.signatures) == {"serving_default", "translate_nbest", "translate_ids",
-                                    "encode", "score", "attention"}
+  assert set(loaded.signatures) == {
+    "serving_default",
+    "translate_nbest",
+    "translate_ids",
+    "encode",
+    "score",
+    "attention",
+  }
   serving = loaded.signatures["serving_default"]
   assert serving.structured_input_signature[1]["text"].shape.as_list() == [None]
   assert set(serving.structured_outputs) == {"translation", "score", "log_prob"}
   nbest = loaded.signatures["translate_nbest"]
   assert {name: spec.shape.as_list() for name, spec in nbest.structured_outputs.items()} == {
-      "translation": [None, 4], "score": [None, 4], "log_prob": [None, 4]}  # options.beam_size
+    "translation": [None, 4],
+    "score": [None, 4],
+    "log_prob": [None, 4],
+  }  # options.beam_size
 
 
 def test_preflight_check_passes_and_names_a_foreign_op(exported, tmp_path):
@@ -89,14 +104,20 @@ def test_preflight_check_passes_and_names_a_foreign_op(exported, tmp_path):
 
 def test_check_command_runs_saved_model_cli(exported):
   base, _ = exported
-  result = subprocess.run([sys.executable, "-m", "serving.check", str(base)],
-                          capture_output=True, text=True, timeout=300,
-                          cwd=REPO)
+  result = subprocess.run(
+    [sys.executable, "-m", "serving.check", str(base)],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=REPO,
+  )
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "signature_def['serving_default']" in result.stdout
   assert "signature_def['attention']" in result.stdout  # listed for REST clients to find
-  assert ("  translate_nbest(text: string [None]) -> log_prob: float32 [None, 4], "
-          "score: float32 [None, 4], translation: string [None, 4]\n") in result.stdout
+  assert (
+    "  translate_nbest(text: string [None]) -> log_prob: float32 [None, 4], "
+    "score: float32 [None, 4], translation: string [None, 4]\n"
+  ) in result.stdout
   assert "OK: every op" in result.stdout
 
 
@@ -137,9 +158,14 @@ _ISOLATED = textwrap.dedent("""
 
 def test_reusable_in_a_process_without_tfattn(exported):
   _, path = exported
-  result = subprocess.run([sys.executable, "-c", _ISOLATED, path], capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=""),
-                          cwd="/")
+  result = subprocess.run(
+    [sys.executable, "-c", _ISOLATED, path],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, PYTHONPATH=""),
+    cwd="/",
+  )
   assert result.returncode == 0, result.stderr[-4000:]
   out = json.loads(result.stdout.split("RESULT ", 1)[1])
   assert out["call"] == out["signature"] == out["dataset"][:2]
@@ -157,8 +183,9 @@ def test_tf1_session_loader_gives_the_same_outputs(exported):
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
     meta_graph = tf.compat.v1.saved_model.load(session, ["serve"], path)
     signature = meta_graph.signature_def["serving_default"]
-    fetched = session.run({k: v.name for k, v in signature.outputs.items()},
-                          {signature.inputs["text"].name: texts})
+    fetched = session.run(
+      {k: v.name for k, v in signature.outputs.items()}, {signature.inputs["text"].name: texts}
+    )
   assert list(fetched["translation"]) == list(expected["translation"].numpy())
   np.testing.assert_allclose(fetched["score"], expected["score"], atol=1e-5)
 
@@ -174,12 +201,14 @@ def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
   import shutil
 
   import tfattn
+
   run_dir = tmp_path / "run"  # vocab and configs of trained_run, checkpoints of its own
   shutil.copytree(trained_run, run_dir, ignore=shutil.ignore_patterns("checkpoints"))
   config = tfattn.TransformerConfig.from_json((run_dir / "model_config.json").read_text())
   model = tfattn.Transformer(config)
-  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
-                                       str(run_dir / "checkpoints"), max_to_keep=5)
+  manager = tf.train.CheckpointManager(
+    tf.train.Checkpoint(model=model), str(run_dir / "checkpoints"), max_to_keep=5
+  )
   weights = []
   for step in range(3):  # three checkpoints whose weights differ
     for variable in model.trainable_variables:
@@ -204,10 +233,18 @@ def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
 def graph_and_xla_exports(trained_run, tmp_path_factory):
   """{beam size: (graph export path, xla export path)} of the same weights."""
   base = tmp_path_factory.mktemp("decode_modes")
-  return {beam: tuple(export.export(str(trained_run), str(base / f"{mode}-beam{beam}"),
-                                    options=DecodeOptions(beam_size=beam), decode=mode)
-                      for mode in ("graph", "xla"))
-          for beam in (1, 4)}
+  return {
+    beam: tuple(
+      export.export(
+        str(trained_run),
+        str(base / f"{mode}-beam{beam}"),
+        options=DecodeOptions(beam_size=beam),
+        decode=mode,
+      )
+      for mode in ("graph", "xla")
+    )
+    for beam in (1, 4)
+  }
 
 
 # Source lengths 1-24 tokens: both length buckets (16, 24) of the max_length-24 model.
@@ -248,14 +285,16 @@ def test_xla_export_warms_up_every_length_bucket(graph_and_xla_exports, tmp_path
   for signature, inputs in warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)):
     lengths = loaded.source_tokenizer.tokenize(tf.constant(inputs["text"])).row_lengths()
     warmed.setdefault(signature, set()).update(
-        next(b for b in info["length_buckets"] if b >= min(n, 24)) for n in lengths)
+      next(b for b in info["length_buckets"] if b >= min(n, 24)) for n in lengths
+    )
   # Beam 4: serving_default's search is translate_nbest's, one compiled program for both.
   assert warmed["serving_default"] == {16, 24}
 
 
 def test_xla_warmup_covers_each_requested_batch_size(trained_run, tmp_path):
-  path = export.export(str(trained_run), str(tmp_path), options=GREEDY, decode="xla",
-                       warmup_batch_sizes=(1, 8))
+  path = export.export(
+    str(trained_run), str(tmp_path), options=GREEDY, decode="xla", warmup_batch_sizes=(1, 8)
+  )
   sizes = {}
   for signature, inputs in warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)):
     sizes.setdefault(signature, []).append(len(inputs["text"]))
@@ -270,9 +309,13 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
   graph, xla = graph_and_xla_exports[1]
   assert check.must_compile_functions(graph) == []
   assert check.must_compile_functions(xla)
-  result = subprocess.run([sys.executable, "-m", "serving.check", xla], capture_output=True,
-                          text=True, timeout=300,
-                          cwd=REPO)
+  result = subprocess.run(
+    [sys.executable, "-m", "serving.check", xla],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=REPO,
+  )
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert check.XLA_CPU_FLAG in result.stdout
 
@@ -282,8 +325,11 @@ def test_token_signatures_reject_ids_outside_the_vocabulary(graph_and_xla_export
   loaded = tf.saved_model.load(graph_and_xla_exports[4][decode == "xla"])
   translate = loaded.signatures["translate_ids"]
   translate(source_ids=tf.constant([[5, 6]]))  # in range: answers
-  for bad, reason in (([[5, 10_000]], "vocabulary size"), ([[5, -1]], "negative token id"),
-                      ([[5] * 25], "max_length=24")):
+  for bad, reason in (
+    ([[5, 10_000]], "vocabulary size"),
+    ([[5, -1]], "negative token id"),
+    ([[5] * 25], "max_length=24"),
+  ):
     with pytest.raises(tf.errors.InvalidArgumentError, match=reason):
       translate(source_ids=tf.constant(bad))
   with pytest.raises(tf.errors.InvalidArgumentError, match="target_ids"):
@@ -299,19 +345,23 @@ def test_check_runs_without_the_saved_model_cli_script(exported, tmp_path):
   python = tmp_path / "bin" / "python"  # a bin/ folder holding no saved_model_cli
   python.parent.mkdir()
   python.symlink_to(sys.executable)
-  result = subprocess.run([str(python), "-m", "serving.check", str(base)], capture_output=True,
-                          text=True, timeout=300,
-                          cwd=REPO,
-                          env=dict(os.environ, PATH="/usr/bin:/bin",
-                                   PYTHONPATH=os.pathsep.join(site.getsitepackages())))
+  result = subprocess.run(
+    [str(python), "-m", "serving.check", str(base)],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=REPO,
+    env=dict(os.environ, PATH="/usr/bin:/bin", PYTHONPATH=os.pathsep.join(site.getsitepackages())),
+  )
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "signature_def['serving_default']" in result.stdout
 
 
 # --- Decode options, n-best and sampling, end to end ----------------------------------------
 
-SAMPLING = DecodeOptions(strategy="sample", beam_size=3, temperature=0.8, top_k=8, top_p=0.95,
-                         seed=7)
+SAMPLING = DecodeOptions(
+  strategy="sample", beam_size=3, temperature=0.8, top_k=8, top_p=0.95, seed=7
+)
 
 
 def _serve(base, name="numbers"):
@@ -342,30 +392,50 @@ def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_ru
   path = export.export(str(run_dir), str(tmp_path / "models"))
   info = _export_info(path)
   assert info["decode_options"] == SAMPLING.to_dict()
-  assert info["signatures"] == ["attention", "encode", "sample", "score", "serving_default",
-                                "translate_ids", "translate_nbest"]
-  assert ("sample(seed: int64 [None], text: string [None]) -> log_prob: float32 [None], "
-          "score: float32 [None], translation: string [None]") in check.signature_lines(path)
+  assert info["signatures"] == [
+    "attention",
+    "encode",
+    "sample",
+    "score",
+    "serving_default",
+    "translate_ids",
+    "translate_nbest",
+  ]
+  assert (
+    "sample(seed: int64 [None], text: string [None]) -> log_prob: float32 [None], "
+    "score: float32 [None], translation: string [None]"
+  ) in check.signature_lines(path)
   # A run saved before DecodeOptions: its eval_beam_size and eval_alpha.
-  old_run = _run_configured(trained_run, tmp_path / "old", {"eval_beam_size": 4,
-                                                            "eval_alpha": 0.8})
+  old_run = _run_configured(trained_run, tmp_path / "old", {"eval_beam_size": 4, "eval_alpha": 0.8})
   assert export.run_decode_options(str(old_run)) == DecodeOptions(beam_size=4, alpha=0.8)
 
 
 def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path):
-  run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4,
-                                                            "eval_alpha": 0.8})
+  run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4, "eval_alpha": 0.8})
   command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}", "--decode=graph"]
-  flags = {"exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
-           "refused": ["--top_p=1.5"]}
-  processes = {name: subprocess.Popen(  # side by side: each mostly waits for its own core
-      [*command, f"--base_path={tmp_path / name}", *more], stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True, cwd=REPO) for name, more in flags.items()}
-  results = {name: (process.communicate(timeout=300)[1], process.returncode)[::-1]
-             for name, process in processes.items()}
+  flags = {
+    "exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
+    "refused": ["--top_p=1.5"],
+  }
+  processes = {
+    name: subprocess.Popen(  # side by side: each mostly waits for its own core
+      [*command, f"--base_path={tmp_path / name}", *more],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      cwd=REPO,
+    )
+    for name, more in flags.items()
+  }
+  results = {
+    name: (process.communicate(timeout=300)[1], process.returncode)[::-1]
+    for name, process in processes.items()
+  }
   assert results["exported"][0] == 0, results["exported"][1][-3000:]
-  assert _export_info(tmp_path / "exported" / "1")["decode_options"] == DecodeOptions(
-      strategy="sample", beam_size=4, alpha=0.8, top_k=3, seed=5).to_dict()
+  assert (
+    _export_info(tmp_path / "exported" / "1")["decode_options"]
+    == DecodeOptions(strategy="sample", beam_size=4, alpha=0.8, top_k=3, seed=5).to_dict()
+  )
   assert results["refused"][0] == 2, results["refused"][1][-3000:]
   assert results["refused"][1].strip().endswith("--top_p must be in (0, 1], got 1.5")
   assert not os.path.exists(tmp_path / "refused")
@@ -397,9 +467,12 @@ def test_translate_nbest_over_rest(exported):
 def sampling_exports(trained_run, tmp_path_factory):
   """{decode mode: base path} of the same weights exported to sample, in graph and XLA mode."""
   base = tmp_path_factory.mktemp("sampling")
-  return {mode: os.path.dirname(export.export(str(trained_run), str(base / mode),
-                                              options=SAMPLING, decode=mode))
-          for mode in ("graph", "xla")}
+  return {
+    mode: os.path.dirname(
+      export.export(str(trained_run), str(base / mode), options=SAMPLING, decode=mode)
+    )
+    for mode in ("graph", "xla")
+  }
 
 
 def _sample(client, texts, seeds):
@@ -413,13 +486,13 @@ def test_sampling_exports_answer_reproducibly_over_rest_in_graph_and_xla_mode(sa
     client, stop = _serve(base)
     try:
       answers[mode] = {
-          "sample": _sample(client, ["12", "345", "12"], [1, 2, 3]),
-          "again": _sample(client, ["12", "345", "12"], [1, 2, 3]),
-          "alone": _sample(client, ["345"], [2]),
-          "seeds": _sample(client, ["4213"] * 3, [0, 1, 2]),
-          "default": client.predict(instances=["12", "345", "4"])["predictions"],
-          "default_mates": client.predict(instances=["7", "345", "12"])["predictions"],
-          "nbest": client.predict(instances=["12"], signature_name="translate_nbest"),
+        "sample": _sample(client, ["12", "345", "12"], [1, 2, 3]),
+        "again": _sample(client, ["12", "345", "12"], [1, 2, 3]),
+        "alone": _sample(client, ["345"], [2]),
+        "seeds": _sample(client, ["4213"] * 3, [0, 1, 2]),
+        "default": client.predict(instances=["12", "345", "4"])["predictions"],
+        "default_mates": client.predict(instances=["7", "345", "12"])["predictions"],
+        "nbest": client.predict(instances=["12"], signature_name="translate_nbest"),
       }
     finally:
       stop()
@@ -433,17 +506,19 @@ def test_sampling_exports_answer_reproducibly_over_rest_in_graph_and_xla_mode(sa
     # serving_default samples with seeds of the text itself: batch-mates change nothing.
     default, mates = answer["default"], answer["default_mates"]
     assert [mates[2]["translation"], mates[1]["translation"]] == [
-        row["translation"] for row in default[:2]]
+      row["translation"] for row in default[:2]
+    ]
     nbest = answer["nbest"]["predictions"][0]
-    assert len(nbest["translation"]) == 3 and nbest["score"] == sorted(nbest["score"],
-                                                                       reverse=True)
+    assert len(nbest["translation"]) == 3 and nbest["score"] == sorted(nbest["score"], reverse=True)
   graph, xla = answers["graph"], answers["xla"]
   for name in ("sample", "seeds", "default", "default_mates"):
     assert [row["translation"] for row in xla[name]] == [row["translation"] for row in graph[name]]
     assert [row["score"] for row in xla[name]] == pytest.approx(
-        [row["score"] for row in graph[name]], abs=1e-4)
-  assert xla["nbest"]["predictions"][0]["translation"] == graph["nbest"]["predictions"][0][
-      "translation"]
+      [row["score"] for row in graph[name]], abs=1e-4
+    )
+  assert (
+    xla["nbest"]["predictions"][0]["translation"] == graph["nbest"]["predictions"][0]["translation"]
+  )
 
 
 def test_a_sampling_xla_export_warms_up_both_of_its_searches(sampling_exports):

@@ -45,9 +45,15 @@ def _spin_model(base):
     n = tf.compat.v1.placeholder(tf.int64, shape=[None], name="n")
     count = tf.while_loop(lambda i: i < n[0], lambda i: i + 1, [tf.constant(0, tf.int64)])
     builder = tf.compat.v1.saved_model.Builder(str(base / "1"))
-    builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+    builder.add_meta_graph_and_variables(
+      session,
+      ["serve"],
+      signature_def_map={
         "serving_default": tf.compat.v1.saved_model.predict_signature_def(
-            {"n": n}, {"count": tf.reshape(count, [1])})})
+          {"n": n}, {"count": tf.reshape(count, [1])}
+        )
+      },
+    )
     builder.save()
   return base
 
@@ -58,6 +64,7 @@ def _classifier_export(trained_run, tmp_path):
   import tfattn
   from serving import export
   from tfattn.run_dir import RunDir
+
   run = RunDir(tmp_path / "run")
   shutil.copytree(trained_run / "vocab", run.vocab)
   config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
@@ -65,10 +72,10 @@ def _classifier_export(trained_run, tmp_path):
   with open(run.model_config, "w") as f:
     f.write(config.to_json())
   with open(run.task, "w") as f:
-    json.dump({"name": "tsv", "kind": "classification", "num_classes": 3,
-               "truncate": "right"}, f)
+    json.dump({"name": "tsv", "kind": "classification", "num_classes": 3, "truncate": "right"}, f)
   tf.train.Checkpoint(model=tfattn.EncoderClassifier(config)).save(
-      str(tmp_path / "run" / "checkpoints" / "ckpt"))
+    str(tmp_path / "run" / "checkpoints" / "ckpt")
+  )
   export.export(str(tmp_path / "run"), str(tmp_path / "models"))
   return tmp_path / "models"
 
@@ -78,18 +85,23 @@ def served(exported, trained_run, tmp_path_factory):
   """(gRPC port, REST port, core, metrics): our seq2seq export as "numbers", a classifier
   export as "classifier", the spinning model as "spin", both protocols on one ServerCore."""
   base, _ = exported
-  managers = [ModelManager(NAME, str(base)),
-              ModelManager("classifier", str(_classifier_export(
-                  trained_run, tmp_path_factory.mktemp("classifier")))),
-              ModelManager("spin", str(_spin_model(tmp_path_factory.mktemp("spin"))))]
+  managers = [
+    ModelManager(NAME, str(base)),
+    ModelManager(
+      "classifier", str(_classifier_export(trained_run, tmp_path_factory.mktemp("classifier")))
+    ),
+    ModelManager("spin", str(_spin_model(tmp_path_factory.mktemp("spin")))),
+  ]
   metrics = Metrics()
   core = ServerCore(managers, metrics=metrics)
   core.start()
-  grpc_server, ports = grpc_service.make_server(core, ["127.0.0.1:0"], 4, metrics,
-                                                max_receive_bytes=MAX_MESSAGE)
+  grpc_server, ports = grpc_service.make_server(
+    core, ["127.0.0.1:0"], 4, metrics, max_receive_bytes=MAX_MESSAGE
+  )
   # Deadlines of 3 s: no run of these small models comes near them, even on a loaded machine.
-  rest = make_server(core, "127.0.0.1", 0, timeout_seconds=3, metrics=metrics,
-                     metrics_path="/metrics")
+  rest = make_server(
+    core, "127.0.0.1", 0, timeout_seconds=3, metrics=metrics, metrics_path="/metrics"
+  )
   threading.Thread(target=rest.serve_forever, daemon=True).start()
   yield ports["127.0.0.1:0"], rest.server_address[1], core, metrics
   rest.shutdown(0)
@@ -134,8 +146,11 @@ def test_predict_answers_as_rest_does_and_names_the_version(served, client):
   assert [t.decode() for t in outputs["translation"]] == rest["translation"]
   np.testing.assert_allclose(outputs["score"], rest["score"], rtol=1e-6)
   response = client.prediction.Predict(_request(text=["12"]), timeout=60)
-  assert (response.model_spec.name, response.model_spec.version.value,
-          response.model_spec.signature_name) == (NAME, 1, "serving_default")
+  assert (
+    response.model_spec.name,
+    response.model_spec.version.value,
+    response.model_spec.signature_name,
+  ) == (NAME, 1, "serving_default")
 
 
 def _example_inputs(specs):
@@ -151,8 +166,9 @@ def _example_inputs(specs):
     elif name == "layer":
       inputs[name] = np.full(shape, -1, spec.dtype.as_numpy_dtype)
     elif spec.dtype.is_integer:
-      inputs[name] = (np.arange(np.prod(shape)) % 5 + 4).reshape(shape).astype(
-          spec.dtype.as_numpy_dtype)
+      inputs[name] = (
+        (np.arange(np.prod(shape)) % 5 + 4).reshape(shape).astype(spec.dtype.as_numpy_dtype)
+      )
     else:
       inputs[name] = np.ones(shape, spec.dtype.as_numpy_dtype)
   return inputs
@@ -168,10 +184,12 @@ def _to_json(value):
 def _from_json(value, output_name, dtype):
   """A REST output (JSON) as the numpy array it encodes."""
   if dtype == tf.string:
+
     def decode(v):
       if isinstance(v, list):
         return [decode(x) for x in v]
       return base64.b64decode(v["b64"]) if isinstance(v, dict) else v.encode()
+
     return np.array(decode(value), dtype=object)
   return np.array(value, dtype=dtype.as_numpy_dtype)
 
@@ -200,18 +218,22 @@ def test_every_signature_answers_the_same_tensors_over_grpc_and_rest(served, mod
       for output, value in over_grpc.items():
         dtype = tf.as_dtype(signature_def.outputs[output].dtype)
         assert value.dtype == dtype.as_numpy_dtype or dtype == tf.string, (name, output)
-        np.testing.assert_array_equal(_from_json(outputs[output], output, dtype), value,
-                                      err_msg=f"{model} {name} {output}")
+        np.testing.assert_array_equal(
+          _from_json(outputs[output], output, dtype), value, err_msg=f"{model} {name} {output}"
+        )
   finally:
     grpc_client.close()
 
 
 def test_any_signature_by_name_version_and_output_filter(client):
-  ids = client.predict({"source_ids": np.array([[5, 6, 7]], np.int32)},
-                       signature_name="translate_ids", version=1)
+  ids = client.predict(
+    {"source_ids": np.array([[5, 6, 7]], np.int32)}, signature_name="translate_ids", version=1
+  )
   assert ids["ids"].dtype == np.int32 and ids["score"].shape == (1,)
-  scored = client.predict({"source_ids": np.array([[5, 6]], np.int32),
-                           "target_ids": np.array([[7, 2]], np.int32)}, signature_name="score")
+  scored = client.predict(
+    {"source_ids": np.array([[5, 6]], np.int32), "target_ids": np.array([[7, 2]], np.int32)},
+    signature_name="score",
+  )
   assert set(scored) == {"log_prob"} and scored["log_prob"].shape == (1,)
   only = client.predict({"text": ["12"]}, output_filter=["score"])
   assert set(only) == {"score"}
@@ -219,59 +241,116 @@ def test_any_signature_by_name_version_and_output_filter(client):
 
 # (TF Serving test or source it follows, change to a valid request, code, message substring).
 PREDICT_ERRORS = [
-    ("predict_impl_test MissingOrEmptyModelSpec", lambda r: r.ClearField("model_spec"),
-     grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec"),
-    ("predict_impl_test MissingOrEmptyModelSpec", lambda r: setattr(r.model_spec, "name", ""),
-     grpc.StatusCode.INVALID_ARGUMENT, "ModelSpec has no name specified."),
-    ("predict_impl_test MissingOrEmptyModelSpec", lambda r: setattr(r.model_spec, "name", "no"),
-     grpc.StatusCode.NOT_FOUND, "Servable not found for request: Latest(no)"),
-    ("predict_impl_test ModelSpecOverride", lambda r: r.model_spec.version.__setattr__(
-        "value", 9), grpc.StatusCode.NOT_FOUND,
-     f"Servable not found for request: Specific({NAME}, 9)"),
-    ("server_core.cc GetModelVersionForLabel",
-     lambda r: setattr(r.model_spec, "version_label", "canary"),
-     grpc.StatusCode.INVALID_ARGUMENT, "Unrecognized servable version label: canary"),
-    ("predict_util.cc RunPredict", lambda r: setattr(r.model_spec, "signature_name", "nope"),
-     grpc.StatusCode.FAILED_PRECONDITION, 'Serving signature key "nope" not found.'),
-    ("predict_impl_test EmptyInputList", lambda r: r.inputs.clear(),
-     grpc.StatusCode.INVALID_ARGUMENT, "input size does not match signature: 0!=1 len({}) != "
-     "len({text}). Sent extra: {}. Missing but required: {text}."),
-    ("predict_impl_test InputTensorsDontMatchModelSpecInputs",
-     lambda r: r.inputs["key"].CopyFrom(tf.make_tensor_proto(["any_key"])),
-     grpc.StatusCode.INVALID_ARGUMENT, "input size does not match signature: 2!=1 "
-     "len({key,text}) != len({text}). Sent extra: {key}. Missing but required: {}."),
-    ("predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
-     lambda r: r.output_filter.append("output_filter"), grpc.StatusCode.INVALID_ARGUMENT,
-     "output tensor alias not found in signature: output_filter Outputs expected to be in the "
-     "set {log_prob,score,translation}."),
-    ("predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
-     lambda r: r.output_filter.extend(["score", "score"]), grpc.StatusCode.INVALID_ARGUMENT,
-     "duplicate output tensor alias: score"),
-    ("predict_impl_test InputTensorsHaveWrongType",
-     lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([1.5])),
-     grpc.StatusCode.INVALID_ARGUMENT, "Expects arg[0] to be string but float is provided"),
-    ("direct_session.cc feed shape check (bad shape)",
-     lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([["a"]])),
-     grpc.StatusCode.INVALID_ARGUMENT, "Cannot feed value of shape (1, 1)"),
-    ("cc/saved_model/util.cc GetInputValues: tensor parsing error",
-     lambda r: (r.inputs.clear(), setattr(r.model_spec, "name", "spin"),
-                r.inputs["n"].MergeFrom(_int64_proto_with_3_bytes())),
-     grpc.StatusCode.INVALID_ARGUMENT, "tensor parsing error: n"),
-    ("the export's in-graph id check (bad id)",
-     lambda r: (r.inputs.clear(), setattr(r.model_spec, "signature_name", "translate_ids"),
-                r.inputs["source_ids"].CopyFrom(tf.make_tensor_proto(np.array([[5, 5000]],
-                                                                               np.int32)))),
-     grpc.StatusCode.INVALID_ARGUMENT, "source_ids holds a token id >= the vocabulary size"),
-    ("the export's UTF-8 check (TensorFlow's own error)",
-     lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([b"\xff\xfe"])),
-     grpc.StatusCode.INVALID_ARGUMENT, "Invalid"),
+  (
+    "predict_impl_test MissingOrEmptyModelSpec",
+    lambda r: r.ClearField("model_spec"),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "Missing ModelSpec",
+  ),
+  (
+    "predict_impl_test MissingOrEmptyModelSpec",
+    lambda r: setattr(r.model_spec, "name", ""),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "ModelSpec has no name specified.",
+  ),
+  (
+    "predict_impl_test MissingOrEmptyModelSpec",
+    lambda r: setattr(r.model_spec, "name", "no"),
+    grpc.StatusCode.NOT_FOUND,
+    "Servable not found for request: Latest(no)",
+  ),
+  (
+    "predict_impl_test ModelSpecOverride",
+    lambda r: r.model_spec.version.__setattr__("value", 9),
+    grpc.StatusCode.NOT_FOUND,
+    f"Servable not found for request: Specific({NAME}, 9)",
+  ),
+  (
+    "server_core.cc GetModelVersionForLabel",
+    lambda r: setattr(r.model_spec, "version_label", "canary"),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "Unrecognized servable version label: canary",
+  ),
+  (
+    "predict_util.cc RunPredict",
+    lambda r: setattr(r.model_spec, "signature_name", "nope"),
+    grpc.StatusCode.FAILED_PRECONDITION,
+    'Serving signature key "nope" not found.',
+  ),
+  (
+    "predict_impl_test EmptyInputList",
+    lambda r: r.inputs.clear(),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "input size does not match signature: 0!=1 len({}) != "
+    "len({text}). Sent extra: {}. Missing but required: {text}.",
+  ),
+  (
+    "predict_impl_test InputTensorsDontMatchModelSpecInputs",
+    lambda r: r.inputs["key"].CopyFrom(tf.make_tensor_proto(["any_key"])),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "input size does not match signature: 2!=1 "
+    "len({key,text}) != len({text}). Sent extra: {key}. Missing but required: {}.",
+  ),
+  (
+    "predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
+    lambda r: r.output_filter.append("output_filter"),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "output tensor alias not found in signature: output_filter Outputs expected to be in the "
+    "set {log_prob,score,translation}.",
+  ),
+  (
+    "predict_impl_test OutputFiltersDontMatchModelSpecOutputs",
+    lambda r: r.output_filter.extend(["score", "score"]),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "duplicate output tensor alias: score",
+  ),
+  (
+    "predict_impl_test InputTensorsHaveWrongType",
+    lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([1.5])),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "Expects arg[0] to be string but float is provided",
+  ),
+  (
+    "direct_session.cc feed shape check (bad shape)",
+    lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([["a"]])),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "Cannot feed value of shape (1, 1)",
+  ),
+  (
+    "cc/saved_model/util.cc GetInputValues: tensor parsing error",
+    lambda r: (
+      r.inputs.clear(),
+      setattr(r.model_spec, "name", "spin"),
+      r.inputs["n"].MergeFrom(_int64_proto_with_3_bytes()),
+    ),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "tensor parsing error: n",
+  ),
+  (
+    "the export's in-graph id check (bad id)",
+    lambda r: (
+      r.inputs.clear(),
+      setattr(r.model_spec, "signature_name", "translate_ids"),
+      r.inputs["source_ids"].CopyFrom(tf.make_tensor_proto(np.array([[5, 5000]], np.int32))),
+    ),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "source_ids holds a token id >= the vocabulary size",
+  ),
+  (
+    "the export's UTF-8 check (TensorFlow's own error)",
+    lambda r: r.inputs["text"].CopyFrom(tf.make_tensor_proto([b"\xff\xfe"])),
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "Invalid",
+  ),
 ]
 
 
-@pytest.mark.parametrize("source,change,code,message", PREDICT_ERRORS,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(PREDICT_ERRORS)])
-def test_predict_errors_carry_tf_servings_codes_and_messages(client, source, change, code,
-                                                             message):
+@pytest.mark.parametrize(
+  "source,change,code,message",
+  PREDICT_ERRORS,
+  ids=[f"{c[0]}-{i}" for i, c in enumerate(PREDICT_ERRORS)],
+)
+def test_predict_errors_carry_tf_servings_codes_and_messages(client, source, change, code, message):
   request = _request(text=["12"])
   change(request)
   got_code, details = _error(client.prediction.Predict, request, timeout=60)
@@ -308,8 +387,11 @@ def test_a_run_past_the_deadline_is_stopped_on_both_protocols(served, client):
     assert spin.predict({"n": np.array([10])})["count"].tolist() == [10]
   finally:
     spin.close()
-  request = urllib.request.Request(f"http://127.0.0.1:{served[1]}/v1/models/spin:predict",
-                                   data=b'{"instances": [1000000000000000]}', method="POST")
+  request = urllib.request.Request(
+    f"http://127.0.0.1:{served[1]}/v1/models/spin:predict",
+    data=b'{"instances": [1000000000000000]}',
+    method="POST",
+  )
   with pytest.raises(urllib.error.HTTPError) as error:
     urllib.request.urlopen(request, timeout=60)
   assert error.value.code == 504 and json.loads(error.value.read())["error"]
@@ -328,27 +410,36 @@ def test_model_metadata_is_the_signature_def_map(served, client):
   assert signatures == dict(servable.signature_defs)
   assert {"serving_default", "translate_ids", "score", "encode"} <= set(signatures)
   assert signatures["serving_default"].method_name == "tensorflow/serving/predict"
-  for fields, message in (([], "GetModelMetadataRequest must specify at least one "
-                               "metadata_field"),
-                          (["signature_def", "other"], "Metadata field other is not supported")):
+  for fields, message in (
+    ([], "GetModelMetadataRequest must specify at least one metadata_field"),
+    (["signature_def", "other"], "Metadata field other is not supported"),
+  ):
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=fields)
     request.model_spec.name = NAME
     assert _error(client.prediction.GetModelMetadata, request) == (
-        grpc.StatusCode.INVALID_ARGUMENT, message)
-  assert _error(client.prediction.GetModelMetadata,
-                get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
-                ) == (grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec")
+      grpc.StatusCode.INVALID_ARGUMENT,
+      message,
+    )
+  assert _error(
+    client.prediction.GetModelMetadata,
+    get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"]),
+  ) == (grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec")
 
 
 def test_model_status(client):
   status = client.status()
-  assert [(s.version, s.state, s.status.error_code, s.status.error_message)
-          for s in status.model_version_status] == [
-              (1, get_model_status_pb2.ModelVersionStatus.AVAILABLE, 0, "")]
-  assert _error(client.status, version=7) == (grpc.StatusCode.NOT_FOUND,
-                                              f"Could not find version 7 of model {NAME}")
+  assert [
+    (s.version, s.state, s.status.error_code, s.status.error_message)
+    for s in status.model_version_status
+  ] == [(1, get_model_status_pb2.ModelVersionStatus.AVAILABLE, 0, "")]
+  assert _error(client.status, version=7) == (
+    grpc.StatusCode.NOT_FOUND,
+    f"Could not find version 7 of model {NAME}",
+  )
   assert _error(client.models.GetModelStatus, get_model_status_pb2.GetModelStatusRequest()) == (
-      grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec")
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "Missing ModelSpec",
+  )
 
 
 def test_classify_regress_and_multi_inference_on_predict_signatures(client):
@@ -357,22 +448,27 @@ def test_classify_regress_and_multi_inference_on_predict_signatures(client):
   classify = classification_pb2.ClassificationRequest()
   classify.model_spec.name = NAME
   assert _error(client.prediction.Classify, classify) == (
-      grpc.StatusCode.INVALID_ARGUMENT, "Expected classification signature method_name to be "
-      "tensorflow/serving/classify. Was: tensorflow/serving/predict")
+    grpc.StatusCode.INVALID_ARGUMENT,
+    "Expected classification signature method_name to be "
+    "tensorflow/serving/classify. Was: tensorflow/serving/predict",
+  )
   regress = regression_pb2.RegressionRequest()
   regress.model_spec.name = NAME
   assert _error(client.prediction.Regress, regress)[1].startswith(
-      "Expected regression signature method_name to be tensorflow/serving/regress.")
+    "Expected regression signature method_name to be tensorflow/serving/regress."
+  )
   assert _error(client.prediction.MultiInference, inference_pb2.MultiInferenceRequest())[0] == (
-      grpc.StatusCode.UNIMPLEMENTED)
+    grpc.StatusCode.UNIMPLEMENTED
+  )
 
 
 def _config(*models):
   """A ModelServerConfig of (name, base_path, labels) entries."""
   config = model_server_config_pb2.ModelServerConfig()
   for name, base_path, labels in models:
-    entry = config.model_config_list.config.add(name=name, base_path=base_path,
-                                                model_platform="tensorflow")
+    entry = config.model_config_list.config.add(
+      name=name, base_path=base_path, model_platform="tensorflow"
+    )
     entry.version_labels.update(labels)
   return config
 
@@ -388,31 +484,35 @@ def test_reload_config_adds_relabels_and_removes_models(tmp_path):
   server, ports = grpc_service.make_server(core, ["127.0.0.1:0"], 2)
   client = GrpcServingClient("second", port=ports["127.0.0.1:0"])
   try:
-    response = client.reload_config(_config(("first", str(first), {}),
-                                            ("second", str(second), {})))
+    response = client.reload_config(_config(("first", str(first), {}), ("second", str(second), {})))
     assert response.status.error_code == 0
     assert client.predict({"x": [2.0]})["y"].tolist() == [3.0]
-    code, details = _error(client.reload_config, _config(("second", str(second),
-                                                          {"stable": 7})))
+    code, details = _error(client.reload_config, _config(("second", str(second), {"stable": 7})))
     assert code == grpc.StatusCode.FAILED_PRECONDITION
-    assert details == ("Request to assign label to version 7 of model second, which is not "
-                       "currently available for inference")
+    assert details == (
+      "Request to assign label to version 7 of model second, which is not "
+      "currently available for inference"
+    )
     client.reload_config(_config(("second", str(second), {"stable": 123})))
     assert client.predict({"x": [4.0]}, label="stable")["y"].tolist() == [4.0]
     first_client = GrpcServingClient("first", port=ports["127.0.0.1:0"])
     assert _error(first_client.predict, {"x": [1.0]})[0] == grpc.StatusCode.NOT_FOUND
     assert [s.state for s in first_client.status().model_version_status] == [
-        get_model_status_pb2.ModelVersionStatus.END]
+      get_model_status_pb2.ModelVersionStatus.END
+    ]
     first_client.close()
-    for config, message in ((_config(("x", "relative/path", {})),
-                             "Expected model x to have an absolute path or URI; got "
-                             "base_path()=relative/path"),
-                            (model_server_config_pb2.ModelServerConfig(),
-                             "Only ModelConfigList is currently supported")):
+    for config, message in (
+      (
+        _config(("x", "relative/path", {})),
+        "Expected model x to have an absolute path or URI; got base_path()=relative/path",
+      ),
+      (model_server_config_pb2.ModelServerConfig(), "Only ModelConfigList is currently supported"),
+    ):
       code, details = _error(client.reload_config, config)
       assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details
-    code, details = _error(client.reload_config, _config(("second", str(second), {}),
-                                                         ("empty", str(tmp_path), {})))
+    code, details = _error(
+      client.reload_config, _config(("second", str(second), {}), ("empty", str(tmp_path), {}))
+    )
     assert code == grpc.StatusCode.UNKNOWN
     assert details.startswith("1 model(s) did not become available")
   finally:
@@ -425,12 +525,14 @@ def test_both_protocols_under_load_through_a_version_swap_share_batches(tmp_path
   """REST and gRPC clients at once while version 124 replaces 123, server batching on: no
   request fails, each gets its own rows back, and requests of both protocols share batches."""
   base = _half_plus_two(tmp_path)
-  batcher = Batcher(BatchingParameters(max_batch_size=16, batch_timeout_micros=5000,
-                                       num_batch_threads=1))
+  batcher = Batcher(
+    BatchingParameters(max_batch_size=16, batch_timeout_micros=5000, num_batch_threads=1)
+  )
   mixed = []
   run_batch = batcher._run_batch
-  batcher._run_batch = lambda batch: mixed.append(
-      {float(t.arrays["x"][0]) for t in batch} == {1.0, 3.0}) or run_batch(batch)
+  batcher._run_batch = lambda batch: (
+    mixed.append({float(t.arrays["x"][0]) for t in batch} == {1.0, 3.0}) or run_batch(batch)
+  )
   manager = ModelManager("half_plus_two", str(base), poll_seconds=0.2)
   core = ServerCore([manager], batcher=batcher)
   core.start()
@@ -480,6 +582,7 @@ def test_both_protocols_under_load_through_a_version_swap_share_batches(tmp_path
     batcher.close()
   assert not failures, failures[:3]
   assert answered["rest"] > 0 and answered["grpc"] > 0
-  assert [(s["version"], s["state"]) for s in core.status("half_plus_two")[
-      "model_version_status"]] == [("124", "AVAILABLE"), ("123", "END")]
+  assert [
+    (s["version"], s["state"]) for s in core.status("half_plus_two")["model_version_status"]
+  ] == [("124", "AVAILABLE"), ("123", "END")]
   assert any(mixed)  # a batch held requests of both protocols

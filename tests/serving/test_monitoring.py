@@ -18,23 +18,29 @@ from serving.server_core import ServerCore
 NAME = "numbers"
 
 
-@pytest.mark.parametrize("text,path", [
+@pytest.mark.parametrize(
+  "text,path",
+  [
     ("prometheus_config { enable: true }", "/monitoring/prometheus/metrics"),
     ('prometheus_config { enable: true path: "/metrics" }', "/metrics"),
     ('prometheus_config { enable: false path: "/metrics" }', None),
     ("", None),
-])
+  ],
+)
 def test_monitoring_config_file(tmp_path, text, path):
   config = tmp_path / "monitoring.config"
   config.write_text(text)
   assert monitoring.read_config(str(config)) == path
 
 
-@pytest.mark.parametrize("text,message", [
+@pytest.mark.parametrize(
+  "text,message",
+  [
     ("prometheus_config { enabled: true }", 'has no field named "enabled"'),
     ('prometheus_config { enable: true path: "metrics" }', "must start with /"),
     ("prometheus_config { enable: 7 }", "not a text MonitoringConfig"),
-])
+  ],
+)
 def test_monitoring_config_mistakes(tmp_path, text, message):
   config = tmp_path / "monitoring.config"
   config.write_text(text)
@@ -49,16 +55,23 @@ def _families(port, path):
 
 
 def _value(families, name, sample_name, **labels):
-  return next((s.value for s in families[name].samples
-               if s.name == sample_name and labels.items() <= s.labels.items()), None)
+  return next(
+    (
+      s.value
+      for s in families[name].samples
+      if s.name == sample_name and labels.items() <= s.labels.items()
+    ),
+    None,
+  )
 
 
 def test_the_page_counts_rest_and_grpc_requests_under_tf_servings_names(exported, tmp_path):
   base, version_path = exported
   metrics = monitoring.Metrics()
-  core = ServerCore([ModelManager(NAME, str(base)),
-                     ModelManager("half_plus_two", str(_half_plus_two(tmp_path)))],
-                    metrics=metrics)
+  core = ServerCore(
+    [ModelManager(NAME, str(base)), ModelManager("half_plus_two", str(_half_plus_two(tmp_path)))],
+    metrics=metrics,
+  )
   core.start()
   rest = make_server(core, "127.0.0.1", 0, metrics=metrics, metrics_path="/metrics")
   threading.Thread(target=rest.serve_forever, daemon=True).start()
@@ -84,17 +97,29 @@ def test_the_page_counts_rest_and_grpc_requests_under_tf_servings_names(exported
   assert _value(families, count, count, model_name="half_plus_two", status="OK") == 1
   latency = ":tensorflow:serving:request_latency"
   assert families[latency].type == "histogram"
-  assert _value(families, latency, latency + "_count", model_name=NAME, API="predict",
-                entrypoint="REST") == 1  # successes only
-  assert _value(families, latency, latency + "_count", model_name="half_plus_two",
-                API="Predict", entrypoint="GRPC") == 1
+  assert (
+    _value(families, latency, latency + "_count", model_name=NAME, API="predict", entrypoint="REST")
+    == 1
+  )  # successes only
+  assert (
+    _value(
+      families,
+      latency,
+      latency + "_count",
+      model_name="half_plus_two",
+      API="Predict",
+      entrypoint="GRPC",
+    )
+    == 1
+  )
   assert _value(families, latency, latency + "_bucket", le="10.0") is not None  # TF's buckets
   runtime = ":tensorflow:serving:runtime_latency"
-  assert _value(families, runtime, runtime + "_count", model_name=NAME, API="Predict",
-                runtime="TF1") == 1  # the one predict that ran (not the warm-up, not the 400)
+  assert (
+    _value(families, runtime, runtime + "_count", model_name=NAME, API="Predict", runtime="TF1")
+    == 1
+  )  # the one predict that ran (not the warm-up, not the 400)
   warmup = ":tensorflow:serving:model_warmup_latency"
-  assert _value(families, warmup, warmup + "_count", model_path=version_path,
-                status="OK") == 1
+  assert _value(families, warmup, warmup + "_count", model_path=version_path, status="OK") == 1
   records = ":tensorflow:serving:model_warmup_records_read"
   assert _value(families, records, records, model_path=version_path, status="OK") >= 1
   assert not any(name.endswith("_created") for name in families)

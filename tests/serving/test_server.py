@@ -47,8 +47,9 @@ def served(exported):
 
 def _raw(port, method, path, body=None, headers=None):
   """(status, decoded JSON body, content type) of a raw HTTP request."""
-  request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method,
-                                   headers=headers or {})
+  request = urllib.request.Request(
+    f"http://127.0.0.1:{port}{path}", data=body, method=method, headers=headers or {}
+  )
   try:
     with urllib.request.urlopen(request, timeout=60) as response:
       return response.status, json.loads(response.read()), response.headers["Content-Type"]
@@ -58,9 +59,11 @@ def _raw(port, method, path, body=None, headers=None):
 
 def test_status_and_metadata(served):
   client, _ = served
-  assert client.status() == {"model_version_status": [
-      {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK",
-                                                        "error_message": ""}}]}
+  assert client.status() == {
+    "model_version_status": [
+      {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    ]
+  }
   assert client.status(version=1)["model_version_status"][0]["version"] == "1"
   metadata = client.metadata()
   assert metadata["model_spec"] == {"name": NAME, "signature_name": "", "version": "1"}
@@ -68,8 +71,7 @@ def test_status_and_metadata(served):
   assert signature["method_name"] == "tensorflow/serving/predict"
   text_input = signature["inputs"]["text"]
   assert text_input["dtype"] == "DT_STRING"
-  assert text_input["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}],
-                                        "unknown_rank": False}
+  assert text_input["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
   assert set(signature["outputs"]) == {"translation", "score", "log_prob"}
 
 
@@ -94,8 +96,9 @@ def test_token_level_signatures(served):
   client, _ = served
   ids = client.predict(instances=[[5, 6, 7]], signature_name="translate_ids")["predictions"]
   assert isinstance(ids[0]["ids"][0], int) and isinstance(ids[0]["score"], float)
-  scored = client.predict(signature_name="score",
-                          instances=[{"source_ids": [5, 6], "target_ids": [7, 2]}])
+  scored = client.predict(
+    signature_name="score", instances=[{"source_ids": [5, 6], "target_ids": [7, 2]}]
+  )
   assert isinstance(scored["predictions"][0], float)
   encoded = client.predict(signature_name="encode", inputs=[[5, 6, 0]])["outputs"]
   assert len(encoded[0]) == 3 and len(encoded[0][0]) == 32
@@ -112,7 +115,9 @@ def test_version_and_label_urls(served):
   assert error.value.status == 400
 
 
-@pytest.mark.parametrize("method,path,body,status,message", [
+@pytest.mark.parametrize(
+  "method,path,body,status,message",
+  [
     ("GET", "/v1/models", None, 400, "Missing model name in request."),
     ("GET", "/v1/models/other", None, 404, "other"),
     ("GET", "/v1/models/numbers/versions/7", None, 404, "Could not find version 7"),
@@ -120,66 +125,162 @@ def test_version_and_label_urls(served):
     ("GET", "/v2/models/numbers", None, 404, "Not found"),  # TF Serving: no handler, 404
     ("POST", "/v1/models/numbers:predict", b"{not json", 400, "JSON Parse error"),
     ("POST", "/v1/models/numbers:predict", b'["x"]', 400, "Is not object"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": ["1"], "inputs": ["1"]}', 400,
-     "Not formatted correctly expecting only one of 'inputs' or 'instances' keys"),
-    ("POST", "/v1/models/numbers:predict", b'{"signature_name": "serving_default"}', 400,
-     "Missing 'inputs' or 'instances' key"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": []}', 400,
-     "No values in 'instances' array"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": [1]}', 400,
-     "is not of expected type: string"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": [["a", "b"], ["c"]]}', 400,
-     "Expecting tensor size: 2 but got: 1"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": ["a", ["b"]]}', 400,
-     "Expecting shape [] but got: [1]"),
-    ("POST", "/v1/models/numbers:predict", b'{"inputs": ["a", ["b"]]}', 400,
-     "Encountered list at unexpected level: 1 expected < 1"),
-    ("POST", "/v1/models/numbers:predict", b'{"inputs": [["a"], "b"]}', 400,
-     "found at incorrect level: 2 in the JSON DOM. Expected at level: 2"),
-    ("POST", "/v1/models/numbers:predict", b'{"inputs": [["a", "b"], ["c"]]}', 400,
-     "Encountered list at unexpected size"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "***"}]}', 400,
-     "Unable to base64 decode"),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": ["1"], "signature_name": "x"}',
-     400, 'Serving signature name: "x" not found in signature def'),
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "translate_ids", "instances": [[1.0, 2]]}', 400,
-     "is not of expected type: int32"),
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "translate_ids", "instances": [[99999999999]]}', 400,
-     "is not of expected type: int32"),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": ["1"], "inputs": ["1"]}',
+      400,
+      "Not formatted correctly expecting only one of 'inputs' or 'instances' keys",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "serving_default"}',
+      400,
+      "Missing 'inputs' or 'instances' key",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": []}',
+      400,
+      "No values in 'instances' array",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": [1]}',
+      400,
+      "is not of expected type: string",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": [["a", "b"], ["c"]]}',
+      400,
+      "Expecting tensor size: 2 but got: 1",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": ["a", ["b"]]}',
+      400,
+      "Expecting shape [] but got: [1]",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"inputs": ["a", ["b"]]}',
+      400,
+      "Encountered list at unexpected level: 1 expected < 1",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"inputs": [["a"], "b"]}',
+      400,
+      "found at incorrect level: 2 in the JSON DOM. Expected at level: 2",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"inputs": [["a", "b"], ["c"]]}',
+      400,
+      "Encountered list at unexpected size",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": [{"b64": "***"}]}',
+      400,
+      "Unable to base64 decode",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": ["1"], "signature_name": "x"}',
+      400,
+      'Serving signature name: "x" not found in signature def',
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "translate_ids", "instances": [[1.0, 2]]}',
+      400,
+      "is not of expected type: int32",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "translate_ids", "instances": [[99999999999]]}',
+      400,
+      "is not of expected type: int32",
+    ),
     # Token ids are checked inside the signatures (an XLA gather would clamp them silently).
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "translate_ids", "instances": [[5, 5000]]}', 400,
-     "source_ids holds a token id >= the vocabulary size"),
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "translate_ids", "instances": [[5, -1]]}', 400,
-     "source_ids holds a negative token id"),
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "translate_ids", "instances": [[' + b", ".join([b"5"] * 25) + b']]}',
-     400, "source_ids has more tokens than max_length=24"),
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "score", "instances": [{"source_ids": [5], "target_ids": [5000]}]}',
-     400, "target_ids holds a token id >= the vocabulary size"),
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "encode", "instances": [[5000]]}', 400,
-     "source_ids holds a token id >= the vocabulary size"),
-    ("POST", "/v1/models/numbers:predict",
-     b'{"signature_name": "score", "inputs": {"source_ids": [[1]]}}', 400,
-     "Missing named input: target_ids in 'inputs' object."),
-    ("POST", "/v1/models/numbers:predict", b'{"instances": [["nested"]]}', 400,
-     "(rank 1)"),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "translate_ids", "instances": [[5, 5000]]}',
+      400,
+      "source_ids holds a token id >= the vocabulary size",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "translate_ids", "instances": [[5, -1]]}',
+      400,
+      "source_ids holds a negative token id",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "translate_ids", "instances": [[' + b", ".join([b"5"] * 25) + b"]]}",
+      400,
+      "source_ids has more tokens than max_length=24",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "score", "instances": [{"source_ids": [5], "target_ids": [5000]}]}',
+      400,
+      "target_ids holds a token id >= the vocabulary size",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "encode", "instances": [[5000]]}',
+      400,
+      "source_ids holds a token id >= the vocabulary size",
+    ),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"signature_name": "score", "inputs": {"source_ids": [[1]]}}',
+      400,
+      "Missing named input: target_ids in 'inputs' object.",
+    ),
+    ("POST", "/v1/models/numbers:predict", b'{"instances": [["nested"]]}', 400, "(rank 1)"),
     # Not UTF-8: passed to the model as bytes (rapidjson does not validate), whose own check
     # refuses them.
-    ("POST", "/v1/models/numbers:predict", b'{"instances": ["\xff\xfe"]}', 400,
-     "Invalid formatting on input string"),
+    (
+      "POST",
+      "/v1/models/numbers:predict",
+      b'{"instances": ["\xff\xfe"]}',
+      400,
+      "Invalid formatting on input string",
+    ),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "//4="}]}', 400, ""),
     ("POST", "/v1/models/numbers:classify", b'{"examples": []}', 400, "classify"),
-    ("POST", "/v1/models/nope:predict", b'{"instances": ["1"]}', 404,
-     "Servable not found for request: Latest(nope)"),
-])
-def test_errors_are_json_with_tf_serving_status_codes(served, method, path, body, status,
-                                                       message):
+    (
+      "POST",
+      "/v1/models/nope:predict",
+      b'{"instances": ["1"]}',
+      404,
+      "Servable not found for request: Latest(nope)",
+    ),
+  ],
+)
+def test_errors_are_json_with_tf_serving_status_codes(served, method, path, body, status, message):
   _, port = served
   code, payload, content_type = _raw(port, method, path, body)
   assert code == status, payload
@@ -191,13 +292,15 @@ def test_errors_are_json_with_tf_serving_status_codes(served, method, path, body
 
 def test_body_size_cap_and_gzip(served):
   client, port = served
-  code, payload, _ = _raw(port, "POST", "/v1/models/numbers:predict",
-                          b'{"instances": ["' + b"1" * (2 << 20) + b'"]}')
+  code, payload, _ = _raw(
+    port, "POST", "/v1/models/numbers:predict", b'{"instances": ["' + b"1" * (2 << 20) + b'"]}'
+  )
   assert code == 413, payload
   assert "exceeds" in payload["error"]
   body = gzip.compress(b'{"instances": ["12"]}')
-  code, payload, _ = _raw(port, "POST", "/v1/models/numbers:predict", body,
-                          {"Content-Encoding": "gzip"})
+  code, payload, _ = _raw(
+    port, "POST", "/v1/models/numbers:predict", body, {"Content-Encoding": "gzip"}
+  )
   assert code == 200 and payload == client.predict(instances=["12"])
 
 
@@ -274,8 +377,9 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
 
 def test_batching_merges_concurrent_requests_with_identical_answers(exported):
   base, _ = exported
-  params = BatchingParameters(max_batch_size=8, batch_timeout_micros=20_000,
-                              num_batch_threads=1, allowed_batch_sizes=(4, 8))
+  params = BatchingParameters(
+    max_batch_size=8, batch_timeout_micros=20_000, num_batch_threads=1, allowed_batch_sizes=(4, 8)
+  )
   batcher = Batcher(params)
   manager, server = _start(base, batcher=batcher)
   client = ServingClient(NAME, port=server.server_address[1])
@@ -308,9 +412,13 @@ def test_batching_parameters_file_format():
       pad_variable_length_inputs: true
       thread_pool_name { value: "model_server_batch_threads" }
       max_execution_batch_size { value: 16 }""")
-  assert (params.max_batch_size, params.batch_timeout_micros, params.num_batch_threads,
-          params.allowed_batch_sizes, params.pad_variable_length_inputs) == (16, 500, 2,
-                                                                            (4, 16), True)
+  assert (
+    params.max_batch_size,
+    params.batch_timeout_micros,
+    params.num_batch_threads,
+    params.allowed_batch_sizes,
+    params.pad_variable_length_inputs,
+  ) == (16, 500, 2, (4, 16), True)
   assert BatchingParameters.from_text_proto("") == BatchingParameters()  # unset: defaults
   with pytest.raises(ValueError, match='has no field named "max_batch_sise"'):
     BatchingParameters.from_text_proto("max_batch_sise { value: 1 }")
@@ -349,8 +457,9 @@ def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp
     rows = client.predict(instances=texts)["predictions"]
     expected = graph_client.predict(instances=texts)["predictions"]
     assert [r["translation"] for r in rows] == [r["translation"] for r in expected]
-    assert [r["score"] for r in rows] == pytest.approx([r["score"] for r in expected],
-                                                       rel=1e-4, abs=1e-4)
+    assert [r["score"] for r in rows] == pytest.approx(
+      [r["score"] for r in expected], rel=1e-4, abs=1e-4
+    )
   finally:
     server.shutdown()
     manager.stop()
@@ -362,10 +471,13 @@ def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
   answered, then the server exits 0."""
   base, _ = exported
   config = tmp_path / "batching.config"
-  config.write_text("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 3000000 }\n"
-                    "num_batch_threads { value: 1 }\n")
-  process, ports = start_subprocess(NAME, str(base), extra_flags=[
-      "--enable_batching", f"--batching_parameters_file={config}"])
+  config.write_text(
+    "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 3000000 }\n"
+    "num_batch_threads { value: 1 }\n"
+  )
+  process, ports = start_subprocess(
+    NAME, str(base), extra_flags=["--enable_batching", f"--batching_parameters_file={config}"]
+  )
   port = ports.rest
   try:
     client = ServingClient(NAME, port=port)

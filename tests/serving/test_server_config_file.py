@@ -52,12 +52,15 @@ def test_models_config_grpc_metrics_and_cors_in_one_server(tmp_path):
   second = _half_plus_two(tmp_path / "second")
   config = tmp_path / "models.config"
   _write(config, MODELS.format(first=first, second=SECOND % second, labels=""))
-  (tmp_path / "monitoring.config").write_text(
-      'prometheus_config { enable: true path: "/metrics" }')
-  process, ports = launch.start_subprocess(extra_flags=[
-      f"--model_config_file={config}", "--model_config_file_poll_wait_seconds=0.5",
+  (tmp_path / "monitoring.config").write_text('prometheus_config { enable: true path: "/metrics" }')
+  process, ports = launch.start_subprocess(
+    extra_flags=[
+      f"--model_config_file={config}",
+      "--model_config_file_poll_wait_seconds=0.5",
       f"--monitoring_config_file={tmp_path / 'monitoring.config'}",
-      "--rest_api_enable_cors_support"])
+      "--rest_api_enable_cors_support",
+    ]
+  )
   try:
     rest = ServingClient("first", port=ports.rest)
     assert _states(rest) == [("124", "AVAILABLE"), ("123", "AVAILABLE")]  # num_versions: 2
@@ -66,18 +69,25 @@ def test_models_config_grpc_metrics_and_cors_in_one_server(tmp_path):
       assert grpc_client.predict({"x": [1.0, 3.0]})["y"].tolist() == [2.5, 3.5]
     finally:
       grpc_client.close()
-    request = urllib.request.Request(f"http://127.0.0.1:{ports.rest}/v1/models/first:predict",
-                                     data=b'{"instances": [2.0]}', method="POST")
+    request = urllib.request.Request(
+      f"http://127.0.0.1:{ports.rest}/v1/models/first:predict",
+      data=b'{"instances": [2.0]}',
+      method="POST",
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
       assert json.loads(response.read()) == {"predictions": [3.0]}
       assert response.headers["Access-Control-Allow-Origin"] == "*"
       assert response.headers["Access-Control-Allow-Methods"] == "POST, GET"
 
     # The file changes: "second" leaves, "first" gets a label. The server notices by itself.
-    _write(config, MODELS.format(first=first, second="",
-                                 labels='version_labels { key: "stable" value: 123 }'))
-    _wait_for(lambda: _states(ServingClient("second", port=ports.rest)) == [("123", "END")],
-              "second unloaded")
+    _write(
+      config,
+      MODELS.format(first=first, second="", labels='version_labels { key: "stable" value: 123 }'),
+    )
+    _wait_for(
+      lambda: _states(ServingClient("second", port=ports.rest)) == [("123", "END")],
+      "second unloaded",
+    )
     assert rest.predict(instances=[4.0], label="stable") == {"predictions": [4.0]}
 
     with urllib.request.urlopen(f"http://127.0.0.1:{ports.rest}/metrics", timeout=60) as page:
@@ -94,13 +104,23 @@ def _readme_files():
   """{file name: text} of the config files the README shows (`models/NAME.config`: a block)."""
   with open(os.path.join(launch.REPO_ROOT, "README.md"), encoding="utf-8") as f:
     readme = f.read()
-  return dict(re.findall(r"^`models/(\w+\.config)`[^\n]*\n(?:[^`\n][^\n]*\n)*?\n```\n(.*?)```",
-                         readme, re.MULTILINE | re.DOTALL))
+  return dict(
+    re.findall(
+      r"^`models/(\w+\.config)`[^\n]*\n(?:[^`\n][^\n]*\n)*?\n```\n(.*?)```",
+      readme,
+      re.MULTILINE | re.DOTALL,
+    )
+  )
 
 
 def _client(*args):
-  return subprocess.Popen([sys.executable, "-m", "serving.client", *args], cwd=launch.REPO_ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  return subprocess.Popen(
+    [sys.executable, "-m", "serving.client", *args],
+    cwd=launch.REPO_ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 def test_the_readmes_config_files_run_as_they_are(exported, trained_run, tmp_path):
@@ -115,11 +135,15 @@ def test_the_readmes_config_files_run_as_they_are(exported, trained_run, tmp_pat
   shutil.copytree(_classifier_export(trained_run, tmp_path / "classifier"), models / "imdb")
   for name, text in files.items():
     (models / name).write_text(text.replace('"/models/', f'"{models}/'))
-  process, ports = launch.start_subprocess(extra_flags=[
+  process, ports = launch.start_subprocess(
+    extra_flags=[
       f"--model_config_file={models / 'models.config'}",
-      "--allow_version_labels_for_unavailable_models=true", "--enable_batching",
+      "--allow_version_labels_for_unavailable_models=true",
+      "--enable_batching",
       f"--batching_parameters_file={models / 'batching.config'}",
-      f"--monitoring_config_file={models / 'monitoring.config'}"])
+      f"--monitoring_config_file={models / 'monitoring.config'}",
+    ]
+  )
   try:
     page = f"http://127.0.0.1:{ports.rest}/monitoring/prometheus/metrics"
     count = ':tensorflow:serving:request_count{model_name="tfattn",status="OK"} '
@@ -139,11 +163,14 @@ def test_the_readmes_config_files_run_as_they_are(exported, trained_run, tmp_pat
     finally:
       grpc_client.close()
     assert classified["probabilities"].shape == (1, 3)
-    clients = [_client(f"--port={ports.rest}", "--model=tfattn", "--text=12", "--text=345"),
-               _client("--protocol=grpc", f"--port={ports.grpc}", "--model=tfattn",
-                       "--text=12", "--text=345"),
-               _client(f"--port={ports.rest}", "--model=imdb", "--metadata"),
-               _client("--protocol=grpc", f"--port={ports.grpc}", "--model=imdb", "--metadata")]
+    clients = [
+      _client(f"--port={ports.rest}", "--model=tfattn", "--text=12", "--text=345"),
+      _client(
+        "--protocol=grpc", f"--port={ports.grpc}", "--model=tfattn", "--text=12", "--text=345"
+      ),
+      _client(f"--port={ports.rest}", "--model=imdb", "--metadata"),
+      _client("--protocol=grpc", f"--port={ports.grpc}", "--model=imdb", "--metadata"),
+    ]
     outputs = [client.communicate(timeout=120) for client in clients]
     assert all(client.returncode == 0 for client in clients), outputs
     assert outputs[0][0] == outputs[1][0] and '"translation"' in outputs[0][0]

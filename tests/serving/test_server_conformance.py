@@ -33,9 +33,14 @@ def _half_plus_two(base):
     session.run(tf.compat.v1.global_variables_initializer())
     builder = tf.compat.v1.saved_model.Builder(path)
     signature = tf.compat.v1.saved_model.predict_signature_def
-    builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+    builder.add_meta_graph_and_variables(
+      session,
+      ["serve"],
+      signature_def_map={
         "serving_default": signature({"x": x}, {"y": y}),
-        "finite": signature({"x": x}, {"checked": checked})})
+        "finite": signature({"x": x}, {"checked": checked}),
+      },
+    )
     builder.save()
   return base
 
@@ -53,8 +58,14 @@ def _serve(name, base, labels=None):
 def ports(exported, tmp_path_factory):
   """{"numbers": port of our seq2seq export, "half_plus_two": port of the TF1 model}."""
   base, _ = exported
-  served = [_serve(NAME, base), _serve("half_plus_two", _half_plus_two(
-      tmp_path_factory.mktemp("half_plus_two")), labels={"stable": 123})]
+  served = [
+    _serve(NAME, base),
+    _serve(
+      "half_plus_two",
+      _half_plus_two(tmp_path_factory.mktemp("half_plus_two")),
+      labels={"stable": 123},
+    ),
+  ]
   yield {NAME: served[0][1].server_address[1], "half_plus_two": served[1][1].server_address[1]}
   for manager, server in served:
     server.shutdown(0)
@@ -81,7 +92,8 @@ def _raw(port, data):
     sock.sendall(data)
     received = b""
     while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < int(
-        _header(received, b"content-length") or 0):
+      _header(received, b"content-length") or 0
+    ):
       chunk = sock.recv(65536)
       if not chunk:
         break
@@ -100,54 +112,105 @@ def _header(received, name):
 
 # (TF Serving test, method, path, status, message substring); the model is "numbers".
 PATH_CASES = [
-    ("UnsupportedApiCalls", "GET", "/v1/foo", 400, "Malformed request: GET /v1/foo"),
-    ("UnsupportedApiCalls", "POST", "/v1/foo", 400, "Malformed request: POST /v1/foo"),
-    ("UnsupportedApiCalls", "GET", "/v1/models", 400, "Missing model name in request."),
-    ("UnsupportedApiCalls", "GET", "/v1/models/debug/model_name", 400, "Malformed request"),
-    ("UnsupportedApiCalls", "POST", "/v1/models", 400, "Malformed request"),
-    ("UnsupportedApiCalls", "GET", "/v1/models/foo:predict", 400, "Malformed request"),
-    ("UnsupportedApiCalls", "GET", "/v1/models/foo/version/50:predict", 400,
-     "Malformed request"),
-    ("UnsupportedApiCalls", "POST", "/v1/models/foo/version/50:regress", 400,
-     "Malformed request"),
-    ("UnsupportedApiCalls", "POST", "/v1/models/foo/versions/HELLO:regress", 400,
-     "Malformed request"),
-    ("UnsupportedApiCalls", "POST", f"/v1/models/foo/versions/{UINT64_MAX}:regress", 400,
-     "Failed to convert version"),
-    ("UnsupportedApiCalls", "POST", "/v1/models/foo/metadata", 400, "Malformed request"),
-    ("UnsupportedApiCalls", "POST", "/v1/models/foo/label/some_label:regress", 400,
-     "Malformed request"),
-    ("UnsupportedApiCalls", "POST", "/v1/models/foo/versions/50/labels/some_label:regress",
-     400, "Malformed request"),
-    ("UnsupportedApiCalls", "POST", "/v1/models/foo/versions/some_label:regress", 400,
-     "Malformed request"),
-    # ParseModelInfo: absl::SimpleAtoi fails past int64.
-    ("ParseModelInfo", "GET", f"/v1/models/{NAME}/versions/{2**63}", 400,
-     f"Failed to convert version: {2**63} to numeric."),
-    ("GetModelStatusWithModelSpec", "GET", f"/v1/models/{NAME}/versions/{2**63 - 1}", 404,
-     f"Could not find version {2**63 - 1} of model {NAME}"),
-    # The handler dispatches GET and POST only: any other method is a malformed request.
-    ("ProcessRequest", "PUT", f"/v1/models/{NAME}", 400, "Malformed request: PUT /v1/models"),
-    ("ProcessRequest", "DELETE", f"/v1/models/{NAME}", 400, "Malformed request: DELETE"),
-    ("ProcessRequest", "PATCH", f"/v1/models/{NAME}:predict", 400, "Malformed request: PATCH"),
-    # kPathRegex: only (?i)/v1/.* reaches the handler; evhttp answers 404 to the rest.
-    ("kPathRegex", "GET", "/statuspage", 404, "Not found"),
-    ("kPathRegex", "GET", "/index", 404, "Not found"),
-    ("kPathRegex", "POST", "/v2/models/numbers:predict", 404, "Not found"),
-    # PredictModelNameVersionErrors
-    ("PredictModelNameVersionErrors", "POST", "/v1/models/foo:predict", 404,
-     "Servable not found for request: Latest(foo)"),
-    ("PredictModelNameVersionErrors", "POST", "/v1/models/foo/versions/50:predict", 404,
-     "Servable not found for request: Specific(foo, 50)"),
-    ("PredictModelNameVersionErrors", "POST", f"/v1/models/{NAME}/versions/99:predict", 404,
-     f"Servable not found for request: Specific({NAME}, 99)"),
-    # The patterns are case-insensitive (?i), but the verb is compared exactly.
-    ("kPredictionApiGegex", "POST", f"/v1/models/{NAME}:PREDICT", 400, "Malformed request"),
+  ("UnsupportedApiCalls", "GET", "/v1/foo", 400, "Malformed request: GET /v1/foo"),
+  ("UnsupportedApiCalls", "POST", "/v1/foo", 400, "Malformed request: POST /v1/foo"),
+  ("UnsupportedApiCalls", "GET", "/v1/models", 400, "Missing model name in request."),
+  ("UnsupportedApiCalls", "GET", "/v1/models/debug/model_name", 400, "Malformed request"),
+  ("UnsupportedApiCalls", "POST", "/v1/models", 400, "Malformed request"),
+  ("UnsupportedApiCalls", "GET", "/v1/models/foo:predict", 400, "Malformed request"),
+  ("UnsupportedApiCalls", "GET", "/v1/models/foo/version/50:predict", 400, "Malformed request"),
+  ("UnsupportedApiCalls", "POST", "/v1/models/foo/version/50:regress", 400, "Malformed request"),
+  (
+    "UnsupportedApiCalls",
+    "POST",
+    "/v1/models/foo/versions/HELLO:regress",
+    400,
+    "Malformed request",
+  ),
+  (
+    "UnsupportedApiCalls",
+    "POST",
+    f"/v1/models/foo/versions/{UINT64_MAX}:regress",
+    400,
+    "Failed to convert version",
+  ),
+  ("UnsupportedApiCalls", "POST", "/v1/models/foo/metadata", 400, "Malformed request"),
+  (
+    "UnsupportedApiCalls",
+    "POST",
+    "/v1/models/foo/label/some_label:regress",
+    400,
+    "Malformed request",
+  ),
+  (
+    "UnsupportedApiCalls",
+    "POST",
+    "/v1/models/foo/versions/50/labels/some_label:regress",
+    400,
+    "Malformed request",
+  ),
+  (
+    "UnsupportedApiCalls",
+    "POST",
+    "/v1/models/foo/versions/some_label:regress",
+    400,
+    "Malformed request",
+  ),
+  # ParseModelInfo: absl::SimpleAtoi fails past int64.
+  (
+    "ParseModelInfo",
+    "GET",
+    f"/v1/models/{NAME}/versions/{2**63}",
+    400,
+    f"Failed to convert version: {2**63} to numeric.",
+  ),
+  (
+    "GetModelStatusWithModelSpec",
+    "GET",
+    f"/v1/models/{NAME}/versions/{2**63 - 1}",
+    404,
+    f"Could not find version {2**63 - 1} of model {NAME}",
+  ),
+  # The handler dispatches GET and POST only: any other method is a malformed request.
+  ("ProcessRequest", "PUT", f"/v1/models/{NAME}", 400, "Malformed request: PUT /v1/models"),
+  ("ProcessRequest", "DELETE", f"/v1/models/{NAME}", 400, "Malformed request: DELETE"),
+  ("ProcessRequest", "PATCH", f"/v1/models/{NAME}:predict", 400, "Malformed request: PATCH"),
+  # kPathRegex: only (?i)/v1/.* reaches the handler; evhttp answers 404 to the rest.
+  ("kPathRegex", "GET", "/statuspage", 404, "Not found"),
+  ("kPathRegex", "GET", "/index", 404, "Not found"),
+  ("kPathRegex", "POST", "/v2/models/numbers:predict", 404, "Not found"),
+  # PredictModelNameVersionErrors
+  (
+    "PredictModelNameVersionErrors",
+    "POST",
+    "/v1/models/foo:predict",
+    404,
+    "Servable not found for request: Latest(foo)",
+  ),
+  (
+    "PredictModelNameVersionErrors",
+    "POST",
+    "/v1/models/foo/versions/50:predict",
+    404,
+    "Servable not found for request: Specific(foo, 50)",
+  ),
+  (
+    "PredictModelNameVersionErrors",
+    "POST",
+    f"/v1/models/{NAME}/versions/99:predict",
+    404,
+    f"Servable not found for request: Specific({NAME}, 99)",
+  ),
+  # The patterns are case-insensitive (?i), but the verb is compared exactly.
+  ("kPredictionApiGegex", "POST", f"/v1/models/{NAME}:PREDICT", 400, "Malformed request"),
 ]
 
 
-@pytest.mark.parametrize("test,method,path,status,message", PATH_CASES,
-                         ids=[f"{c[0]}-{c[1]}-{c[2][:40]}" for c in PATH_CASES])
+@pytest.mark.parametrize(
+  "test,method,path,status,message",
+  PATH_CASES,
+  ids=[f"{c[0]}-{c[1]}-{c[2][:40]}" for c in PATH_CASES],
+)
 def test_paths_and_methods(ports, test, method, path, status, message):
   body = b'{"instances": ["1"]}' if method in ("POST", "PUT", "PATCH") else None
   code, payload, headers = _request(ports[NAME], method, path, body)
@@ -160,20 +223,22 @@ def test_patterns_are_case_insensitive(ports):
   port = ports[NAME]
   assert _request(port, "GET", f"/V1/MODELS/{NAME}")[0] == 200
   assert _request(port, "GET", f"/v1/Models/{NAME}/Versions/1/METADATA")[0] == 200
-  code, payload, _ = _request(port, "POST", f"/V1/Models/{NAME}:predict",
-                              b'{"instances": ["12"]}')
+  code, payload, _ = _request(port, "POST", f"/V1/Models/{NAME}:predict", b'{"instances": ["12"]}')
   assert code == 200 and len(payload["predictions"]) == 1
 
 
 def test_non_ascii_digits_are_not_a_version(ports):
   """RE2's \\d is ASCII: an Arabic-Indic digit makes the path malformed (it once dropped the
   connection)."""
-  code, payload = _raw(ports[NAME], b"GET /v1/models/numbers/versions/%D9%A3 HTTP/1.1\r\n"
-                       b"Host: x\r\n\r\n")
+  code, payload = _raw(
+    ports[NAME], b"GET /v1/models/numbers/versions/%D9%A3 HTTP/1.1\r\nHost: x\r\n\r\n"
+  )
   assert code == 400 and "Malformed request" in payload["error"]
   # Unencoded, the byte is not allowed in a request line at all: still a JSON 400.
-  code, payload = _raw(ports[NAME], "GET /v1/models/numbers/versions/\u0663 HTTP/1.1\r\n"
-                       "Host: x\r\n\r\n".encode("utf-8"))
+  code, payload = _raw(
+    ports[NAME],
+    "GET /v1/models/numbers/versions/\u0663 HTTP/1.1\r\nHost: x\r\n\r\n".encode("utf-8"),
+  )
   assert code == 400 and payload["error"]
 
 
@@ -183,8 +248,9 @@ def test_head_and_options(ports):
   port = ports[NAME]
   code, payload, headers = _request(port, "HEAD", f"/v1/models/{NAME}")
   assert (code, payload, headers["Content-Type"]) == (400, None, "application/json")
-  code, payload, _ = _request(port, "OPTIONS", f"/v1/models/{NAME}:predict",
-                              headers={"Origin": "http://example.com"})
+  code, payload, _ = _request(
+    port, "OPTIONS", f"/v1/models/{NAME}:predict", headers={"Origin": "http://example.com"}
+  )
   assert code == 200
   code, payload, _ = _request(port, "OPTIONS", f"/v1/models/{NAME}:predict")
   assert code == 400 and payload == {"error": "Origin header is missing in CORS preflight"}
@@ -192,52 +258,136 @@ def test_head_and_options(ports):
 
 # (TF Serving test, model, body, status, message substring).
 PREDICT_ERRORS = [
-    ("PredictRequestErrors", "half_plus_two", b"", 400,
-     "JSON Parse error: The document is empty"),
-    ("PredictRequestErrors", "half_plus_two", b"instances = [1, 2]", 400,
-     "JSON Parse error: Invalid value"),
-    ("PredictRequestErrors", "half_plus_two", b'{ "instances": ["x", "y"] }', 400,
-     "not of expected type: float"),
-    ("PredictRequestErrors", "half_plus_two", b'{ "signature_name": 100 }', 400,
-     "'signature_name' key must be a string value."),
-    ("SingleUnnamedTensorErrors", "half_plus_two",
-     b'{"instances": [[1,2],[3,4],[5,6,7]], "inputs": [[1,2],[3,4],[5,6,7]]}', 400,
-     "Not formatted correctly"),
-    ("SingleUnnamedTensorErrors", "half_plus_two", b'{"instances": [[1,2],[3,4],[5,6,7]]}',
-     400, "Expecting tensor size"),
-    ("SingleUnnamedTensorErrors", "half_plus_two", b'{"instances": [[1,2],[3,4],[[5,6]]]}',
-     400, "Expecting shape"),
-    ("SingleUnnamedTensorErrors", "half_plus_two", b'{"instances": [1, [1]]}', 400,
-     "Expecting shape"),
-    ("SingleUnnamedTensorErrors", "half_plus_two", b'{"instances": [[1,2],["a", "b"]]}', 400,
-     "not of expected type"),
-    ("DeeplyNestedMalformed", "half_plus_two",
-     b'{"signature_name": ' + b"[" * 50 + b"]" * 50 + b"}", 400,
-     "key must be a string value"),
-    ("MultipleNamedTensorErrors", NAME,
-     b'{"signature_name": "score", "instances": [{"source_ids": [1], "target_ids": [2]}, '
-     b'[1, 20, 30]]}', 400, "Expecting object but got list"),
-    ("MultipleNamedTensorErrors", NAME, b'{"instances": ["baz", {"text": "bat"}]}', 400,
-     "Expecting value/list but got object"),
-    ("MultipleNamedTensorErrors", NAME,
-     b'{"signature_name": "score", "instances": [{"source_ids": [1, 2], "target_ids": [2]}, '
-     b'{"source_ids": [1], "target_ids": [2]}]}', 400, "Expecting tensor size"),
-    ("FillTensorMapFromInstancesList", NAME,
-     b'{"signature_name": "score", "instances": [[1], [2]]}', 400,
-     "instances is a plain list, but expecting list of objects"),
-    ("FillTensorMapFromInputsMap", NAME, b'{"signature_name": "score", "inputs": [[1]]}', 400,
-     "inputs is a plain value/list, but expecting an object"),
-    ("GetInfoMap", NAME, b'{"signature_name": "nope", "instances": ["1"]}', 400,
-     'Serving signature name: "nope" not found in signature def'),
-    ("IsValBase64Object", NAME, b'{"instances": [{"b64": 1}]}', 400,
-     "JSON object: does not have named input: b64"),
-    ("IsValBase64Object", NAME, b'{"instances": [{"b64": "a", "c": "d"}]}', 400,
-     "JSON object: does not have named input: b64"),
+  ("PredictRequestErrors", "half_plus_two", b"", 400, "JSON Parse error: The document is empty"),
+  (
+    "PredictRequestErrors",
+    "half_plus_two",
+    b"instances = [1, 2]",
+    400,
+    "JSON Parse error: Invalid value",
+  ),
+  (
+    "PredictRequestErrors",
+    "half_plus_two",
+    b'{ "instances": ["x", "y"] }',
+    400,
+    "not of expected type: float",
+  ),
+  (
+    "PredictRequestErrors",
+    "half_plus_two",
+    b'{ "signature_name": 100 }',
+    400,
+    "'signature_name' key must be a string value.",
+  ),
+  (
+    "SingleUnnamedTensorErrors",
+    "half_plus_two",
+    b'{"instances": [[1,2],[3,4],[5,6,7]], "inputs": [[1,2],[3,4],[5,6,7]]}',
+    400,
+    "Not formatted correctly",
+  ),
+  (
+    "SingleUnnamedTensorErrors",
+    "half_plus_two",
+    b'{"instances": [[1,2],[3,4],[5,6,7]]}',
+    400,
+    "Expecting tensor size",
+  ),
+  (
+    "SingleUnnamedTensorErrors",
+    "half_plus_two",
+    b'{"instances": [[1,2],[3,4],[[5,6]]]}',
+    400,
+    "Expecting shape",
+  ),
+  (
+    "SingleUnnamedTensorErrors",
+    "half_plus_two",
+    b'{"instances": [1, [1]]}',
+    400,
+    "Expecting shape",
+  ),
+  (
+    "SingleUnnamedTensorErrors",
+    "half_plus_two",
+    b'{"instances": [[1,2],["a", "b"]]}',
+    400,
+    "not of expected type",
+  ),
+  (
+    "DeeplyNestedMalformed",
+    "half_plus_two",
+    b'{"signature_name": ' + b"[" * 50 + b"]" * 50 + b"}",
+    400,
+    "key must be a string value",
+  ),
+  (
+    "MultipleNamedTensorErrors",
+    NAME,
+    b'{"signature_name": "score", "instances": [{"source_ids": [1], "target_ids": [2]}, '
+    b"[1, 20, 30]]}",
+    400,
+    "Expecting object but got list",
+  ),
+  (
+    "MultipleNamedTensorErrors",
+    NAME,
+    b'{"instances": ["baz", {"text": "bat"}]}',
+    400,
+    "Expecting value/list but got object",
+  ),
+  (
+    "MultipleNamedTensorErrors",
+    NAME,
+    b'{"signature_name": "score", "instances": [{"source_ids": [1, 2], "target_ids": [2]}, '
+    b'{"source_ids": [1], "target_ids": [2]}]}',
+    400,
+    "Expecting tensor size",
+  ),
+  (
+    "FillTensorMapFromInstancesList",
+    NAME,
+    b'{"signature_name": "score", "instances": [[1], [2]]}',
+    400,
+    "instances is a plain list, but expecting list of objects",
+  ),
+  (
+    "FillTensorMapFromInputsMap",
+    NAME,
+    b'{"signature_name": "score", "inputs": [[1]]}',
+    400,
+    "inputs is a plain value/list, but expecting an object",
+  ),
+  (
+    "GetInfoMap",
+    NAME,
+    b'{"signature_name": "nope", "instances": ["1"]}',
+    400,
+    'Serving signature name: "nope" not found in signature def',
+  ),
+  (
+    "IsValBase64Object",
+    NAME,
+    b'{"instances": [{"b64": 1}]}',
+    400,
+    "JSON object: does not have named input: b64",
+  ),
+  (
+    "IsValBase64Object",
+    NAME,
+    b'{"instances": [{"b64": "a", "c": "d"}]}',
+    400,
+    "JSON object: does not have named input: b64",
+  ),
 ]
 
 
-@pytest.mark.parametrize("test,model,body,status,message", PREDICT_ERRORS,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(PREDICT_ERRORS)])
+@pytest.mark.parametrize(
+  "test,model,body,status,message",
+  PREDICT_ERRORS,
+  ids=[f"{c[0]}-{i}" for i, c in enumerate(PREDICT_ERRORS)],
+)
 def test_predict_errors(ports, test, model, body, status, message):
   code, payload, _ = _request(ports[model], "POST", f"/v1/models/{model}:predict", body)
   assert code == status, payload
@@ -247,45 +397,91 @@ def test_predict_errors(ports, test, model, body, status, message):
 # How TF Serving reads a body and writes an answer (util/json_tensor.cc at 9d981c5, line cited):
 # (source, model, body, status, substring of the raw answer).
 JSON_READING = [
-    # ParseJson, l.483-485: kParseStopWhenDoneFlag: text after the first value is not read.
-    ("json_tensor.cc:485 kParseStopWhenDoneFlag", "half_plus_two",
-     b'{"instances": [1.0]} trailing, not JSON', 200, '{"predictions": [2.5]}'),
-    ("json_tensor.cc:485 kParseStopWhenDoneFlag", "half_plus_two",
-     b'{"instances": [1.0]}{"instances": [2.0]}', 200, '{"predictions": [2.5]}'),
-    # kParseNanAndInfFlag (l.484): NaN, Inf, Infinity and negatives are numbers.
-    ("json_tensor.cc:484 kParseNanAndInfFlag", "half_plus_two",
-     b'{"instances": [Inf, -Inf, -Infinity, NaN, -NaN]}', 200,
-     '{"predictions": [Infinity,-Infinity,-Infinity,NaN,NaN]}'),
-    # No kParseValidateEncodingFlag: bytes that are not UTF-8 reach the model (whose own check
-    # refuses them here: TensorFlow's message, not a parse error).
-    ("json_tensor.cc:483 no kParseValidateEncodingFlag", NAME, b'{"instances": ["\xff"]}', 400,
-     "Invalid formatting on input string"),
-    # rapidjson: kParseErrorNumberTooBig for what a double cannot hold.
-    ("json_tensor.cc:487 ParseJson error", "half_plus_two", b'{"instances": [1e400]}', 400,
-     "JSON Parse error: Number too big to be stored in double."),
-    # FindMember (l.508, l.675) returns the first of repeated keys.
-    ("json_tensor.cc:675 FindMember", "half_plus_two",
-     b'{"instances": [1.0], "instances": "x"}', 200, '{"predictions": [2.5]}'),
-    # WriteDecimal (l.125-170): six digits (absl::StrCat), max_digits10 if they do not
-    # round-trip, ".0" on whole numbers without an exponent.
-    ("json_tensor.cc:139-162 WriteDecimal", "half_plus_two",
-     b'{"instances": [0.33333334, 0.2, 2.0, -4, 19999996]}', 200,
-     '{"predictions": [2.16666675,2.1,3.0,0.0,1e+07]}'),
-    # GetInfoMap (http_rest_api_handler.cc:238): the signature is looked up before tensors.
-    ("http_rest_api_handler.cc:238 GetInfoMap", NAME,
-     b'{"signature_name": "nope", "instances": [1]}', 400,
-     'Serving signature name: \\"nope\\" not found in signature def'),
-    # classifier.cc: :classify on a predict signature.
-    ("classifier.cc:165 method_name check", NAME, b'{"examples": [{"x": 1}]}', 400,
-     "Expected classification signature method_name to be tensorflow/serving/classify. Was: "
-     "tensorflow/serving/predict"),
+  # ParseJson, l.483-485: kParseStopWhenDoneFlag: text after the first value is not read.
+  (
+    "json_tensor.cc:485 kParseStopWhenDoneFlag",
+    "half_plus_two",
+    b'{"instances": [1.0]} trailing, not JSON',
+    200,
+    '{"predictions": [2.5]}',
+  ),
+  (
+    "json_tensor.cc:485 kParseStopWhenDoneFlag",
+    "half_plus_two",
+    b'{"instances": [1.0]}{"instances": [2.0]}',
+    200,
+    '{"predictions": [2.5]}',
+  ),
+  # kParseNanAndInfFlag (l.484): NaN, Inf, Infinity and negatives are numbers.
+  (
+    "json_tensor.cc:484 kParseNanAndInfFlag",
+    "half_plus_two",
+    b'{"instances": [Inf, -Inf, -Infinity, NaN, -NaN]}',
+    200,
+    '{"predictions": [Infinity,-Infinity,-Infinity,NaN,NaN]}',
+  ),
+  # No kParseValidateEncodingFlag: bytes that are not UTF-8 reach the model (whose own check
+  # refuses them here: TensorFlow's message, not a parse error).
+  (
+    "json_tensor.cc:483 no kParseValidateEncodingFlag",
+    NAME,
+    b'{"instances": ["\xff"]}',
+    400,
+    "Invalid formatting on input string",
+  ),
+  # rapidjson: kParseErrorNumberTooBig for what a double cannot hold.
+  (
+    "json_tensor.cc:487 ParseJson error",
+    "half_plus_two",
+    b'{"instances": [1e400]}',
+    400,
+    "JSON Parse error: Number too big to be stored in double.",
+  ),
+  # FindMember (l.508, l.675) returns the first of repeated keys.
+  (
+    "json_tensor.cc:675 FindMember",
+    "half_plus_two",
+    b'{"instances": [1.0], "instances": "x"}',
+    200,
+    '{"predictions": [2.5]}',
+  ),
+  # WriteDecimal (l.125-170): six digits (absl::StrCat), max_digits10 if they do not
+  # round-trip, ".0" on whole numbers without an exponent.
+  (
+    "json_tensor.cc:139-162 WriteDecimal",
+    "half_plus_two",
+    b'{"instances": [0.33333334, 0.2, 2.0, -4, 19999996]}',
+    200,
+    '{"predictions": [2.16666675,2.1,3.0,0.0,1e+07]}',
+  ),
+  # GetInfoMap (http_rest_api_handler.cc:238): the signature is looked up before tensors.
+  (
+    "http_rest_api_handler.cc:238 GetInfoMap",
+    NAME,
+    b'{"signature_name": "nope", "instances": [1]}',
+    400,
+    'Serving signature name: \\"nope\\" not found in signature def',
+  ),
+  # classifier.cc: :classify on a predict signature.
+  (
+    "classifier.cc:165 method_name check",
+    NAME,
+    b'{"examples": [{"x": 1}]}',
+    400,
+    "Expected classification signature method_name to be tensorflow/serving/classify. Was: "
+    "tensorflow/serving/predict",
+  ),
 ]
 
 
-@pytest.mark.parametrize("source,model,body,status,text", JSON_READING,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(JSON_READING)])
-def test_bodies_are_read_and_answers_written_as_tf_serving_does(ports, source, model, body,
-                                                                status, text):
+@pytest.mark.parametrize(
+  "source,model,body,status,text",
+  JSON_READING,
+  ids=[f"{c[0]}-{i}" for i, c in enumerate(JSON_READING)],
+)
+def test_bodies_are_read_and_answers_written_as_tf_serving_does(
+  ports, source, model, body, status, text
+):
   verb = "classify" if "classif" in source else "predict"
   connection = http.client.HTTPConnection("127.0.0.1", ports[model], timeout=60)
   try:
@@ -300,17 +496,24 @@ def test_bodies_are_read_and_answers_written_as_tf_serving_does(ports, source, m
   assert text in answer, answer
 
 
-@pytest.mark.parametrize("outputs,row_format,message", [
+@pytest.mark.parametrize(
+  "outputs,row_format,message",
+  [
     ({"y": np.array([1.0], np.float16)}, True, "Failed to write JSON value for tensor type: half"),
     ({"y": np.array(1.0, np.float32)}, True, "Tensor name: y has no shape information "),
-    ({"a": np.zeros([2]), "b": np.zeros([3])}, True,
-     "Tensor name: b has inconsistent batch size: 3 expecting: 2"),
+    (
+      {"a": np.zeros([2]), "b": np.zeros([3])},
+      True,
+      "Tensor name: b has inconsistent batch size: 3 expecting: 2",
+    ),
     ({}, False, "Cannot convert empty tensor map to JSON"),
-])
+  ],
+)
 def test_answers_tf_serving_cannot_write(outputs, row_format, message):
   """AddSingleValueAndAdvance / MakeRowFormatJsonFromTensors / MakeJsonFromTensors
   (json_tensor.cc:944, 987-994, 1055)."""
   from serving.tensor_json import RestError, format_predict_response
+
   with pytest.raises(RestError) as error:
     format_predict_response(outputs, row_format)
   assert (error.value.code, error.value.message) == ("INVALID_ARGUMENT", message)
@@ -318,9 +521,12 @@ def test_answers_tf_serving_cannot_write(outputs, row_format, message):
 
 def test_unknown_label_is_400(ports):
   """PredictRequestErrors: a nonexistent version label."""
-  code, payload, _ = _request(ports["half_plus_two"], "POST",
-                              "/v1/models/half_plus_two/labels/nope:predict",
-                              b'{"instances": [1.0]}')
+  code, payload, _ = _request(
+    ports["half_plus_two"],
+    "POST",
+    "/v1/models/half_plus_two/labels/nope:predict",
+    b'{"instances": [1.0]}',
+  )
   assert code == 400 and "Unrecognized servable version label: nope" in payload["error"]
 
 
@@ -329,14 +535,23 @@ def test_unknown_rank_input_predicts(ports):
   version, a label, an explicit signature and columnar inputs all answer."""
   port, path = ports["half_plus_two"], "/v1/models/half_plus_two"
   cases = [
-      (":predict", {"instances": [[1.0, 2.0], [3.0, 4.0]]},
-       {"predictions": [[2.5, 3.0], [3.5, 4.0]]}),
-      ("/versions/123:predict", {"instances": [1.0, 2.0]}, {"predictions": [2.5, 3.0]}),
-      ("/labels/stable:predict", {"instances": [1.0, 2.0]}, {"predictions": [2.5, 3.0]}),
-      ("/versions/123:predict", {"signature_name": "serving_default", "instances": [3.0, 4.0]},
-       {"predictions": [3.5, 4.0]}),
-      ("/versions/123:predict", {"signature_name": "serving_default", "inputs": [3.0, 4.0]},
-       {"outputs": [3.5, 4.0]}),
+    (
+      ":predict",
+      {"instances": [[1.0, 2.0], [3.0, 4.0]]},
+      {"predictions": [[2.5, 3.0], [3.5, 4.0]]},
+    ),
+    ("/versions/123:predict", {"instances": [1.0, 2.0]}, {"predictions": [2.5, 3.0]}),
+    ("/labels/stable:predict", {"instances": [1.0, 2.0]}, {"predictions": [2.5, 3.0]}),
+    (
+      "/versions/123:predict",
+      {"signature_name": "serving_default", "instances": [3.0, 4.0]},
+      {"predictions": [3.5, 4.0]},
+    ),
+    (
+      "/versions/123:predict",
+      {"signature_name": "serving_default", "inputs": [3.0, 4.0]},
+      {"outputs": [3.5, 4.0]},
+    ),
   ]
   for suffix, body, expected in cases:
     code, payload, headers = _request(port, "POST", path + suffix, json.dumps(body))
@@ -347,9 +562,12 @@ def test_unknown_rank_input_predicts(ports):
 def test_tensorflow_error_message_is_kept(ports):
   """ProcessPredictRequest returns the Session's status: its message, not only the framing
   eager execution adds ("Graph execution error:")."""
-  code, payload, _ = _request(ports["half_plus_two"], "POST",
-                              "/v1/models/half_plus_two:predict",
-                              b'{"signature_name": "finite", "instances": [NaN]}')
+  code, payload, _ = _request(
+    ports["half_plus_two"],
+    "POST",
+    "/v1/models/half_plus_two:predict",
+    b'{"signature_name": "finite", "instances": [NaN]}',
+  )
   assert code == 400, payload
   assert "x must be finite" in payload["error"] and "Tensor had NaN values" in payload["error"]
   assert not payload["error"].startswith("Graph execution error")
@@ -362,10 +580,12 @@ def test_named_object_rows_empty_signature_name_and_unpadded_base64(ports):
   port = ports[NAME]
   path = f"/v1/models/{NAME}:predict"
   expected = _request(port, "POST", path, b'{"instances": ["12"]}')[1]["predictions"]
-  for body in (b'{"instances": [{"text": "12"}]}',
-               b'{"signature_name": "", "instances": ["12"]}',
-               b'{"instances": [{"b64": "MTI"}]}',
-               b'{"instances": [{"text": {"b64": "MTI="}}]}'):
+  for body in (
+    b'{"instances": [{"text": "12"}]}',
+    b'{"signature_name": "", "instances": ["12"]}',
+    b'{"instances": [{"b64": "MTI"}]}',
+    b'{"instances": [{"text": {"b64": "MTI="}}]}',
+  ):
     code, payload, _ = _request(port, "POST", path, body)
     assert code == 200, payload
     assert payload["predictions"][0]["translation"] == expected[0]["translation"]
@@ -378,8 +598,13 @@ def test_chunked_body_and_keep_alive(ports):
   connection = http.client.HTTPConnection("127.0.0.1", ports[NAME], timeout=60)
   try:
     chunks = iter([b'{"instances"', b': ["12", ', b'"345"]}'])
-    connection.request("POST", f"/v1/models/{NAME}:predict", body=chunks,
-                       headers={"Transfer-Encoding": "chunked"}, encode_chunked=True)
+    connection.request(
+      "POST",
+      f"/v1/models/{NAME}:predict",
+      body=chunks,
+      headers={"Transfer-Encoding": "chunked"},
+      encode_chunked=True,
+    )
     response = connection.getresponse()
     payload = json.loads(response.read())
     assert response.status == 200 and len(payload["predictions"]) == 2
@@ -405,8 +630,9 @@ def test_status_reports_loading_while_a_version_warms_up(exported, monkeypatch):
   base, _ = exported
   release = threading.Event()
   warm_up = model_manager.Servable.warm_up
-  monkeypatch.setattr(model_manager.Servable, "warm_up",
-                      lambda self: release.wait(60) and warm_up(self))
+  monkeypatch.setattr(
+    model_manager.Servable, "warm_up", lambda self: release.wait(60) and warm_up(self)
+  )
   manager = ModelManager(NAME, str(base))
   loader = threading.Thread(target=manager.poll_once)
   loader.start()
@@ -426,38 +652,56 @@ def test_status_reports_loading_while_a_version_warms_up(exported, monkeypatch):
   assert manager.status(1)["model_version_status"][0]["state"] == "END"
 
 
-@pytest.mark.parametrize("dtype,values,expected", [
+@pytest.mark.parametrize(
+  "dtype,values,expected",
+  [
     # AddValueToTensor: int8/int16/uint8 take any int32 (IsInt) and the proto copy wraps.
     (tf.uint8, [256, -1, 7], [0, 255, 7]),
     (tf.int8, [128, -129], [-128, 127]),
-    (tf.int32, [2**31 - 1, -2**31], [2**31 - 1, -2**31]),
+    (tf.int32, [2**31 - 1, -(2**31)], [2**31 - 1, -(2**31)]),
     (tf.int64, [2**63 - 1], [2**63 - 1]),
     # FloatTensorThatExceedsMaxReturnsInf: a float input takes any number.
     (tf.float32, [1e300, 10**20, 1], [float("inf"), 1e20, 1.0]),
-])
+  ],
+)
 def test_json_numbers_into_tensors(dtype, values, expected):
   from serving.tensor_json import to_array
+
   assert to_array(values, dtype).tolist() == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("dtype,value", [(tf.int32, 2**31), (tf.uint8, 2**31), (tf.int64, 2**63),
-                                         (tf.int32, 1.0), (tf.int32, True), (tf.float32, "1")])
+@pytest.mark.parametrize(
+  "dtype,value",
+  [
+    (tf.int32, 2**31),
+    (tf.uint8, 2**31),
+    (tf.int64, 2**63),
+    (tf.int32, 1.0),
+    (tf.int32, True),
+    (tf.float32, "1"),
+  ],
+)
 def test_json_numbers_that_do_not_fit_are_type_errors(dtype, value):
   """AddValueToTensor (MixedInputForFloatTensor & co.): IsInt/IsInt64/IsNumber decide."""
   from serving.tensor_json import RestError, to_array
+
   with pytest.raises(RestError, match="is not of expected type") as error:
     to_array([value], dtype)
   assert error.value.http_status == 400
 
 
-@pytest.mark.parametrize("body,message", [
+@pytest.mark.parametrize(
+  "body,message",
+  [
     (b'{"instances": ["\\ud800"]}', None),  # parsed; refused when made a string tensor
     (b"1" * 5000, "Number too big"),  # as rapidjson; and no quadratic int() of 5000 digits
     (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
     (b"\xff", "Invalid value"),
-])
+  ],
+)
 def test_json_parsing_limits(body, message):
   from serving.tensor_json import RestError, parse_json, to_array
+
   if message is None:
     with pytest.raises(RestError, match="surrogate"):
       to_array(parse_json(body)["instances"], tf.string)

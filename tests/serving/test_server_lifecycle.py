@@ -25,8 +25,9 @@ AT_ONCE = 4  # servers run side by side (each mostly waits: its start-up, then i
 
 def _stop_under_load(base, signum):
   """Starts a server, loads it over REST and gRPC, sends `signum`; (exit status, log)."""
-  process, ports = launch.start_subprocess(NAME, str(base),
-                                           extra_flags=["--shutdown_grace_seconds=5"])
+  process, ports = launch.start_subprocess(
+    NAME, str(base), extra_flags=["--shutdown_grace_seconds=5"]
+  )
   answered, stop = [0], threading.Event()
 
   def rest_load():
@@ -73,8 +74,11 @@ def test_sigint_and_sigterm_under_load_exit_0_every_time(tmp_path):
   with concurrent.futures.ThreadPoolExecutor(AT_ONCE) as pool:
     results = list(pool.map(lambda s: _stop_under_load(base, s), signals))
   for signum, (status, log, answered) in zip(signals, results):
-    bad = [line for line in log.splitlines()
-           if "error" in line.lower() or "Traceback" in line or "Errno" in line]
+    bad = [
+      line
+      for line in log.splitlines()
+      if "error" in line.lower() or "Traceback" in line or "Errno" in line
+    ]
     assert (status, bad) == (0, []), f"{signum!r}: exit {status}\n{log[-3000:]}"
     assert answered >= 20
 

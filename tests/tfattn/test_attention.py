@@ -22,8 +22,9 @@ def _keras_mha_copying(ours, query_len, key_len):
   else:
     kernels = [ours.query.kernel, *tf.split(ours.key_value.kernel, 2, axis=1)]
     biases = [ours.query.bias, *tf.split(ours.key_value.bias, 2)]
-  for dense, kernel, bias in zip((peer._query_dense, peer._key_dense, peer._value_dense),
-                                 kernels, biases):
+  for dense, kernel, bias in zip(
+    (peer._query_dense, peer._key_dense, peer._value_dense), kernels, biases
+  ):
     dense.kernel.assign(tf.reshape(kernel, dense.kernel.shape))
     dense.bias.assign(tf.reshape(bias, dense.bias.shape))
   peer._output_dense.kernel.assign(tf.reshape(ours.output.kernel, peer._output_dense.kernel.shape))
@@ -36,8 +37,10 @@ def _keras_mask(bias):
   return tf.equal(bias[:, 0], 0.0)
 
 
-@pytest.mark.parametrize("self_attention,query_len,key_len,causal", [
-    (True, 7, 7, False), (True, 7, 7, True), (False, 5, 9, False), (False, 9, 4, False)])
+@pytest.mark.parametrize(
+  "self_attention,query_len,key_len,causal",
+  [(True, 7, 7, False), (True, 7, 7, True), (False, 5, 9, False), (False, 9, 4, False)],
+)
 def test_matches_keras_multi_head_attention(self_attention, query_len, key_len, causal):
   ours = (SelfAttention if self_attention else CrossAttention)(D_MODEL, HEADS, seed=3)
   peer = _keras_mha_copying(ours, query_len, key_len)
@@ -45,16 +48,18 @@ def test_matches_keras_multi_head_attention(self_attention, query_len, key_len, 
   memory = query if self_attention else tf.random.stateless_normal([2, key_len, D_MODEL], [3, 4])
   # Second example has its last two keys padded.
   key_ids = tf.constant([[5] * key_len, [5] * (key_len - 2) + [0, 0]])
-  bias = masking.combine(masking.padding_bias(key_ids),
-                         masking.causal_bias(query_len) if causal else None)
+  bias = masking.combine(
+    masking.padding_bias(key_ids), masking.causal_bias(query_len) if causal else None
+  )
   bias = tf.broadcast_to(bias, [2, 1, query_len, key_len])
 
   if self_attention:
     ours_out, ours_weights = ours(query, bias=bias, return_scores=True)
   else:
     ours_out, ours_weights = ours(query, memory, bias=bias, return_scores=True)
-  peer_out, peer_weights = peer(query, memory, attention_mask=_keras_mask(bias),
-                                return_attention_scores=True)
+  peer_out, peer_weights = peer(
+    query, memory, attention_mask=_keras_mask(bias), return_attention_scores=True
+  )
   np.testing.assert_allclose(ours_out, peer_out, atol=1e-5)
   np.testing.assert_allclose(ours_weights, peer_weights, atol=1e-5)
 
@@ -76,12 +81,14 @@ def test_lengths_bias_equals_padding_bias():
 
 def test_biases_combine_by_minimum_without_overflow():
   for dtype in (tf.float16, tf.bfloat16, tf.float32):
-    combined = masking.combine(masking.padding_bias(tf.constant([[0, 4]]), dtype=dtype),
-                               masking.causal_bias(2, dtype=dtype))
+    combined = masking.combine(
+      masking.padding_bias(tf.constant([[0, 4]]), dtype=dtype), masking.causal_bias(2, dtype=dtype)
+    )
     assert combined.dtype == dtype
     assert bool(tf.reduce_all(tf.math.is_finite(tf.cast(combined, tf.float32))))
     assert float(tf.reduce_min(tf.cast(combined, tf.float32))) == pytest.approx(
-        masking.large_negative(dtype), rel=1e-2)
+      masking.large_negative(dtype), rel=1e-2
+    )
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
@@ -104,8 +111,10 @@ def test_large_negative_rejects_integer_dtype():
 def test_mixed_dtype_biases_combine_in_float32_and_stay_finite():
   """A float16 padding bias combined with a float32 causal bias: casting the float32 -1e9 to
   float16 would give -inf, and a fully masked row NaN attention."""
-  combined = masking.combine(masking.padding_bias(tf.constant([[0, 0]]), dtype=tf.float16),
-                             masking.causal_bias(2, dtype=tf.float32))
+  combined = masking.combine(
+    masking.padding_bias(tf.constant([[0, 0]]), dtype=tf.float16),
+    masking.causal_bias(2, dtype=tf.float32),
+  )
   assert combined.dtype == tf.float32
   assert bool(tf.reduce_all(tf.math.is_finite(combined)))
   attention = SelfAttention(D_MODEL, HEADS)
@@ -131,8 +140,9 @@ def test_cross_attention_over_a_projected_memory_equals_attention_over_the_memor
   bias = masking.padding_bias(tf.constant([[4, 4, 4, 0, 0], [4, 4, 4, 4, 4]]))
   projected = attention.project_memory(memory)
   assert projected.key.shape == (2, HEADS, 5, D_MODEL // HEADS)
-  np.testing.assert_allclose(attention.attend(query, projected, bias),
-                             attention(query, memory, bias), atol=1e-6)
+  np.testing.assert_allclose(
+    attention.attend(query, projected, bias), attention(query, memory, bias), atol=1e-6
+  )
 
 
 @pytest.mark.parametrize("layout", ["growing", "padded"])
@@ -149,7 +159,7 @@ def test_self_attention_steps_equal_causal_attention(layout):
     cache = PaddedCache.empty(2, HEADS, depth, tf.float32, max_length=length + 2)
   outputs = []
   for step in range(length):
-    output, cache = attention.step(x[:, step:step + 1], tf.constant(step), cache)
+    output, cache = attention.step(x[:, step : step + 1], tf.constant(step), cache)
     outputs.append(output)
   assert isinstance(cache, GrowingCache if layout == "growing" else PaddedCache)
   assert cache.key.shape[2] == (length if layout == "growing" else length + 2)
@@ -161,14 +171,21 @@ def test_self_attention_step_returns_a_new_cache_and_leaves_the_old_one_alone(la
   attention = SelfAttention(D_MODEL, HEADS, seed=6)
   depth = D_MODEL // HEADS
   if layout == "growing":
-    cache = GrowingCache(*[tf.random.stateless_normal([1, HEADS, 2, depth], [i, 7])
-                           for i in range(2)])
+    cache = GrowingCache(
+      *[tf.random.stateless_normal([1, HEADS, 2, depth], [i, 7]) for i in range(2)]
+    )
   else:
-    cache = PaddedCache(*[tf.random.stateless_normal([1, HEADS, 4, depth], [i, 7]) * tf.constant(
-        [1.0, 1.0, 0.0, 0.0])[:, tf.newaxis] for i in range(2)])
+    cache = PaddedCache(
+      *[
+        tf.random.stateless_normal([1, HEADS, 4, depth], [i, 7])
+        * tf.constant([1.0, 1.0, 0.0, 0.0])[:, tf.newaxis]
+        for i in range(2)
+      ]
+    )
   before = [t.numpy() for t in cache]
-  _, new_cache = attention.step(tf.random.stateless_normal([1, 1, D_MODEL], [8, 8]),
-                                tf.constant(2), cache)
+  _, new_cache = attention.step(
+    tf.random.stateless_normal([1, 1, D_MODEL], [8, 8]), tf.constant(2), cache
+  )
   for tensor, value in zip(cache, before):
     np.testing.assert_array_equal(tensor, value)
   # Positions 0 and 1 are kept and position 2 is the new one, in the new cache only.

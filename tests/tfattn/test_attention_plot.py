@@ -32,8 +32,11 @@ def test_one_layer_png_has_the_promised_size_and_is_not_blank():
 
 def test_every_layer_adds_a_row_and_the_weights_change_the_picture():
   one = _image(attention_plot.render_png(_weights(2, 5, 5), SOURCE, TARGET))
-  three = _image(attention_plot.render_png(_weights(3, 2, 5, 5), SOURCE, TARGET,
-                                           layer_names=["layer 0", "layer 1", "layer 2"]))
+  three = _image(
+    attention_plot.render_png(
+      _weights(3, 2, 5, 5), SOURCE, TARGET, layer_names=["layer 0", "layer 1", "layer 2"]
+    )
+  )
   assert three.shape[1] == one.shape[1] and three.shape[0] > 2.5 * one.shape[0]
   other = _image(attention_plot.render_png(_weights(2, 5, 5, seed=1), SOURCE, TARGET))
   assert other.shape == one.shape and np.abs(other.astype(int) - one).sum() > 0

@@ -22,8 +22,9 @@ SOURCE_VALID = tf.cast(tf.not_equal(SOURCE, 0), tf.float32)  # [batch, s_len]
 
 @pytest.fixture
 def config(tiny_config):
-  return tiny_config.replace(num_encoder_layers=2, num_decoder_layers=3, dropout_rate=0.1,
-                             attention_dropout_rate=0.1)
+  return tiny_config.replace(
+    num_encoder_layers=2, num_decoder_layers=3, dropout_rate=0.1, attention_dropout_rate=0.1
+  )
 
 
 @pytest.fixture
@@ -134,8 +135,9 @@ def test_mixed_precision_weights_are_float32(config, dtype):
 def test_graph_mode_without_retrace_across_shapes(config):
   model = tfattn.Transformer(config)
   classifier = tfattn.EncoderClassifier(config)
-  forward = tf.function(lambda s, t: model(s, t, return_attention=True),
-                        input_signature=[SPEC, SPEC])
+  forward = tf.function(
+    lambda s, t: model(s, t, return_attention=True), input_signature=[SPEC, SPEC]
+  )
   classify = tf.function(lambda s: classifier(s, return_attention=True), input_signature=[SPEC])
   for batch, source_len, target_len in [(2, 5, 3), (1, 9, 7)]:
     source, target = random_ids(batch, source_len, 40, 5), random_ids(batch, target_len, 40, 6)
@@ -163,8 +165,9 @@ def test_returning_the_weights_adds_no_computation(config):
   model = tfattn.Transformer(config)
   classifier = tfattn.EncoderClassifier(config)
   plain = _op_census(lambda s, t: model(s, t, training=True), SPEC, SPEC)
-  with_weights = _op_census(lambda s, t: model(s, t, training=True, return_attention=True),
-                            SPEC, SPEC)
+  with_weights = _op_census(
+    lambda s, t: model(s, t, training=True, return_attention=True), SPEC, SPEC
+  )
   extra = with_weights - plain
   assert set(extra) == {"Identity"} and extra["Identity"] == 2 + 3 + 3
   assert not plain - with_weights

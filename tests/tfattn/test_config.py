@@ -16,13 +16,16 @@ def test_big_preset_matches_the_paper():
   assert (big.d_model, big.num_heads, big.dff, big.dropout_rate) == (1024, 16, 4096, 0.3)
 
 
-@pytest.mark.parametrize("bad,message", [
+@pytest.mark.parametrize(
+  "bad,message",
+  [
     (dict(d_model=30, num_heads=4), "divisible"),
     (dict(norm_position="middle"), "norm_position"),
     (dict(compute_dtype="int8"), "compute_dtype"),
     (dict(dropout_rate=1.0), "dropout_rate"),
     (dict(share_embeddings=True, target_vocab_size=10), "share_embeddings"),
-])
+  ],
+)
 def test_invalid_configs_name_the_problem(bad, message):
   with pytest.raises(ValueError, match=message):
     TransformerConfig(**bad)
@@ -37,6 +40,7 @@ def test_unknown_json_field_and_preset_are_rejected():
 
 def test_a_transformer_without_decoder_layers_is_refused_where_it_is_built():
   import tfattn
+
   config = tfattn.TransformerConfig.preset("tiny", num_decoder_layers=0)
   with pytest.raises(ValueError, match="num_decoder_layers >= 1"):
     tfattn.Transformer(config)

@@ -11,7 +11,9 @@ def test_defaults_are_the_papers_beam_search():
   assert set(STRATEGIES) == {"greedy", "beam", "sample"}
 
 
-@pytest.mark.parametrize("changes,message", [
+@pytest.mark.parametrize(
+  "changes,message",
+  [
     (dict(beam_size=0), "beam_size must be >= 1, got 0"),
     (dict(strategy="nucleus"), "decode_strategy must be one of"),
     (dict(temperature=0.0), "temperature must be positive, got 0.0"),
@@ -19,10 +21,12 @@ def test_defaults_are_the_papers_beam_search():
     (dict(top_k=-1), "top_k must be >= 0, got -1"),
     (dict(max_decode_length=0), "max_decode_length must be >= 1, got 0"),
     (dict(seed=-1), "sample_seed must be in [0, 9223372036854775807], got -1"),
-])
+  ],
+)
 def test_impossible_values_are_refused_on_construction(changes, message):
-  with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("]", r"\]")
-                     .replace("[", r"\[")):
+  with pytest.raises(
+    ValueError, match=message.replace("(", r"\(").replace("]", r"\]").replace("[", r"\[")
+  ):
     DecodeOptions(**changes)
 
 
@@ -38,7 +42,8 @@ def test_options_of_a_run_new_and_old():
   assert DecodeOptions.of_run({"decode": options.to_dict()}) == options
   # Run directories written before DecodeOptions existed.
   assert DecodeOptions.of_run({"eval_beam_size": 4, "eval_alpha": 0.8}) == DecodeOptions(
-      strategy="beam", beam_size=4, alpha=0.8)
+    strategy="beam", beam_size=4, alpha=0.8
+  )
   assert DecodeOptions.of_run({"eval_beam_size": None, "eval_alpha": 0.6}).strategy == "greedy"
   assert DecodeOptions.of_run({"eval_beam_size": 1}).strategy == "greedy"
   # translate_nbest of an export of a greedy run still returns the default number of beams.

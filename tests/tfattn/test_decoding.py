@@ -18,9 +18,14 @@ VOCAB = 24
 
 def _model(seed, eos_boost=2.5):
   """A random model that sometimes says EOS and never says padding, so outputs end clearly."""
-  config = tfattn.TransformerConfig.preset("tiny", source_vocab_size=VOCAB,
-                                           target_vocab_size=VOCAB, tie_output_embedding=False,
-                                           seed=seed, max_length=64)
+  config = tfattn.TransformerConfig.preset(
+    "tiny",
+    source_vocab_size=VOCAB,
+    target_vocab_size=VOCAB,
+    tie_output_embedding=False,
+    seed=seed,
+    max_length=64,
+  )
   model = tfattn.Transformer(config)
   bias = np.zeros([VOCAB], np.float32)
   bias[config.pad_id], bias[config.bos_id], bias[config.eos_id] = -30.0, -30.0, eos_boost
@@ -51,13 +56,15 @@ def test_cached_greedy_equals_uncached_greedy(seed):
   source = random_ids(3, 7, VOCAB, seed)
   cached = tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=12))
   uncached = tf.function(
-      lambda s: decoding.greedy_decode(model, s, max_decode_length=12, use_cache=False))
+    lambda s: decoding.greedy_decode(model, s, max_decode_length=12, use_cache=False)
+  )
   cached_ids, _, cached_scores = cached(source)  # the "scores" compared are the log-probs
   uncached_ids, _, uncached_scores = uncached(source)
   np.testing.assert_array_equal(cached_ids, uncached_ids)
   np.testing.assert_allclose(cached_scores, uncached_scores, atol=1e-4)
-  np.testing.assert_allclose(cached_scores, _recomputed_log_probs(model, source, cached_ids),
-                             atol=1e-4)
+  np.testing.assert_allclose(
+    cached_scores, _recomputed_log_probs(model, source, cached_ids), atol=1e-4
+  )
 
 
 def test_greedy_stops_at_eos_and_pads_after():
@@ -77,12 +84,18 @@ def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
   source = random_ids(2, 6, VOCAB, 4)
   reference = decoding.greedy_decode(model, source, max_decode_length=10)
   spec = tf.TensorSpec([None, None], tf.int32)
-  greedy = tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=10,
-                                                        padded_decode=padded_decode),
-                       input_signature=[spec], jit_compile=padded_decode)
-  beam = tf.function(lambda s: decoding.beam_search(model, s, beam_size=3, max_decode_length=10,
-                                                    padded_decode=padded_decode),
-                     input_signature=[spec], jit_compile=padded_decode)
+  greedy = tf.function(
+    lambda s: decoding.greedy_decode(model, s, max_decode_length=10, padded_decode=padded_decode),
+    input_signature=[spec],
+    jit_compile=padded_decode,
+  )
+  beam = tf.function(
+    lambda s: decoding.beam_search(
+      model, s, beam_size=3, max_decode_length=10, padded_decode=padded_decode
+    ),
+    input_signature=[spec],
+    jit_compile=padded_decode,
+  )
   for result, expected in zip(greedy(source), reference):
     np.testing.assert_allclose(result, expected, atol=1e-4)
   beam_reference = decoding.beam_search(model, source, beam_size=3, max_decode_length=10)
@@ -100,8 +113,9 @@ def test_beam_size_one_equals_greedy(seed):
   model = _model(seed)
   source = random_ids(3, 6, VOCAB, seed + 10)
   greedy_ids, _, greedy_log_probs = decoding.greedy_decode(model, source, max_decode_length=12)
-  beam_ids, _, beam_log_probs = decoding.beam_search(model, source, beam_size=1, alpha=0.0,
-                                                     max_decode_length=12)
+  beam_ids, _, beam_log_probs = decoding.beam_search(
+    model, source, beam_size=1, alpha=0.0, max_decode_length=12
+  )
   np.testing.assert_array_equal(beam_ids[:, 0], greedy_ids)
   np.testing.assert_allclose(beam_log_probs[:, 0], greedy_log_probs, atol=1e-4)
 
@@ -111,8 +125,9 @@ def test_beams_are_sorted_and_scores_are_recomputed_log_probs(seed):
   model = _model(seed)
   source = random_ids(2, 6, VOCAB, seed + 20)
   beam, alpha = 4, 0.6
-  ids, scores, log_probs = decoding.beam_search(model, source, beam_size=beam, alpha=alpha,
-                                                max_decode_length=12)
+  ids, scores, log_probs = decoding.beam_search(
+    model, source, beam_size=beam, alpha=alpha, max_decode_length=12
+  )
   assert ids.shape == (2, beam, 12)
   scores = scores.numpy()
   assert (np.diff(scores, axis=1) <= 1e-6).all(), scores
@@ -130,16 +145,19 @@ def test_batch_entries_are_independent():
   other = random_ids(1, 7, VOCAB, 6)
   long = tf.constant([[9, 10, 11, 12, 13, 14, 15]])
   alone = decoding.beam_search(model, other, beam_size=3, max_decode_length=10)
-  with_short = decoding.beam_search(model, tf.concat([short, other], 0), beam_size=3,
-                                    max_decode_length=10)
-  with_long = decoding.beam_search(model, tf.concat([long, other], 0), beam_size=3,
-                                   max_decode_length=10)
+  with_short = decoding.beam_search(
+    model, tf.concat([short, other], 0), beam_size=3, max_decode_length=10
+  )
+  with_long = decoding.beam_search(
+    model, tf.concat([long, other], 0), beam_size=3, max_decode_length=10
+  )
   for a, b, c in zip(alone, with_short, with_long):
     np.testing.assert_allclose(a[0], b[1], atol=1e-4)
     np.testing.assert_allclose(a[0], c[1], atol=1e-4)
   greedy_alone = decoding.greedy_decode(model, other, max_decode_length=10)[0]
-  greedy_batched = decoding.greedy_decode(model, tf.concat([short, other], 0),
-                                          max_decode_length=10)[0]
+  greedy_batched = decoding.greedy_decode(
+    model, tf.concat([short, other], 0), max_decode_length=10
+  )[0]
   np.testing.assert_array_equal(greedy_alone[0], greedy_batched[1])
 
 
@@ -159,14 +177,16 @@ def test_default_length_limit_is_per_example():
   short = tf.constant([[5, 6, 0, 0, 0, 0, 0, 0]])
   long = random_ids(1, 8, VOCAB, 8)
   alone_greedy = decoding.greedy_decode(model, short[:, :2], extra_decode_length=3)[0]
-  batched_greedy = decoding.greedy_decode(model, tf.concat([short, long], 0),
-                                          extra_decode_length=3)[0]
+  batched_greedy = decoding.greedy_decode(
+    model, tf.concat([short, long], 0), extra_decode_length=3
+  )[0]
   assert alone_greedy.shape[1] == 5 and batched_greedy.shape[1] == 11
   np.testing.assert_array_equal(batched_greedy[0, :5], alone_greedy[0])
   assert (batched_greedy[0, 5:].numpy() == 0).all()
   alone_beam = decoding.beam_search(model, short[:, :2], beam_size=2, extra_decode_length=3)
-  batched_beam = decoding.beam_search(model, tf.concat([short, long], 0), beam_size=2,
-                                      extra_decode_length=3)
+  batched_beam = decoding.beam_search(
+    model, tf.concat([short, long], 0), beam_size=2, extra_decode_length=3
+  )
   np.testing.assert_array_equal(batched_beam[0][0, :, :5], alone_beam[0][0])
   np.testing.assert_allclose(batched_beam[1][0], alone_beam[1][0], atol=1e-5)
 
@@ -178,8 +198,9 @@ def test_beam_search_returns_beam_size_real_hypotheses_when_it_stops_early(seed)
   model = _model(seed, eos_boost=6.0)
   source = random_ids(3, 6, VOCAB, seed + 30)
   beam, alpha = 4, 0.6
-  ids, scores, log_probs = decoding.beam_search(model, source, beam_size=beam, alpha=alpha,
-                                                extra_decode_length=6)
+  ids, scores, log_probs = decoding.beam_search(
+    model, source, beam_size=beam, alpha=alpha, extra_decode_length=6
+  )
   ids, scores = ids.numpy(), scores.numpy()
   assert (scores > -1e6).all(), scores
   assert (np.diff(scores, axis=1) <= 1e-6).all(), scores
@@ -188,8 +209,9 @@ def test_beam_search_returns_beam_size_real_hypotheses_when_it_stops_early(seed)
   assert (flat_ids[:, 0] != 0).all(), "a returned hypothesis is empty padding"
   for row in ids:
     assert len({tuple(hypothesis) for hypothesis in row}) == beam, row
-  recomputed = _recomputed_log_probs(model, tf.repeat(source, beam, axis=0),
-                                     tf.constant(flat_ids)).reshape(3, beam)
+  recomputed = _recomputed_log_probs(
+    model, tf.repeat(source, beam, axis=0), tf.constant(flat_ids)
+  ).reshape(3, beam)
   np.testing.assert_allclose(log_probs, recomputed, atol=1e-4)
   penalty = ((5.0 + lengths.reshape(3, beam)) / 6.0) ** alpha
   np.testing.assert_allclose(scores, recomputed / penalty, atol=1e-4)
@@ -202,12 +224,13 @@ def test_reorder_beams_works_on_any_nested_cache():
 
   def rows(*trailing):  # row r of a `[batch * beam, ...]` tensor is filled with r
     ids = tf.range(batch * beam, dtype=tf.float32)
-    return tf.broadcast_to(tf.reshape(ids, [-1] + [1] * len(trailing)),
-                           [batch * beam, *trailing])
+    return tf.broadcast_to(tf.reshape(ids, [-1] + [1] * len(trailing)), [batch * beam, *trailing])
 
   Pair = collections.namedtuple("Pair", ["left", "right"])
-  cache = {"layers": [Pair(rows(4, 2), rows()), Pair(rows(1), rows(2, 2, 2))],
-           "extra": (tf.cast(rows(5), tf.int32),)}
+  cache = {
+    "layers": [Pair(rows(4, 2), rows()), Pair(rows(1), rows(2, 2, 2))],
+    "extra": (tf.cast(rows(5), tf.int32),),
+  }
   beam_indices = tf.constant([[2, 2, 0], [1, 0, 0]])
   reordered = decoding.reorder_beams(cache, beam_indices, beam)
   tf.nest.assert_same_structure(cache, reordered)
@@ -218,6 +241,7 @@ def test_reorder_beams_works_on_any_nested_cache():
 
 
 # --- Options, n-best and sampling on the real model -----------------------------------------
+
 
 def _assert_same_hypotheses(result, expected, atol=1e-4):
   np.testing.assert_array_equal(result.ids, expected.ids)
@@ -230,15 +254,19 @@ def test_decode_runs_the_strategy_its_options_name():
   source = random_ids(3, 6, VOCAB, 9)
   options = DecodeOptions(alpha=0.8, max_decode_length=10)
   lengths = dict(alpha=0.8, max_decode_length=10)
-  _assert_same_hypotheses(decoding.decode(model, source, options.replace(strategy="greedy")),
-                          decoding.greedy_decode(model, source, **lengths))
-  _assert_same_hypotheses(decoding.decode(model, source, options.replace(beam_size=3)),
-                          decoding.first_beam(decoding.beam_search(model, source, beam_size=3,
-                                                                   **lengths)))
+  _assert_same_hypotheses(
+    decoding.decode(model, source, options.replace(strategy="greedy")),
+    decoding.greedy_decode(model, source, **lengths),
+  )
+  _assert_same_hypotheses(
+    decoding.decode(model, source, options.replace(beam_size=3)),
+    decoding.first_beam(decoding.beam_search(model, source, beam_size=3, **lengths)),
+  )
   sample = options.replace(strategy="sample", top_k=5, seed=11)
-  _assert_same_hypotheses(decoding.decode(model, source, sample),
-                          decoding.sample_decode(model, source, top_k=5,
-                                                 seeds=tf.constant([11, 12, 13]), **lengths))
+  _assert_same_hypotheses(
+    decoding.decode(model, source, sample),
+    decoding.sample_decode(model, source, top_k=5, seeds=tf.constant([11, 12, 13]), **lengths),
+  )
 
 
 def test_greedy_scores_are_log_probs_over_the_length_penalty():
@@ -247,10 +275,12 @@ def test_greedy_scores_are_log_probs_over_the_length_penalty():
   result = decoding.greedy_decode(model, source, alpha=0.6, extra_decode_length=5)
   lengths = _lengths(result.ids)
   assert len(set(lengths)) > 1, lengths  # some stop at EOS, some at their limit
-  np.testing.assert_allclose(result.log_probs,
-                             _recomputed_log_probs(model, source, result.ids), atol=1e-4)
-  np.testing.assert_allclose(result.scores,
-                             result.log_probs / ((5.0 + lengths) / 6.0) ** 0.6, atol=1e-5)
+  np.testing.assert_allclose(
+    result.log_probs, _recomputed_log_probs(model, source, result.ids), atol=1e-4
+  )
+  np.testing.assert_allclose(
+    result.scores, result.log_probs / ((5.0 + lengths) / 6.0) ** 0.6, atol=1e-5
+  )
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
@@ -265,13 +295,15 @@ def test_nbest_returns_beam_size_distinct_hypotheses_best_first(strategy):
   for row in ids:
     assert len({tuple(hypothesis) for hypothesis in row}) == 4, row
   flat_ids = ids.reshape(12, -1)
-  recomputed = _recomputed_log_probs(model, tf.repeat(source, 4, axis=0),
-                                     tf.constant(flat_ids)).reshape(3, 4)
+  recomputed = _recomputed_log_probs(
+    model, tf.repeat(source, 4, axis=0), tf.constant(flat_ids)
+  ).reshape(3, 4)
   np.testing.assert_allclose(result.log_probs, recomputed, atol=1e-4)
   penalty = ((5.0 + _lengths(flat_ids).reshape(3, 4)) / 6.0) ** 0.6
   np.testing.assert_allclose(scores, recomputed / penalty, atol=1e-4)
-  _assert_same_hypotheses(decoding.first_beam(result),
-                          decoding.decode(model, source, options.replace(strategy="beam")))
+  _assert_same_hypotheses(
+    decoding.first_beam(result), decoding.decode(model, source, options.replace(strategy="beam"))
+  )
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -279,11 +311,13 @@ def test_sampling_towards_temperature_zero_is_greedy(seed):
   model = _model(seed)
   source = random_ids(4, 6, VOCAB, seed + 40)
   greedy = decoding.greedy_decode(model, source, max_decode_length=12)
-  sampled = decoding.sample_decode(model, source, max_decode_length=12, temperature=1e-6,
-                                   seeds=tf.range(4) + 100 * seed)
+  sampled = decoding.sample_decode(
+    model, source, max_decode_length=12, temperature=1e-6, seeds=tf.range(4) + 100 * seed
+  )
   _assert_same_hypotheses(sampled, greedy)
-  warm = decoding.sample_decode(model, source, max_decode_length=12, temperature=2.0,
-                                seeds=tf.range(4) + 100 * seed)
+  warm = decoding.sample_decode(
+    model, source, max_decode_length=12, temperature=2.0, seeds=tf.range(4) + 100 * seed
+  )
   assert not np.array_equal(warm.ids, greedy.ids)  # a real draw, not the argmax
 
 
@@ -296,11 +330,13 @@ def test_a_row_samples_the_same_whatever_its_batch_mates():
   alone = decoding.sample_decode(model, row, seeds=tf.constant([77]), **options)
   again = decoding.sample_decode(model, row, seeds=tf.constant([77]), **options)
   _assert_same_hypotheses(again, alone, atol=0)  # the same seed: the same ids
-  for mates, seeds in ((tf.concat([others, row], 0), [1, 2, 3, 77]),
-                       (tf.concat([row, short], 0), [77, 5])):
+  for mates, seeds in (
+    (tf.concat([others, row], 0), [1, 2, 3, 77]),
+    (tf.concat([row, short], 0), [77, 5]),
+  ):
     batched = decoding.sample_decode(model, mates, seeds=tf.constant(seeds), **options)
     place = seeds.index(77)
-    np.testing.assert_array_equal(batched.ids[place, :alone.ids.shape[1]], alone.ids[0])
+    np.testing.assert_array_equal(batched.ids[place, : alone.ids.shape[1]], alone.ids[0])
     np.testing.assert_allclose(batched.log_probs[place], alone.log_probs[0], atol=1e-4)
   other_seed = decoding.sample_decode(model, tf.repeat(row, 8, 0), seeds=tf.range(8), **options)
   assert len({tuple(ids) for ids in other_seed.ids.numpy()}) > 1  # seeds matter
@@ -317,8 +353,7 @@ def test_sampling_under_xla_draws_what_graph_mode_draws(cut):
     return decoding.decode(model, source, options, seeds=seeds, padded_decode=padded_decode)
 
   graph = tf.function(lambda s, seeds: sample(s, seeds, False), input_signature=spec)
-  xla = tf.function(lambda s, seeds: sample(s, seeds, True), input_signature=spec,
-                    jit_compile=True)
+  xla = tf.function(lambda s, seeds: sample(s, seeds, True), input_signature=spec, jit_compile=True)
   for batch, length in ((4, 6), (7, 9)):
     source = random_ids(batch, length, VOCAB, batch)
     seeds = tf.range(batch, dtype=tf.int64) * 1000 + 3

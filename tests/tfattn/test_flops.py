@@ -30,8 +30,17 @@ def _graph_matmul_flops(function, *specs):
 
 
 def _config(**overrides):
-  values = dict(source_vocab_size=97, target_vocab_size=89, d_model=32, num_heads=4, dff=48,
-                num_encoder_layers=2, num_decoder_layers=3, max_length=64, num_classes=3)
+  values = dict(
+    source_vocab_size=97,
+    target_vocab_size=89,
+    d_model=32,
+    num_heads=4,
+    dff=48,
+    num_encoder_layers=2,
+    num_decoder_layers=3,
+    max_length=64,
+    num_classes=3,
+  )
   values.update(overrides)
   return tfattn.TransformerConfig.preset("tiny", **values)
 
@@ -42,8 +51,10 @@ def test_seq2seq_formula_counts_every_matmul_of_the_graph():
   model = tfattn.Transformer(config)
   batch, source_length, target_length = 3, 11, 7
   counted = _graph_matmul_flops(
-      tf.function(lambda s, t: model(s, t)), tf.TensorSpec([batch, source_length], tf.int32),
-      tf.TensorSpec([batch, target_length], tf.int32))
+    tf.function(lambda s, t: model(s, t)),
+    tf.TensorSpec([batch, source_length], tf.int32),
+    tf.TensorSpec([batch, target_length], tf.int32),
+  )
   assert flops.seq2seq_forward_flops(config, batch, source_length, target_length) == counted
 
 
@@ -51,6 +62,7 @@ def test_seq2seq_formula_counts_every_matmul_of_the_graph():
 def test_classifier_formula_counts_every_matmul_of_the_graph(body):
   config = _config(classifier_body=body)
   model = tfattn.EncoderClassifier(config)
-  counted = _graph_matmul_flops(tf.function(lambda ids: model(ids)),
-                                tf.TensorSpec([5, 13], tf.int32))
+  counted = _graph_matmul_flops(
+    tf.function(lambda ids: model(ids)), tf.TensorSpec([5, 13], tf.int32)
+  )
   assert flops.classifier_forward_flops(config, 5, 13) == counted

@@ -11,8 +11,7 @@ from tfattn import layers
 def test_dropout_drops_the_rate_and_rescales_the_rest(jit_compile):
   rng = tf.random.Generator.from_seed(3)
   x = tf.ones([256, 512])
-  drop = tf.function(lambda: layers.dropout(x, 0.25, rng, training=True),
-                     jit_compile=jit_compile)
+  drop = tf.function(lambda: layers.dropout(x, 0.25, rng, training=True), jit_compile=jit_compile)
   first, second = drop().numpy(), drop().numpy()
   assert set(np.unique(first)) <= {0.0, np.float32(1 / 0.75)}
   assert abs(np.mean(first == 0) - 0.25) < 0.01
@@ -43,6 +42,7 @@ def test_feed_forward_drops_its_hidden_layer_only_when_asked(rate):
 
 def test_transformer_feed_forward_dropout_follows_its_own_rate():
   import tfattn
+
   paper = tfattn.TransformerConfig.preset("tiny", dropout_rate=0.1)
   t2t = tfattn.TransformerConfig.preset("tiny", dropout_rate=0.1, feed_forward_dropout_rate=0.1)
   for config, expected in ((paper, 0.0), (t2t, 0.1)):

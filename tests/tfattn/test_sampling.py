@@ -11,9 +11,9 @@ from tfattn import decoding, sampling
 
 # Random123's known answers for Threefry-2x32-20: (key, counter) -> output words.
 _THREEFRY_KNOWN_ANSWERS = [
-    ((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6B200159, 0x99BA4EFE)),
-    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
-    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+  ((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6B200159, 0x99BA4EFE)),
+  ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+  ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
 ]
 
 # Next-token logits of the stand-in model: ids 0-2 (pad, start, end) are never drawn, so every
@@ -52,7 +52,7 @@ def _expected_probs(logits, temperature=1.0, top_k=0, top_p=1.0):
   probs /= probs.sum()
   order = np.argsort(-probs, kind="stable")
   keep = np.zeros_like(probs, bool)
-  keep[order[:top_k or len(probs)]] = True
+  keep[order[: top_k or len(probs)]] = True
   probs = np.where(keep, probs, 0.0) / probs[keep].sum()
   mass_before = np.cumsum(probs[order]) - probs[order]
   nucleus = np.zeros_like(keep)
@@ -74,10 +74,13 @@ def _chi_square_p_value(counts, expected_probs):
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_threefry_matches_random123_known_answers(jit_compile):
-  words = [tf.constant(column, tf.uint32) for column in
-           zip(*[key + counter for key, counter, _ in _THREEFRY_KNOWN_ANSWERS])]
-  x0, x1 = tf.function(lambda k0, k1, c0, c1: sampling.threefry2x32((k0, k1), (c0, c1)),
-                       jit_compile=jit_compile)(*words)
+  words = [
+    tf.constant(column, tf.uint32)
+    for column in zip(*[key + counter for key, counter, _ in _THREEFRY_KNOWN_ANSWERS])
+  ]
+  x0, x1 = tf.function(
+    lambda k0, k1, c0, c1: sampling.threefry2x32((k0, k1), (c0, c1)), jit_compile=jit_compile
+  )(*words)
   assert list(zip(x0.numpy(), x1.numpy())) == [out for _, _, out in _THREEFRY_KNOWN_ANSWERS]
 
 
@@ -105,7 +108,7 @@ def _adversarial_rows(seed, rows=64, vocab=50):
   rng = np.random.default_rng(seed)
   logits = rng.normal(0.0, 3.0, [rows, vocab]).astype(np.float32)
   logits[:, :5] = logits[:, 5:10]  # ties
-  logits[rows // 2:, 10:20] = -1e9
+  logits[rows // 2 :, 10:20] = -1e9
   uniform = rng.uniform(0.0, 1.0, rows).astype(np.float32)
   uniform[:4] = [0.0, 1.0 - 2**-24, 0.5, 2**-24]
   return logits, uniform
@@ -115,8 +118,9 @@ def _adversarial_rows(seed, rows=64, vocab=50):
 def test_top_k_never_leaves_the_k_best(top_k):
   for seed in range(3):
     logits, uniform = _adversarial_rows(seed)
-    tokens = sampling.draw(tf.constant(logits), tf.constant(uniform), temperature=0.7,
-                           top_k=top_k).numpy()
+    tokens = sampling.draw(
+      tf.constant(logits), tf.constant(uniform), temperature=0.7, top_k=top_k
+    ).numpy()
     kth_best = -np.sort(-logits, axis=1)[:, top_k - 1]
     assert (logits[np.arange(len(tokens)), tokens] >= kth_best).all()
 
@@ -125,8 +129,9 @@ def test_top_k_never_leaves_the_k_best(top_k):
 def test_top_p_never_leaves_the_nucleus(top_p, top_k):
   for seed in range(3):
     logits, uniform = _adversarial_rows(seed)
-    tokens = sampling.draw(tf.constant(logits), tf.constant(uniform), top_k=top_k,
-                           top_p=top_p).numpy()
+    tokens = sampling.draw(
+      tf.constant(logits), tf.constant(uniform), top_k=top_k, top_p=top_p
+    ).numpy()
     for row, token in zip(logits, tokens):
       assert _expected_probs(row, top_k=top_k, top_p=top_p)[token] > 0
 
@@ -143,20 +148,29 @@ def test_the_nucleus_found_without_sorting_is_the_sorted_one(top_p):
 
 def test_a_top_k_beyond_the_vocabulary_keeps_every_token():
   logits, uniform = _adversarial_rows(0, vocab=20)
-  np.testing.assert_array_equal(sampling.draw(logits, uniform, top_k=100),
-                                sampling.draw(logits, uniform))
+  np.testing.assert_array_equal(
+    sampling.draw(logits, uniform, top_k=100), sampling.draw(logits, uniform)
+  )
 
 
 # 400 rows of 10 steps: 4,000 draws. A fixed significance of 0.001 (the seeds are fixed, so the
 # test is deterministic; with random seeds a correct sampler would fail 1 run in 1,000).
-@pytest.mark.parametrize("temperature,top_k,top_p", [
-    (1.0, 0, 1.0), (0.7, 0, 1.0), (2.0, 4, 1.0), (1.0, 0, 0.75), (1.5, 6, 0.9)])
+@pytest.mark.parametrize(
+  "temperature,top_k,top_p",
+  [(1.0, 0, 1.0), (0.7, 0, 1.0), (2.0, 4, 1.0), (1.0, 0, 0.75), (1.5, 6, 0.9)],
+)
 def test_samples_follow_the_softmax(temperature, top_k, top_p):
   model = FixedLogitsModel(_LOGITS)
   rows, steps = 400, 10
   hypotheses = decoding.sample_decode(
-      model, tf.ones([rows, 3], tf.int32), max_decode_length=steps, temperature=temperature,
-      top_k=top_k, top_p=top_p, seeds=tf.range(rows) * 7919)
+    model,
+    tf.ones([rows, 3], tf.int32),
+    max_decode_length=steps,
+    temperature=temperature,
+    top_k=top_k,
+    top_p=top_p,
+    seeds=tf.range(rows) * 7919,
+  )
   ids = hypotheses.ids.numpy()
   assert ids.shape == (rows, steps)
   counts = np.bincount(ids.ravel(), minlength=len(_LOGITS))
@@ -173,8 +187,9 @@ def test_samples_follow_the_softmax(temperature, top_k, top_p):
 def test_a_chi_square_bound_this_size_catches_a_wrong_temperature():
   """The test above can fail: draws at temperature 1 judged against temperature 0.85."""
   model = FixedLogitsModel(_LOGITS)
-  ids = decoding.sample_decode(model, tf.ones([400, 3], tf.int32), max_decode_length=10,
-                               seeds=tf.range(400) * 7919).ids.numpy()
+  ids = decoding.sample_decode(
+    model, tf.ones([400, 3], tf.int32), max_decode_length=10, seeds=tf.range(400) * 7919
+  ).ids.numpy()
   counts = np.bincount(ids.ravel(), minlength=len(_LOGITS))
   assert _chi_square_p_value(counts, _expected_probs(_LOGITS, 0.85)) < 1e-3
 

@@ -18,8 +18,7 @@ def test_noam_peaks_at_warmup_with_a_d_model_dependent_value():
 
 @pytest.mark.parametrize("decay", schedules.WARMUP_DECAYS)
 def test_warmup_schedules_peak_at_the_given_rate(decay):
-  schedule = schedules.WarmupSchedule(peak=1e-3, warmup_steps=100, total_steps=1000,
-                                      decay=decay)
+  schedule = schedules.WarmupSchedule(peak=1e-3, warmup_steps=100, total_steps=1000, decay=decay)
   values = _values(schedule, [0, 49, 99, 500, 999])
   assert values[0] == pytest.approx(1e-5, rel=1e-4)  # step 1 of 100
   assert values[1] == pytest.approx(5e-4, rel=1e-4)

@@ -22,14 +22,17 @@ class Example:
   registry: Optional[str] = setting(None, "From a registry.", choices=lambda: ["x", "y"])
 
 
-@pytest.mark.parametrize("changes,message", [
+@pytest.mark.parametrize(
+  "changes,message",
+  [
     (dict(size=0), "--size must be >= 1, got 0"),
     (dict(rate=1.0), "--rate must be in [0, 1), got 1.0"),
     (dict(rate=-0.5), "--rate must be in [0, 1), got -0.5"),
     (dict(width=0), "--width must be positive, got 0"),
     (dict(mode="c"), "--example_mode must be one of ['a', 'b'], got 'c'"),
     (dict(registry="z"), "--registry must be one of ['x', 'y'], got 'z'"),
-])
+  ],
+)
 def test_check_names_the_flag_the_bound_and_the_value(changes, message):
   with pytest.raises(ValueError) as error:
     settings.check(Example(**changes))
@@ -60,6 +63,7 @@ def test_an_undeclared_field_is_refused():
   @dataclasses.dataclass
   class Plain:
     x: int = 1
+
   with pytest.raises(ValueError, match="not declared"):
     settings.check(Plain())
 
@@ -77,7 +81,8 @@ def test_define_flags_makes_typed_flags_with_help_and_choices():
   parsed = cli.flag_values(Example, parsed=values)
   assert parsed["mode"] == "b" and parsed["size"] == 7
   assert cli.flag_values(Example, parsed=values, only_present=True) == dict(
-      size=7, mode="b", loud=True, rate=0.5)
+    size=7, mode="b", loud=True, rate=0.5
+  )
   with pytest.raises(flags.IllegalFlagValueError):
     values(["prog", "--example_mode=c"])
 

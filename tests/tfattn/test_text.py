@@ -10,29 +10,31 @@ from train import tokenizer
 
 # Portuguese and German accents, CJK, emoji, digits, punctuation, repeated and edge spaces.
 MULTILINGUAL = [
-    "Olá, coração! A ação começa às 9h30 em São Paulo.",
-    "Größe über Straße: Äpfel, Öl & Übermut?",
-    "東京は日本の首都です。北京欢迎你！",
-    "I ❤️ emoji 🚀🎉 — really!",
-    "12345 + 0.5 = 12345.5; 3/4 (75%)",
-    "Hello,  World!   Two  spaces  kept.",
-    "  leading and trailing  ",
-    "THE CAT sat on the Mat.",
-    "ﬁ ligature and full-width ＡＢＣ１２３ (NFKC changes these)",
+  "Olá, coração! A ação começa às 9h30 em São Paulo.",
+  "Größe über Straße: Äpfel, Öl & Übermut?",
+  "東京は日本の首都です。北京欢迎你！",
+  "I ❤️ emoji 🚀🎉 — really!",
+  "12345 + 0.5 = 12345.5; 3/4 (75%)",
+  "Hello,  World!   Two  spaces  kept.",
+  "  leading and trailing  ",
+  "THE CAT sat on the Mat.",
+  "ﬁ ligature and full-width ＡＢＣ１２３ (NFKC changes these)",
 ]
 
 
 def _learn(tmp_path, kind, texts, vocab_size, lower_case=False):
   dataset = tf.data.Dataset.from_tensor_slices(texts)
-  return text.load_tokenizer(tokenizer.learn_and_write(kind, dataset, vocab_size,
-                                                       str(tmp_path / "vocab"), lower_case))
+  return text.load_tokenizer(
+    tokenizer.learn_and_write(kind, dataset, vocab_size, str(tmp_path / "vocab"), lower_case)
+  )
 
 
 @pytest.fixture(scope="module")
 def sentencepiece(tmp_path_factory):
   # Only half of the sample is in the training text: the rest needs byte fallback.
-  return _learn(tmp_path_factory.mktemp("sp"), tokenizer.SENTENCEPIECE,
-                MULTILINGUAL[::2] * 50, vocab_size=600)
+  return _learn(
+    tmp_path_factory.mktemp("sp"), tokenizer.SENTENCEPIECE, MULTILINGUAL[::2] * 50, vocab_size=600
+  )
 
 
 def test_sentencepiece_round_trip_is_lossless_up_to_nfkc(sentencepiece):
@@ -84,9 +86,15 @@ def test_vocabularies_must_start_with_the_reserved_tokens(tmp_path, sentencepiec
   import io
 
   import sentencepiece as spm
+
   model = io.BytesIO()
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(MULTILINGUAL * 20), model_writer=model,
-                                 vocab_size=100, hard_vocab_limit=False, minloglevel=2)
+  spm.SentencePieceTrainer.train(
+    sentence_iterator=iter(MULTILINGUAL * 20),
+    model_writer=model,
+    vocab_size=100,
+    hard_vocab_limit=False,
+    minloglevel=2,
+  )
   default_ids = tmp_path / "default.model"
   default_ids.write_bytes(model.getvalue())
   with pytest.raises(ValueError, match=r"ids 0\.\.3 must be"):
@@ -112,12 +120,14 @@ def test_tokenizers_save_and_load_in_a_saved_model(tmp_path, sentencepiece):
   module = tf.Module()
   module.tokenizer = sentencepiece
   module.round_trip = tf.function(
-      lambda s: sentencepiece.detokenize(sentencepiece.tokenize(s).to_tensor()),
-      input_signature=[tf.TensorSpec([None], tf.string)])
+    lambda s: sentencepiece.detokenize(sentencepiece.tokenize(s).to_tensor()),
+    input_signature=[tf.TensorSpec([None], tf.string)],
+  )
   tf.saved_model.save(module, str(tmp_path / "saved"))
   loaded = tf.saved_model.load(str(tmp_path / "saved"))
   assert loaded.round_trip(tf.constant(MULTILINGUAL[:3])).numpy().tolist() == [
-      unicodedata.normalize("NFKC", s).encode() for s in MULTILINGUAL[:3]]
+    unicodedata.normalize("NFKC", s).encode() for s in MULTILINGUAL[:3]
+  ]
 
 
 def test_two_sentencepiece_models_in_one_saved_model_stay_apart(tmp_path, sentencepiece):
@@ -126,9 +136,10 @@ def test_two_sentencepiece_models_in_one_saved_model_stay_apart(tmp_path, senten
   other = _learn(tmp_path, tokenizer.SENTENCEPIECE, ["zz yy xx ww vv uu"] * 50, 600)
   module = tf.Module()
   module.source, module.target = sentencepiece, other
-  module.both = tf.function(lambda s: (sentencepiece.tokenize(s).to_tensor(),
-                                       other.tokenize(s).to_tensor()),
-                            input_signature=[tf.TensorSpec([None], tf.string)])
+  module.both = tf.function(
+    lambda s: (sentencepiece.tokenize(s).to_tensor(), other.tokenize(s).to_tensor()),
+    input_signature=[tf.TensorSpec([None], tf.string)],
+  )
   sample = tf.constant(["Hello, World!"])
   expected = [ids.numpy().tolist() for ids in module.both(sample)]
   assert expected[0] != expected[1]

@@ -47,10 +47,12 @@ def test_decoder_is_causal(tiny_model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("norm_position,position_encoding", [("post", "sinusoidal"),
-                                                             ("pre", "learned")])
-def test_no_retrace_across_shapes_and_xla_matches_graph(tiny_config, norm_position,
-                                                         position_encoding):
+@pytest.mark.parametrize(
+  "norm_position,position_encoding", [("post", "sinusoidal"), ("pre", "learned")]
+)
+def test_no_retrace_across_shapes_and_xla_matches_graph(
+  tiny_config, norm_position, position_encoding
+):
   config = tiny_config.replace(norm_position=norm_position, position_encoding=position_encoding)
   model = tfattn.Transformer(config)
   graph = tf.function(model.__call__, input_signature=[SPEC, SPEC])
@@ -88,8 +90,10 @@ def test_dropout_is_active_only_in_training(tiny_config):
   model = tfattn.Transformer(tiny_config.replace(dropout_rate=0.3))
   source, target = random_ids(2, 6, 40, 10), random_ids(2, 5, 40, 11)
   np.testing.assert_array_equal(model(source, target), model(source, target))
-  assert float(tf.reduce_max(tf.abs(model(source, target, training=True) -
-                                    model(source, target)))) > 1e-3
+  assert (
+    float(tf.reduce_max(tf.abs(model(source, target, training=True) - model(source, target))))
+    > 1e-3
+  )
 
 
 def test_shared_embeddings_and_untied_output(tiny_config):
@@ -119,8 +123,9 @@ def test_decode_step_equals_teacher_forced_decoding(tiny_model, padded):
   cache = tiny_model.init_cache(2, max_length=8 if padded else None)
   step_logits = []
   for step in range(6):
-    logits, cache = tiny_model.decode_step(target[:, step], tf.constant(step), cache,
-                                           decoding_memory)
+    logits, cache = tiny_model.decode_step(
+      target[:, step], tf.constant(step), cache, decoding_memory
+    )
     step_logits.append(logits)
   np.testing.assert_allclose(tf.stack(step_logits, axis=1), expected, atol=1e-4)
 
@@ -133,8 +138,7 @@ def test_decode_step_does_not_mutate_its_input_cache(tiny_model, padded):
   _, cache = tiny_model.decode_step(tf.constant([1, 1]), tf.constant(0), cache, decoding_memory)
   tensors_before = tf.nest.flatten(cache)
   values_before = [t.numpy() for t in tensors_before]
-  _, new_cache = tiny_model.decode_step(tf.constant([5, 6]), tf.constant(1), cache,
-                                        decoding_memory)
+  _, new_cache = tiny_model.decode_step(tf.constant([5, 6]), tf.constant(1), cache, decoding_memory)
   tf.nest.assert_same_structure(cache, new_cache)
   for before, after, value in zip(tensors_before, tf.nest.flatten(cache), values_before):
     assert after is before
@@ -149,8 +153,14 @@ def test_decode_step_does_not_mutate_its_input_cache(tiny_model, padded):
 def test_copy_task_loss_falls():
   """A few hundred steps on a tiny copy task: the loss must fall by an order of magnitude."""
   config = tfattn.TransformerConfig.preset(
-      "tiny", source_vocab_size=14, target_vocab_size=14, d_model=32, dff=64,
-      num_encoder_layers=1, num_decoder_layers=1)
+    "tiny",
+    source_vocab_size=14,
+    target_vocab_size=14,
+    d_model=32,
+    dff=64,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+  )
   model = tfattn.Transformer(config)
   optimizer = keras.optimizers.Adam(3e-3)
 
@@ -160,7 +170,8 @@ def test_copy_task_loss_falls():
     labels = tf.concat([source, tf.fill([tf.shape(source)[0], 1], config.eos_id)], 1)
     with tf.GradientTape() as tape:
       token_losses, weights = losses.label_smoothed_cross_entropy(
-          model(source, decoder_input, training=True), labels)
+        model(source, decoder_input, training=True), labels
+      )
       loss = tf.reduce_sum(token_losses) / tf.reduce_sum(weights)
     grads = tape.gradient(loss, model.trainable_variables)
     optimizer.apply_gradients(zip(grads, model.trainable_variables))

@@ -13,18 +13,33 @@ from train.builtin_tasks import builtin_task
 from train.number_words import number_to_words
 
 
-@pytest.mark.parametrize("n,words", [
-    (0, "zero"), (7, "seven"), (13, "thirteen"), (40, "forty"), (99, "ninety nine"),
-    (100, "one hundred"), (1234, "one thousand two hundred thirty four"),
-    (1_000_001, "one million one"), (900_019, "nine hundred thousand nineteen")])
+@pytest.mark.parametrize(
+  "n,words",
+  [
+    (0, "zero"),
+    (7, "seven"),
+    (13, "thirteen"),
+    (40, "forty"),
+    (99, "ninety nine"),
+    (100, "one hundred"),
+    (1234, "one thousand two hundred thirty four"),
+    (1_000_001, "one million one"),
+    (900_019, "nine hundred thousand nineteen"),
+  ],
+)
 def test_number_to_words(n, words):
   assert number_to_words(n) == words
 
 
 def _tokenizer(tmp_path, texts, vocab_size=200):
-  return text.load_tokenizer(tokenizer.learn_and_write(
-      tokenizer.SENTENCEPIECE, tf.data.Dataset.from_tensor_slices(texts), vocab_size,
-      str(tmp_path / "vocab")))
+  return text.load_tokenizer(
+    tokenizer.learn_and_write(
+      tokenizer.SENTENCEPIECE,
+      tf.data.Dataset.from_tensor_slices(texts),
+      vocab_size,
+      str(tmp_path / "vocab"),
+    )
+  )
 
 
 def test_seq2seq_batches_are_bucketed_padded_and_framed(tmp_path):
@@ -39,8 +54,7 @@ def test_seq2seq_batches_are_bucketed_padded_and_framed(tmp_path):
     assert int(tf.reduce_max(lengths) - tf.reduce_min(lengths)) <= 16  # bucketed
     assert bool(tf.reduce_all(batch["target_in"][:, 0] == text.START_ID))
     shifted = batch["target_in"][:, 1:]
-    assert bool(tf.reduce_all(
-        tf.where(shifted > 0, batch["target_out"][:, :-1], 0) == shifted))
+    assert bool(tf.reduce_all(tf.where(shifted > 0, batch["target_out"][:, :-1], 0) == shifted))
     ends = tf.reduce_sum(tf.cast(batch["target_out"] == text.END_ID, tf.int32), axis=1)
     assert bool(tf.reduce_all(ends == 1))
     assert "target_text" not in batch
@@ -60,9 +74,19 @@ def test_token_batches_fill_a_budget_and_pad_to_their_bucket(tmp_path):
   pairs = [(" ".join("7" * n), " ".join("8" * n)) for n in range(1, 30)] * 20
   raw = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs))))
   tok = _tokenizer(tmp_path, ["7 8"] * 10)
-  batches = list(data.seq2seq_dataset(raw, tok, tok, batch_size=8, max_length=40,
-                                      batch_tokens=160, multiple_of=2, pad_to_bucket=True,
-                                      drop_remainder=True))
+  batches = list(
+    data.seq2seq_dataset(
+      raw,
+      tok,
+      tok,
+      batch_size=8,
+      max_length=40,
+      batch_tokens=160,
+      multiple_of=2,
+      pad_to_bucket=True,
+      drop_remainder=True,
+    )
+  )
   shapes = {tuple(b["source"].shape) for b in batches}
   # One shape per bucket: (160 // length rounded down to even, bucket length).
   assert shapes <= {(20, 8), (10, 16), (4, 32), (4, 40)}
@@ -76,8 +100,7 @@ def test_eval_batches_keep_every_pair_and_the_reference_text(tmp_path):
   pairs = [("7 " * n, f"Eight x{n}!") for n in range(1, 30)]
   raw = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs))))
   tok = _tokenizer(tmp_path, ["7 8 Eight x!"] * 10)
-  batches = list(data.seq2seq_dataset(raw, tok, tok, batch_size=8, max_length=20,
-                                      keep_text=True))
+  batches = list(data.seq2seq_dataset(raw, tok, tok, batch_size=8, max_length=20, keep_text=True))
   texts = [t.decode() for batch in batches for t in batch["target_text"].numpy()]
   assert sorted(texts) == sorted(t for _, t in pairs)  # long pairs truncated, not dropped
   assert max(int(b["source"].shape[1]) for b in batches) <= 20
@@ -97,12 +120,14 @@ def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_
   config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
   model = tfattn.Transformer(config)
   tf.train.Checkpoint(model=model).read(
-      tf.train.latest_checkpoint(str(trained_run / "checkpoints"))).expect_partial()
-  source, target = (text.load_tokenizer(text.tokenizer_path(str(trained_run / "vocab"), side))
-                    for side in ("source", "target"))
+    tf.train.latest_checkpoint(str(trained_run / "checkpoints"))
+  ).expect_partial()
+  source, target = (
+    text.load_tokenizer(text.tokenizer_path(str(trained_run / "vocab"), side))
+    for side in ("source", "target")
+  )
   raw = builtin_task("numbers", num_train=10, num_eval=12, num_test=1).validation()
-  dataset = data.seq2seq_dataset(raw, source, target, batch_size=4, max_length=24,
-                                 keep_text=True)
+  dataset = data.seq2seq_dataset(raw, source, target, batch_size=4, max_length=24, keep_text=True)
   for options in (DecodeOptions(strategy="greedy"), DecodeOptions(beam_size=2)):
     metrics = evaluation.evaluate_seq2seq(model, dataset, target, 8, options)
     assert metrics["examples"] == 8 and metrics["decode"] == options.to_dict()

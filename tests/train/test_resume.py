@@ -34,21 +34,44 @@ def test_the_policies_split_the_settings_as_the_readme_says():
   """What is learned must match; how long and how it is judged may change; devices follow the
   machine."""
   must, may, machine = (resume.fields_with(p) for p in (MUST_MATCH, MAY_CHANGE, FOLLOWS_MACHINE))
-  assert {"task", "d_model", "vocab_size", "batch_size", "seed", "schedule", "train_file",
-          "validation_file", "train_split"} <= must
-  assert {"train_steps", "eval_every", "eval_examples", "decode", "export_base_path",
-          "keep_best_by", "test_file", "test_split"} <= may
+  assert {
+    "task",
+    "d_model",
+    "vocab_size",
+    "batch_size",
+    "seed",
+    "schedule",
+    "train_file",
+    "validation_file",
+    "train_split",
+  } <= must
+  assert {
+    "train_steps",
+    "eval_every",
+    "eval_examples",
+    "decode",
+    "export_base_path",
+    "keep_best_by",
+    "test_file",
+    "test_split",
+  } <= may
   assert {"strategy", "cpu_replicas", "mixed_precision", "jit_compile", "run_dir"} <= machine
 
 
 def test_resume_takes_the_saved_configuration():
   """`python -m train --run_dir=R` on an existing run resumes it as it was started; flags
   about the machine and the bookkeeping may change."""
-  saved = RunConfig(run_dir="r", task="numbers", d_model=64, train_steps=10, seed=3,
-                    strategy="one_device", mixed_precision="float32",
-                    decode=dict(strategy="beam", beam_size=4, alpha=0.6))
-  requested = RunConfig(run_dir="r", train_steps=20, strategy="mirrored",
-                        decode=dict(beam_size=2))
+  saved = RunConfig(
+    run_dir="r",
+    task="numbers",
+    d_model=64,
+    train_steps=10,
+    seed=3,
+    strategy="one_device",
+    mixed_precision="float32",
+    decode=dict(strategy="beam", beam_size=4, alpha=0.6),
+  )
+  requested = RunConfig(run_dir="r", train_steps=20, strategy="mirrored", decode=dict(beam_size=2))
   merged = resume.merge_for_resume(saved, requested, explicit=["run_dir", "train_steps"])
   assert (merged.d_model, merged.seed, merged.train_steps) == (64, 3, 20)
   assert merged.strategy == "mirrored" and merged.mixed_precision == "auto"

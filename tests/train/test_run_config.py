@@ -25,7 +25,9 @@ def test_fallbacks_come_from_the_declarations():
   assert resolved.label_smoothing == 0.1 and resolved.keep_checkpoints == 3
 
 
-@pytest.mark.parametrize("changes,message", [
+@pytest.mark.parametrize(
+  "changes,message",
+  [
     (dict(batch_size=0), "--batch_size must be positive, got 0"),
     (dict(train_steps=-5), "--train_steps must be >= 0, got -5"),
     (dict(dropout=1.5), "--dropout must be in [0, 1), got 1.5"),
@@ -36,7 +38,8 @@ def test_fallbacks_come_from_the_declarations():
     (dict(keep_best_by="bleu", average_checkpoints=5), "give one of them"),
     (dict(train_split="train"), "--train_split applies to TFDS tasks only"),
     (dict(decode=dict(beam_size=0)), "--beam_size must be >= 1, got 0"),
-])
+  ],
+)
 def test_check_names_the_first_impossible_setting(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):
     RunConfig(**changes).check()
@@ -61,7 +64,8 @@ def test_explicit_model_preset_is_not_resized_by_the_task():
 def test_decoding_options_layer_like_every_other_setting():
   """Explicit flags > recipe > task > DecodeOptions' own defaults, option by option."""
   config = RunConfig(decode=dict(alpha=1.0)).resolved(
-      dict(decode=dict(beam_size=2, alpha=0.2)), dict(decode=dict(strategy="greedy")))
+    dict(decode=dict(beam_size=2, alpha=0.2)), dict(decode=dict(strategy="greedy"))
+  )
   assert config.decode_options() == DecodeOptions(strategy="greedy", beam_size=2, alpha=1.0)
   assert RunConfig().resolved().decode_options() == DecodeOptions()
 
@@ -98,12 +102,12 @@ def test_configurations_saved_by_earlier_versions_load(tmp_path):
   path.write_text(json.dumps({"task": "numbers", "dropout": 0.3, "feed_forward_dropout": 0.0}))
   assert RunConfig.load(str(path)).feed_forward_dropout == 0.0
   # Before DecodeOptions and the data roles.
-  path.write_text(json.dumps({"task": "tsv", "eval_file": "dev.tsv", "eval_beam_size": 4,
-                              "eval_alpha": 0.8}))
+  path.write_text(
+    json.dumps({"task": "tsv", "eval_file": "dev.tsv", "eval_beam_size": 4, "eval_alpha": 0.8})
+  )
   loaded = RunConfig.load(str(path))
   assert loaded.validation_file == "dev.tsv"
   assert loaded.decode_options() == DecodeOptions(strategy="beam", beam_size=4, alpha=0.8)
   path.write_text(json.dumps({"task": "imdb_reviews", "eval_beam_size": None}))
   loaded = RunConfig.load(str(path))
-  assert (loaded.train_split, loaded.validation_split, loaded.test_split) == ("train", "test",
-                                                                             "")
+  assert (loaded.train_split, loaded.validation_split, loaded.test_split) == ("train", "test", "")

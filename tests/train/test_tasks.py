@@ -27,8 +27,10 @@ def test_tfds_builders_import_and_describe_their_data(name, tmp_path):
 
 
 def _rows(dataset):
-  return sorted((s.decode(), t.decode() if isinstance(t, bytes) else int(t))
-                for s, t in dataset.as_numpy_iterator())
+  return sorted(
+    (s.decode(), t.decode() if isinstance(t, bytes) else int(t))
+    for s, t in dataset.as_numpy_iterator()
+  )
 
 
 @pytest.mark.parametrize("name", tasks.TFDS_TASKS)
@@ -41,13 +43,15 @@ def test_tfds_tasks_read_locally_prepared_data_in_three_roles(name, tmp_path):
   train, validation, test = (_rows(role()) for role in (task.train, task.validation, task.test))
   assert test == sorted(rows["test"])
   if name == "imdb_reviews":  # validation is held out from train: together they are train
-    assert len(validation) == len(rows["train"]) // 10 + 1 or len(validation) == len(
-        rows["train"]) // 10
+    assert (
+      len(validation) == len(rows["train"]) // 10 + 1 or len(validation) == len(rows["train"]) // 10
+    )
     assert sorted(train + validation) == sorted(rows["train"])
   else:
     assert train == sorted(rows["train"]) and validation == sorted(rows["validation"])
-  vocab = tokenizer.learn_and_write(tokenizer.SENTENCEPIECE, task.train().map(lambda s, t: s),
-                                    300, str(tmp_path / "vocab"))
+  vocab = tokenizer.learn_and_write(
+    tokenizer.SENTENCEPIECE, task.train().map(lambda s, t: s), 300, str(tmp_path / "vocab")
+  )
   tok = text.load_tokenizer(vocab)
   if task.kind == tasks.CLASSIFICATION:
     batch = next(iter(data.classification_dataset(task.test(), tok, 4, 32, truncate="left")))
@@ -61,9 +65,15 @@ def test_tfds_tasks_read_locally_prepared_data_in_three_roles(name, tmp_path):
 def test_tfds_split_flags_override_the_table_and_are_checked(tmp_path):
   name = "ted_hrlr_translate/pt_to_en"
   prepare_fake_tfds(name, tmp_path / "tfds")
-  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds"),
-                                  train_split="train[:50%]", validation_split="test",
-                                  test_split=""))
+  task = tasks.get_task(
+    RunConfig(
+      task=name,
+      data_dir=str(tmp_path / "tfds"),
+      train_split="train[:50%]",
+      validation_split="test",
+      test_split="",
+    )
+  )
   assert len(_rows(task.train())) == len(FAKE_ROWS[name]["train"]) // 2
   assert _rows(task.validation()) == sorted(FAKE_ROWS[name]["test"])
   assert task.test is None
@@ -73,8 +83,11 @@ def test_tfds_split_flags_override_the_table_and_are_checked(tmp_path):
 
 def test_unprepared_tfds_data_fails_fast_offline_naming_data_dir(tmp_path, monkeypatch):
   closed = ("127.0.0.1", free_ports(1)[0])
-  monkeypatch.setitem(tfds_tasks.DATASETS, "imdb_reviews", dataclasses.replace(
-      tfds_tasks.DATASETS["imdb_reviews"], download_host=closed))
+  monkeypatch.setitem(
+    tfds_tasks.DATASETS,
+    "imdb_reviews",
+    dataclasses.replace(tfds_tasks.DATASETS["imdb_reviews"], download_host=closed),
+  )
   started = time.time()
   with pytest.raises(tfds_tasks.DataUnavailableError) as raised:
     tasks.get_task(RunConfig(task="imdb_reviews", data_dir=str(tmp_path)))
@@ -95,8 +108,10 @@ def test_reachable_is_bounded_in_time():
 def test_builtin_tasks_are_deterministic_and_hold_out_validation_and_test():
   first = builtin_task("reverse", seed=3, num_train=500, num_eval=50, num_test=40)
   second = builtin_task("reverse", seed=3, num_train=500, num_eval=50, num_test=40)
+
   def as_list(ds):
     return [(s.numpy(), t.numpy()) for s, t in ds]
+
   for role in ("train", "validation", "test"):
     assert as_list(getattr(first, role)()) == as_list(getattr(second, role)())
   train_sources = {s for s, _ in as_list(first.train())}
@@ -113,6 +128,7 @@ def test_adding_the_test_role_left_train_and_validation_unchanged():
   """Runs saved before the test role existed resume on the same examples: the test examples
   come from their own random stream."""
   from train.builtin_tasks import MAKERS, _can_hold_out, held_out_split
+
   task = builtin_task("numbers", seed=0, num_train=300, num_eval=30, num_test=30)
   train, validation = held_out_split(MAKERS["numbers"], 0, 300, 30, _can_hold_out("numbers"))
   assert _rows(task.train()) == sorted(train)
@@ -123,9 +139,14 @@ def test_tsv_task_roles(tmp_path):
   (tmp_path / "train.tsv").write_text("a\tA\nb\tB\n")
   (tmp_path / "val.tsv").write_text("c\tC\n")
   (tmp_path / "test.tsv").write_text("d\tD\ne\tE\n")
-  task = tasks.get_task(RunConfig(task="tsv", train_file=str(tmp_path / "train.tsv"),
-                                  validation_file=str(tmp_path / "val.tsv"),
-                                  test_file=str(tmp_path / "test.tsv")))
+  task = tasks.get_task(
+    RunConfig(
+      task="tsv",
+      train_file=str(tmp_path / "train.tsv"),
+      validation_file=str(tmp_path / "val.tsv"),
+      test_file=str(tmp_path / "test.tsv"),
+    )
+  )
   assert _rows(task.validation()) == [("c", "C")] and len(_rows(task.test())) == 2
   assert not task.validation_note
   unheld = tasks.get_task(RunConfig(task="tsv", train_file=str(tmp_path / "train.tsv")))
@@ -140,11 +161,14 @@ def test_tsv_classification_task_counts_classes(tmp_path):
   assert task.num_classes == 3 and task.defaults["truncate"] == "left"
 
 
-@pytest.mark.parametrize("content,kind,message", [
+@pytest.mark.parametrize(
+  "content,kind,message",
+  [
     ("a\tb\nno tab here\n", "seq2seq", ":2: expected 2 tab-separated fields"),
     ("good\t1\nbad\tpositive\n", "classification", ":2: label 'positive' is not an integer"),
     ("", "seq2seq", "no examples"),
-])
+  ],
+)
 def test_tsv_errors_name_file_and_line(tmp_path, content, kind, message):
   path = tmp_path / "data.tsv"
   path.write_text(content)
@@ -158,13 +182,25 @@ def test_train_cli_without_tfds_data_offline_is_one_line_and_exit_2(tmp_path):
   import sys
 
   from train_helpers import REPO, environment
+
   if tfds_tasks.reachable(*tfds_tasks.DATASETS["imdb_reviews"].download_host):
     pytest.skip("this machine can download the data; the offline path is tested in-process")
   started = time.time()
   result = subprocess.run(
-      [sys.executable, "-m", "train", "--task=imdb_reviews", f"--data_dir={tmp_path}/tfds",
-       f"--run_dir={tmp_path}/run"], cwd=REPO, env=environment(), capture_output=True,
-      text=True, timeout=120)
+    [
+      sys.executable,
+      "-m",
+      "train",
+      "--task=imdb_reviews",
+      f"--data_dir={tmp_path}/tfds",
+      f"--run_dir={tmp_path}/run",
+    ],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert result.returncode == 2
   assert time.time() - started < 60
   errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]

@@ -27,9 +27,10 @@ pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 def test_two_mirrored_replicas_match_one_replica(tmp_path):
   one, two = tmp_path / "one", tmp_path / "two"
-  run_trains((one, "--train_steps=6", "--strategy=one_device", "--deterministic"),
-             (two, "--train_steps=6", "--strategy=mirrored", "--cpu_replicas=2",
-              "--deterministic"))
+  run_trains(
+    (one, "--train_steps=6", "--strategy=one_device", "--deterministic"),
+    (two, "--train_steps=6", "--strategy=mirrored", "--cpu_replicas=2", "--deterministic"),
+  )
   losses_one = [r["loss"] for r in logged_steps(one)]
   losses_two = [r["loss"] for r in logged_steps(two)]
   assert len(losses_one) == len(losses_two) == 6
@@ -49,15 +50,19 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
   assert reference.wait(timeout=300) == 0, reference.communicate()[0][-4000:]
 
   assert_same_variables(latest_variables(straight), latest_variables(interrupted))
+
   def final(d):
     return [r["loss"] for r in logged_steps(d) if r["step"] > 12]
+
   np.testing.assert_array_equal(final(straight)[-5:], final(interrupted)[-5:])
 
 
 def test_sigterm_and_ctrl_c_save_a_checkpoint_and_exit_cleanly(tmp_path):
   signals = {"sigterm": signal.SIGTERM, "ctrl_c": signal.SIGINT}
-  processes = {name: start_train(tmp_path / name, "--train_steps=100000",
-                                 "--checkpoint_every=100000") for name in signals}
+  processes = {
+    name: start_train(tmp_path / name, "--train_steps=100000", "--checkpoint_every=100000")
+    for name in signals
+  }
   for name, signum in signals.items():
     wait_for_step(tmp_path / name, 3, processes[name])
     assert kill(processes[name], signum) == 0, name
@@ -72,17 +77,24 @@ def test_two_workers_train_with_multi_worker_mirrored_strategy(tmp_path):
   processes = []
   for index in range(2):
     tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-    processes.append(subprocess.Popen(
-        train_command(tmp_path, "--train_steps=3", "--strategy=multi_worker"), cwd=REPO,
-        env=environment(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True))
+    processes.append(
+      subprocess.Popen(
+        train_command(tmp_path, "--train_steps=3", "--strategy=multi_worker"),
+        cwd=REPO,
+        env=environment(TF_CONFIG=tf_config),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+      )
+    )
   outputs = [p.communicate(timeout=300)[0] for p in processes]
   for process, output in zip(processes, outputs):
     assert process.returncode == 0, output[-4000:]
   assert "with 2 replica(s)" in outputs[0]  # MultiWorkerMirroredStrategy, 2 workers
   assert [r["step"] for r in logged_steps(tmp_path)] == [1, 2, 3]
   assert not (tmp_path / "tmp_workers" / "worker_1").exists() or not any(
-      (tmp_path / "tmp_workers" / "worker_1").glob("ckpt-*"))
+    (tmp_path / "tmp_workers" / "worker_1").glob("ckpt-*")
+  )
   assert latest_variables(tmp_path)
 
 
@@ -98,6 +110,7 @@ def test_mixed_precision_training_runs_and_records_the_compute_dtype(tmp_path):
 
 def test_clip_norm_with_float16_is_refused_clearly(tmp_path):
   command = train_command(tmp_path, "--clip_norm=1", "--mixed_precision=mixed_float16")
-  result = subprocess.run(command, cwd=REPO, env=environment(), capture_output=True, text=True,
-                          timeout=300)
+  result = subprocess.run(
+    command, cwd=REPO, env=environment(), capture_output=True, text=True, timeout=300
+  )
   assert result.returncode == 2 and "mixed_bfloat16" in result.stderr

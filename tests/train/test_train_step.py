@@ -10,9 +10,22 @@ import tensorflow as tf
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 
-_SMALL = RunConfig(task="copy", model="tiny", d_model=32, dff=64, num_heads=4, num_layers=1,
-                   vocab_examples=300, vocab_size=200, batch_size=8, max_length=16, dropout=0.0,
-                   warmup_steps=10, strategy="one_device", jit_compile=False)
+_SMALL = RunConfig(
+  task="copy",
+  model="tiny",
+  d_model=32,
+  dff=64,
+  num_heads=4,
+  num_layers=1,
+  vocab_examples=300,
+  vocab_size=200,
+  batch_size=8,
+  max_length=16,
+  dropout=0.0,
+  warmup_steps=10,
+  strategy="one_device",
+  jit_compile=False,
+)
 
 
 def _batch(rng, rows, length, vocab):
@@ -23,14 +36,19 @@ def _batch(rng, rows, length, vocab):
   ids = rng.integers(4, vocab, size=(rows, length + 1))
   mask = np.arange(length + 1)[None, :] < lengths[:, None] + 1
   ids = np.where(mask, ids, 0)
-  return {"source": ids[:, 1:] * mask[:, 1:], "target_in": ids[:, :-1] * mask[:, 1:],
-          "target_out": ids[:, 1:] * mask[:, 1:]}
+  return {
+    "source": ids[:, 1:] * mask[:, 1:],
+    "target_in": ids[:, :-1] * mask[:, 1:],
+    "target_out": ids[:, 1:] * mask[:, 1:],
+  }
 
 
 def _pad_and_join(a, b):
   length = max(a["source"].shape[1], b["source"].shape[1])
+
   def pad(x):
     return np.pad(x, [(0, 0), (0, length - x.shape[1])])
+
   return {k: np.concatenate([pad(a[k]), pad(b[k])]) for k in a}
 
 
@@ -46,7 +64,8 @@ def _first_step_gradients(tmp_path, name, batches, **overrides):
 
   trainer.optimizer.apply_gradients = capture
   dataset = tf.data.Dataset.from_tensor_slices(
-      {k: tf.ragged.constant([b[k].tolist() for b in batches]) for k in batches[0]})
+    {k: tf.ragged.constant([b[k].tolist() for b in batches]) for k in batches[0]}
+  )
   dataset = dataset.map(lambda b: {k: tf.cast(v.to_tensor(), tf.int32) for k, v in b.items()})
   (loss, _, count, _), shapes = trainer._train_step(iter(dataset))
   return float(loss), float(count), shapes.numpy(), [v.numpy() for v in captured]
@@ -71,8 +90,9 @@ def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
   rng = np.random.default_rng(1)
   batches = [_batch(rng, 8, 8, 12), _batch(rng, 8, 16, 12)][:accumulate]
   graph = _first_step_gradients(tmp_path, "graph", batches, grad_accum_steps=accumulate)
-  xla = _first_step_gradients(tmp_path, "xla", batches, grad_accum_steps=accumulate,
-                              jit_compile=True)
+  xla = _first_step_gradients(
+    tmp_path, "xla", batches, grad_accum_steps=accumulate, jit_compile=True
+  )
   np.testing.assert_allclose(xla[0], graph[0], rtol=1e-5)
   for xla_grad, graph_grad in zip(xla[3], graph[3]):
     np.testing.assert_allclose(xla_grad, graph_grad, atol=1e-5)
@@ -84,14 +104,20 @@ def averaging_runs(tmp_path_factory):
   exports, one of 4 steps keeping only 2 checkpoints), and one keeping its best checkpoint on
   validation, which exports. Returns (folder, outputs)."""
   from train_helpers import run_trains
+
   tmp = tmp_path_factory.mktemp("averaging")
   averaging = ("--checkpoint_every=2", "--keep_checkpoints=3", "--average_checkpoints=3")
-  outputs = run_trains((tmp / "run", "--train_steps=6", *averaging,
-                        f"--export_base_path={tmp / 'models'}"),
-                       (tmp / "short", "--train_steps=4", *averaging),
-                       (tmp / "best", "--train_steps=6", "--eval_every=2",
-                        "--keep_best_by=token_accuracy",
-                        f"--export_base_path={tmp / 'best_models'}"))
+  outputs = run_trains(
+    (tmp / "run", "--train_steps=6", *averaging, f"--export_base_path={tmp / 'models'}"),
+    (tmp / "short", "--train_steps=4", *averaging),
+    (
+      tmp / "best",
+      "--train_steps=6",
+      "--eval_every=2",
+      "--keep_best_by=token_accuracy",
+      f"--export_base_path={tmp / 'best_models'}",
+    ),
+  )
   return tmp, outputs
 
 
@@ -100,10 +126,13 @@ def test_final_evaluation_and_export_use_the_averaged_checkpoints(averaging_runs
   import json
 
   from serving import export
+
   tmp, _ = averaging_runs
   with open(tmp / "run" / "eval.json") as f:
-    assert json.load(f)["weights"] == {"checkpoints": ["ckpt-2", "ckpt-4", "ckpt-6"],
-                                       "chosen_by": "average of the last 3"}
+    assert json.load(f)["weights"] == {
+      "checkpoints": ["ckpt-2", "ckpt-4", "ckpt-6"],
+      "chosen_by": "average of the last 3",
+    }
   with open(tmp / "models" / "1" / export.EXPORT_INFO_FILE) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
 
@@ -111,6 +140,7 @@ def test_final_evaluation_and_export_use_the_averaged_checkpoints(averaging_runs
 @pytest.mark.slow
 def test_a_run_shorter_than_the_averaging_window_averages_what_it_kept(averaging_runs):
   import json
+
   tmp, outputs = averaging_runs
   assert "only 2 checkpoints are kept: averaging 2" in outputs[1]
   with open(tmp / "short" / "eval.json") as f:
@@ -125,20 +155,28 @@ def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(avera
   import re
 
   from serving import export
+
   tmp, outputs = averaging_runs
-  values = {int(step): float(value) for step, value in re.findall(
-      r"\] validation at step (\d+): .*token_accuracy ([0-9.]+)", outputs[2])}
+  values = {
+    int(step): float(value)
+    for step, value in re.findall(
+      r"\] validation at step (\d+): .*token_accuracy ([0-9.]+)", outputs[2]
+    )
+  }
   assert sorted(values) == [2, 4, 6], outputs[2][-3000:]
   best_step = max(sorted(values), key=lambda step: values[step])  # the first of equal values
   with open(tmp / "best" / "eval.json") as f:
     result = json.load(f)
-  assert result["weights"] == {"checkpoints": [f"best/best-{best_step}"],
-                               "chosen_by": "best token_accuracy on validation"}
+  assert result["weights"] == {
+    "checkpoints": [f"best/best-{best_step}"],
+    "chosen_by": "best token_accuracy on validation",
+  }
   assert abs(result["validation"]["token_accuracy"] - values[best_step]) < 1e-4
   assert "test" in result and "Sharding callback" not in outputs[2]
   # TensorBoard's Images tab: the cross-attention of 3 fixed validation examples at every
   # evaluation (steps 2, 4, 6 and the final one).
   from train_helpers import image_summaries
+
   images = image_summaries(tmp / "best")
   assert sorted(images) == [f"attention/validation_example_{i}" for i in range(3)]
   assert all(set(steps) == {2, 4, 6} for steps in images.values())

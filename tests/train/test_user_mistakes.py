@@ -18,60 +18,151 @@ from train_helpers import REPO, environment, free_ports, snapshot
 # (id, argv after `python -m`, setup name or None, expected message fragment, exit status)
 # "{tmp}" is the test's temporary directory; "{run}" the prepared run directory.
 MISTAKES = [
-    ("train-batch-size-0", ["train", "--batch_size=0", "--run_dir={tmp}/new"], None,
-     "--batch_size must be positive, got 0", 2),
-    ("train-log-every-0", ["train", "--log_every=0", "--run_dir={tmp}/new"], None,
-     "--log_every must be positive, got 0", 2),
-    ("train-negative-steps", ["train", "--train_steps=-5", "--run_dir={tmp}/new"], None,
-     "--train_steps must be >= 0, got -5", 2),
-    ("train-dropout-1.5", ["train", "--dropout=1.5", "--run_dir={tmp}/new"], None,
-     "--dropout must be in [0, 1), got 1.5", 2),
-    ("train-unknown-flag", ["train", "--batchsize=8"], None,
-     "Unknown command line flag 'batchsize'", 2),
-    ("train-positional", ["train", "numbers"], None, "unexpected arguments ['numbers']", 2),
-    ("train-unknown-recipe", ["train", "--recipe=imdb"], None, "--recipe", 2),
-    ("train-tsv-without-file", ["train", "--task=tsv", "--run_dir={tmp}/new"], None,
-     "--task=tsv needs --train_file", 2),
-    ("train-tsv-missing-file", ["train", "--task=tsv", "--train_file={tmp}/nope.tsv",
-                                "--run_dir={tmp}/new"], None,
-     "{tmp}/nope.tsv does not exist", 2),
-    ("train-tsv-bad-utf8", ["train", "--task=tsv", "--train_file={tmp}/latin1.tsv",
-                            "--run_dir={tmp}/new"], "latin1_tsv",
-     "{tmp}/latin1.tsv:2: not valid UTF-8", 2),
-    ("train-tsv-one-field", ["train", "--task=tsv", "--train_file={tmp}/one_field.tsv",
-                             "--run_dir={tmp}/new"], "one_field_tsv",
-     "{tmp}/one_field.tsv:1: expected 2 tab-separated fields, got 1", 2),
-    ("train-resume-other-width", ["train", "--run_dir={run}", "--d_model=64"], "saved_run",
-     "--d_model: 128 -> 64", 2),
-    ("train-resume-other-preset", ["train", "--run_dir={run}", "--model=base"], "saved_run",
-     "--model: 'tiny' -> 'base'", 2),
-    ("train-export-path-is-file", ["train", "--run_dir={tmp}/new",
-                                   "--export_base_path={tmp}/a_file"], "a_file",
-     "--export_base_path={tmp}/a_file is a file", 2),
-    ("export-without-base-path", ["serving.export", "--run_dir={run}"], None,
-     "--base_path is required", 2),
-    ("export-without-run", ["serving.export", "--base_path={tmp}/models"], None,
-     "give --run_dir", 2),
-    ("export-not-a-run", ["serving.export", "--run_dir={tmp}", "--base_path={tmp}/models"],
-     None, "is not a training run directory", 2),
-    ("export-mistyped-checkpoint", ["serving.export", "--checkpoint={run}/checkpoints/ckpt-99",
-                                    "--base_path={tmp}/models"], "exportable_run",
-     "checkpoint {run}/checkpoints/ckpt-99 does not exist (kept checkpoints:", 2),
-    ("export-existing-version", ["serving.export", "--run_dir={run}", "--base_path={tmp}/models",
-                                 "--version=1"], "existing_version",
-     "{tmp}/models/1 already exists; versions are never overwritten", 2),
-    ("export-base-path-is-file", ["serving.export", "--run_dir={run}",
-                                  "--base_path={tmp}/a_file"], "a_file",
-     "--base_path={tmp}/a_file is a file", 2),
-    ("export-bad-batch-sizes", ["serving.export", "--run_dir={run}", "--base_path={tmp}/m",
-                                "--warmup_batch_sizes=1,x"], None,
-     "--warmup_batch_sizes must be a comma-separated list of integers", 2),
-    ("check-no-directory", ["serving.check"], None, "give one SavedModel directory", 2),
-    ("check-missing-directory", ["serving.check", "{tmp}/nope"], None,
-     "{tmp}/nope is not a directory", 2),
-    ("client-nothing-to-send", ["serving.client"], None, "nothing to send", 2),
-    ("client-no-server", ["serving.client", "--text=17", "--port={free_port}"], None,
-     "cannot reach http://127.0.0.1:{free_port}/v1/models/tfattn", 1),
+  (
+    "train-batch-size-0",
+    ["train", "--batch_size=0", "--run_dir={tmp}/new"],
+    None,
+    "--batch_size must be positive, got 0",
+    2,
+  ),
+  (
+    "train-log-every-0",
+    ["train", "--log_every=0", "--run_dir={tmp}/new"],
+    None,
+    "--log_every must be positive, got 0",
+    2,
+  ),
+  (
+    "train-negative-steps",
+    ["train", "--train_steps=-5", "--run_dir={tmp}/new"],
+    None,
+    "--train_steps must be >= 0, got -5",
+    2,
+  ),
+  (
+    "train-dropout-1.5",
+    ["train", "--dropout=1.5", "--run_dir={tmp}/new"],
+    None,
+    "--dropout must be in [0, 1), got 1.5",
+    2,
+  ),
+  (
+    "train-unknown-flag",
+    ["train", "--batchsize=8"],
+    None,
+    "Unknown command line flag 'batchsize'",
+    2,
+  ),
+  ("train-positional", ["train", "numbers"], None, "unexpected arguments ['numbers']", 2),
+  ("train-unknown-recipe", ["train", "--recipe=imdb"], None, "--recipe", 2),
+  (
+    "train-tsv-without-file",
+    ["train", "--task=tsv", "--run_dir={tmp}/new"],
+    None,
+    "--task=tsv needs --train_file",
+    2,
+  ),
+  (
+    "train-tsv-missing-file",
+    ["train", "--task=tsv", "--train_file={tmp}/nope.tsv", "--run_dir={tmp}/new"],
+    None,
+    "{tmp}/nope.tsv does not exist",
+    2,
+  ),
+  (
+    "train-tsv-bad-utf8",
+    ["train", "--task=tsv", "--train_file={tmp}/latin1.tsv", "--run_dir={tmp}/new"],
+    "latin1_tsv",
+    "{tmp}/latin1.tsv:2: not valid UTF-8",
+    2,
+  ),
+  (
+    "train-tsv-one-field",
+    ["train", "--task=tsv", "--train_file={tmp}/one_field.tsv", "--run_dir={tmp}/new"],
+    "one_field_tsv",
+    "{tmp}/one_field.tsv:1: expected 2 tab-separated fields, got 1",
+    2,
+  ),
+  (
+    "train-resume-other-width",
+    ["train", "--run_dir={run}", "--d_model=64"],
+    "saved_run",
+    "--d_model: 128 -> 64",
+    2,
+  ),
+  (
+    "train-resume-other-preset",
+    ["train", "--run_dir={run}", "--model=base"],
+    "saved_run",
+    "--model: 'tiny' -> 'base'",
+    2,
+  ),
+  (
+    "train-export-path-is-file",
+    ["train", "--run_dir={tmp}/new", "--export_base_path={tmp}/a_file"],
+    "a_file",
+    "--export_base_path={tmp}/a_file is a file",
+    2,
+  ),
+  (
+    "export-without-base-path",
+    ["serving.export", "--run_dir={run}"],
+    None,
+    "--base_path is required",
+    2,
+  ),
+  ("export-without-run", ["serving.export", "--base_path={tmp}/models"], None, "give --run_dir", 2),
+  (
+    "export-not-a-run",
+    ["serving.export", "--run_dir={tmp}", "--base_path={tmp}/models"],
+    None,
+    "is not a training run directory",
+    2,
+  ),
+  (
+    "export-mistyped-checkpoint",
+    ["serving.export", "--checkpoint={run}/checkpoints/ckpt-99", "--base_path={tmp}/models"],
+    "exportable_run",
+    "checkpoint {run}/checkpoints/ckpt-99 does not exist (kept checkpoints:",
+    2,
+  ),
+  (
+    "export-existing-version",
+    ["serving.export", "--run_dir={run}", "--base_path={tmp}/models", "--version=1"],
+    "existing_version",
+    "{tmp}/models/1 already exists; versions are never overwritten",
+    2,
+  ),
+  (
+    "export-base-path-is-file",
+    ["serving.export", "--run_dir={run}", "--base_path={tmp}/a_file"],
+    "a_file",
+    "--base_path={tmp}/a_file is a file",
+    2,
+  ),
+  (
+    "export-bad-batch-sizes",
+    ["serving.export", "--run_dir={run}", "--base_path={tmp}/m", "--warmup_batch_sizes=1,x"],
+    None,
+    "--warmup_batch_sizes must be a comma-separated list of integers",
+    2,
+  ),
+  ("check-no-directory", ["serving.check"], None, "give one SavedModel directory", 2),
+  (
+    "check-missing-directory",
+    ["serving.check", "{tmp}/nope"],
+    None,
+    "{tmp}/nope is not a directory",
+    2,
+  ),
+  ("client-nothing-to-send", ["serving.client"], None, "nothing to send", 2),
+  (
+    "client-no-server",
+    ["serving.client", "--text=17", "--port={free_port}"],
+    None,
+    "cannot reach http://127.0.0.1:{free_port}/v1/models/tfattn",
+    1,
+  ),
 ]
 
 
@@ -81,9 +172,11 @@ def _write_saved_run(tmp, run):
   from tfattn.run_dir import RunDir
   from train.run_config import RunConfig
   from train.task import BUILTIN_DEFAULTS
+
   config = RunConfig(run_dir=str(run), task="numbers")
-  resolved = dataclasses.replace(config.resolved(BUILTIN_DEFAULTS),
-                                 mixed_precision="float32", jit_compile=False)
+  resolved = dataclasses.replace(
+    config.resolved(BUILTIN_DEFAULTS), mixed_precision="float32", jit_compile=False
+  )
   resolved.check()
   layout = RunDir(run)
   os.makedirs(layout.vocab)
@@ -111,8 +204,14 @@ def _prepare(setup, tmp, run, trained_run):
 
 
 def _run_program(argv):
-  return subprocess.run([sys.executable, "-m", *argv], cwd=REPO, env=environment(),
-                        capture_output=True, text=True, timeout=180)
+  return subprocess.run(
+    [sys.executable, "-m", *argv],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=180,
+  )
 
 
 @pytest.fixture(scope="module")
@@ -125,17 +224,26 @@ def outcomes(tmp_path_factory, trained_run):
     run = tmp / "run"
     _prepare(setup, tmp, run, trained_run)
     values = dict(tmp=tmp, run=run, free_port=free_ports(1)[0])
-    prepared[case_id] = ([arg.format(**values) for arg in argv], message.format(**values), tmp,
-                         snapshot(tmp))
+    prepared[case_id] = (
+      [arg.format(**values) for arg in argv],
+      message.format(**values),
+      tmp,
+      snapshot(tmp),
+    )
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
     results = dict(zip(prepared, pool.map(_run_program, [p[0] for p in prepared.values()])))
-  return {case_id: (results[case_id], message, tmp, before, snapshot(tmp))
-          for case_id, (_, message, tmp, before) in prepared.items()}
+  return {
+    case_id: (results[case_id], message, tmp, before, snapshot(tmp))
+    for case_id, (_, message, tmp, before) in prepared.items()
+  }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case_id,argv,status", [(case[0], case[1], case[4]) for case in MISTAKES],
-                         ids=[case[0] for case in MISTAKES])
+@pytest.mark.parametrize(
+  "case_id,argv,status",
+  [(case[0], case[1], case[4]) for case in MISTAKES],
+  ids=[case[0] for case in MISTAKES],
+)
 def test_user_mistake_is_one_line_and_changes_nothing(outcomes, case_id, argv, status):
   result, message, tmp, before, after = outcomes[case_id]
   program = argv[0]
@@ -159,22 +267,27 @@ def helps():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("program", ["train", "serving.export", "serving.check",
-                                     "serving.client"])
+@pytest.mark.parametrize("program", ["train", "serving.export", "serving.check", "serving.client"])
 def test_help_lists_every_flag_and_exits_0(helps, program):
   from tfattn import settings
   from tfattn.decode_options import DecodeOptions
   from train.run_config import FLAGLESS, RunConfig
+
   result = helps[program]
   assert result.returncode == 0, result.stderr[-2000:]
-  every_setting = [settings.flag_name(f) for f in dataclasses.fields(RunConfig)
-                   if f.name not in FLAGLESS]
+  every_setting = [
+    settings.flag_name(f) for f in dataclasses.fields(RunConfig) if f.name not in FLAGLESS
+  ]
   decode_flags = [settings.flag_name(f) for f in dataclasses.fields(DecodeOptions)]
-  expected = {"train": every_setting + decode_flags + ["eval_file", "eval_beam_size"],
-              "serving.export": ["run_dir", "base_path", "decode", "beam_size"],
-              "serving.check": ["verbose_errors"],  # the shared one: check takes a DIR
-              "serving.client": ["host", "port", "text", "metadata"]}[program]
+  expected = {
+    "train": every_setting + decode_flags + ["eval_file", "eval_beam_size"],
+    "serving.export": ["run_dir", "base_path", "decode", "beam_size"],
+    "serving.check": ["verbose_errors"],  # the shared one: check takes a DIR
+    "serving.client": ["host", "port", "text", "metadata"],
+  }[program]
   for flag in expected:  # absl lists booleans as --[no]name
     assert f"  --{flag}:" in result.stdout or f"  --[no]{flag}:" in result.stdout, (
-        flag, result.stdout[:3000])
+      flag,
+      result.stdout[:3000],
+    )
   assert "(default:" in result.stdout
