@@ -3,17 +3,17 @@ padded (XLA) decoding, and sampling (plain, top-k + top-p, top-p) against greedy
 and under XLA, all measured in one run; with --run_dir, also the graph and the XLA
 export of a trained run side by side (serving_default at batch 1 and 32: p50/p99, rows/s).
 
-  python benchmarks/decode_speed.py [--batch 8] [--source_length 32]
-  python benchmarks/decode_speed.py --run_dir runs/default [--texts_file FILE] [--seconds 20]
+  python benchmarks/decode_speed.py [--batch=8] [--source_length=32]
+  python benchmarks/decode_speed.py --run_dir=runs/default [--texts_file=FILE] [--seconds=20]
 
 The model of the first part is the "small" config with random weights and EOS disabled, so every
 run decodes exactly the requested number of tokens. The export part decodes real inputs (one text
 a line in --texts_file, else random vocabulary pieces) with the run's trained weights.
 """
 
+import cli
 import common
 
-import argparse
 import json
 import os
 
@@ -117,26 +117,47 @@ def compare_exports(args):
     )
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--batch", type=int, default=8)
-  parser.add_argument("--source_length", type=int, default=32)
-  parser.add_argument("--rounds", type=int, default=5)
-  parser.add_argument("--run_dir", help="also compare the graph and XLA exports of this run")
-  parser.add_argument(
-    "--texts_file", help="inputs for the export comparison, one a line (TSV: the first column)"
+def _define_flags():
+  from absl import flags
+
+  flags.DEFINE_integer("batch", 8, "Rows per decoded batch.", lower_bound=1)
+  flags.DEFINE_integer("source_length", 32, "Source pieces per row.", lower_bound=1)
+  flags.DEFINE_integer("rounds", 5, "Interleaved rounds (the median is reported).", lower_bound=1)
+  flags.DEFINE_string("run_dir", None, "Also compare the graph and XLA exports of this run.")
+  flags.DEFINE_string(
+    "texts_file", None, "Inputs for the export comparison, one a line (TSV: the first column)."
   )
-  parser.add_argument("--beam", type=int, default=4, help="export beam size")
-  parser.add_argument(
-    "--seconds", type=float, default=20.0, help="export comparison: seconds per batch size"
-  )
-  parser.add_argument("--skip_model", action="store_true", help="only the export comparison")
-  args = parser.parse_args()
+  flags.DEFINE_integer("beam", 4, "Export beam size.", lower_bound=1)
+  flags.DEFINE_float("seconds", 20.0, "Export comparison: seconds per batch size.", lower_bound=0)
+  flags.DEFINE_bool("skip_model", False, "Only the export comparison.")
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
+
+  args = flags.FLAGS
+  if args.run_dir and not os.path.isdir(args.run_dir):
+    raise cli.UsageError(f"--run_dir={args.run_dir} is not a directory")
   print(f"device: {common.device_description()}")
+  _quiet_expected_retracing()
   if not args.skip_model:
     compare_decoders(args)
   if args.run_dir:
     compare_exports(args)
+
+
+def _quiet_expected_retracing():
+  """Every variant measured here is its own tf.function over the same lambda, by design, so
+  TensorFlow's "triggered tf.function retracing" advice is noise in this program."""
+  import logging
+
+  class _Retracing(logging.Filter):
+    def filter(self, record):
+      return "triggered tf.function retracing" not in str(record.msg)
+
+  for name in ("absl", "tensorflow"):
+    logging.getLogger(name).addFilter(_Retracing())
 
 
 def compare_decoders(args):
@@ -232,4 +253,5 @@ def compare_sampling(args, model, source, greedy, xla_greedy, length):
 
 
 if __name__ == "__main__":
-  main()
+  _define_flags()
+  cli.run(main)

@@ -3,11 +3,11 @@ and without server-side batching, over each protocol (--protocols), load from a 
 on loopback, bounded in time. With --run_dir, the run is exported twice (graph and XLA
 decoding) and both are measured in one run.
 
-  python benchmarks/rest_latency.py [--model_base_path models/tfattn] [--seconds 8]
-  python benchmarks/rest_latency.py --run_dir runs/default [--texts_file FILE]
+  python benchmarks/rest_latency.py [--model_base_path=models/tfattn] [--seconds=8]
+  python benchmarks/rest_latency.py --run_dir=runs/default [--texts_file=FILE]
   python benchmarks/rest_latency.py --servers=new,old --old_ref=ae5f38d   # before/after
   python benchmarks/rest_latency.py --echo_model --servers=new,old,cheroot,tornado \
-      --candidates_path DIR --rounds 3 --seconds 4    # the HTTP stacks alone
+      --candidates_path=DIR --rounds=3 --seconds=4    # the HTTP stacks alone
 
 --servers compares HTTP stacks on the same model, run one after another in one invocation:
 `new` is this tree's `python -m serving.server` (waitress); `old` is `python -m serving.server`
@@ -19,9 +19,9 @@ same RestApp) on those libraries, imported from --candidates_path (they are not 
 Needs an exported model (`make run` makes one at models/tfattn) or a run directory.
 """
 
+import cli
 import common
 
-import argparse
 import http.client
 import json
 import os
@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 
 from serving import launch
 
@@ -282,60 +283,69 @@ def measure(base, args, batching_file, label, kind="new", protocol="rest"):
   return results
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--model_base_path", default="models/tfattn")
-  parser.add_argument(
-    "--run_dir",
-    help="export this run with graph and with XLA decoding and "
-    "compare the two (instead of --model_base_path)",
+def _define_flags():
+  from absl import flags
+
+  flags.DEFINE_string("model_base_path", "models/tfattn", "The export to serve.")
+  flags.DEFINE_string(
+    "run_dir",
+    None,
+    "Export this run with graph and with XLA decoding and compare the two "
+    "(instead of --model_base_path).",
   )
-  parser.add_argument("--beam", type=int, default=4, help="--run_dir: export beam size")
-  parser.add_argument(
-    "--texts_file",
-    help="request texts, one a line (TSV: the first column); "
-    "default: numbers for the built-in task",
+  flags.DEFINE_integer("beam", 4, "--run_dir: export beam size.", lower_bound=1)
+  flags.DEFINE_string(
+    "texts_file",
+    None,
+    "Request texts, one a line (TSV: the first column); default: numbers for the built-in task.",
   )
-  parser.add_argument("--model", default="tfattn")
-  parser.add_argument("--seconds", type=float, default=8.0)
-  parser.add_argument("--concurrency", type=int, default=8)
-  parser.add_argument(
-    "--echo_model",
-    action="store_true",
-    help="serve a model that only appends '!' to each text (instead of "
-    "--model_base_path): measures the HTTP stack",
+  flags.DEFINE_string("model", "tfattn", "The served model's name.")
+  flags.DEFINE_float("seconds", 8.0, "Seconds of load per measurement.", lower_bound=0)
+  flags.DEFINE_integer("concurrency", 8, "Concurrent clients.", lower_bound=1)
+  flags.DEFINE_bool(
+    "echo_model",
+    False,
+    "Serve a model that only appends '!' to each text (instead of --model_base_path): "
+    "measures the HTTP stack.",
   )
-  parser.add_argument(
-    "--servers",
-    default="new",
-    help="comma-separated HTTP stacks to compare: new, old, cheroot, tornado",
+  flags.DEFINE_list(
+    "servers", ["new"], "HTTP stacks to compare: new, old, cheroot, tornado (comma-separated)."
   )
-  parser.add_argument(
-    "--protocols",
-    default="rest,grpc",
-    help="with the new server alone: measure REST, gRPC or both (rest,grpc)",
+  flags.DEFINE_list(
+    "protocols", ["rest", "grpc"], "With the new server alone: measure REST, gRPC or both."
   )
-  parser.add_argument(
-    "--rounds",
-    type=int,
-    default=1,
-    help="with --servers: measure every server this many times, report medians",
+  flags.DEFINE_integer(
+    "rounds",
+    1,
+    "With --servers: measure every server this many times, report medians.",
+    lower_bound=1,
   )
-  parser.add_argument(
-    "--old_ref",
-    default="ae5f38d",
-    help="git commit whose serving.server is `old` (default: the last one on http.server)",
+  flags.DEFINE_string(
+    "old_ref",
+    "ae5f38d",
+    "Git commit whose serving.server is `old` (default: the last one on http.server).",
   )
-  parser.add_argument(
-    "--candidates_path",
-    default="",
-    help="directory with cheroot/tornado installed (pip install --target)",
+  flags.DEFINE_string(
+    "candidates_path", "", "Directory with cheroot/tornado installed (pip install --target)."
   )
-  parser.add_argument("--load", help=argparse.SUPPRESS)  # internal: run as the load process
-  parser.add_argument("--host_app", help=argparse.SUPPRESS)  # internal: a candidate server
-  parser.add_argument("--port_file", help=argparse.SUPPRESS)
-  parser.add_argument("--batching_file", help=argparse.SUPPRESS)
-  args = parser.parse_args()
+  # Internal: the benchmark starts itself as the load process and as a candidate server.
+  flags.DEFINE_string("load", None, "Internal: run as the load process (protocol,port,batch).")
+  flags.DEFINE_string("host_app", None, "Internal: host a candidate HTTP stack.")
+  flags.DEFINE_string("port_file", None, "Internal: where a candidate server writes its port.")
+  flags.DEFINE_string("batching_file", None, "Internal: a candidate server's batching config.")
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
+
+  # A plain namespace: measure_all records the extracted old tree on it.
+  args = types.SimpleNamespace(**flags.FLAGS.flag_values_dict())
+  unknown = set(args.servers) - {"new", "old", "cheroot", "tornado"}
+  if unknown:
+    raise cli.UsageError(f"--servers: unknown {', '.join(sorted(unknown))}")
+  if set(args.protocols) - {"rest", "grpc"} or not args.protocols:
+    raise cli.UsageError(f"--protocols must name rest and/or grpc, got {args.protocols}")
   if args.host_app:
     host_app(args.host_app, args.model_base_path, args.model, args.port_file, args.batching_file)
     return
@@ -355,6 +365,11 @@ def main():
       )
     )
     return
+  if not (args.run_dir or args.echo_model or os.path.isdir(args.model_base_path)):
+    raise cli.UsageError(
+      f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir "
+      "or --echo_model"
+    )
   scratch = tempfile.mkdtemp(prefix="rest-latency-")  # exports, batching file: removed at the end
   try:
     measure_all(args, scratch)
@@ -381,13 +396,8 @@ def measure_all(args, scratch):
       )
   elif args.echo_model:
     bases = {"echo": make_echo_model(os.path.join(scratch, "echo"))}
-  elif os.path.isdir(args.model_base_path):
-    bases = {"model": args.model_base_path}
   else:
-    sys.exit(
-      f"{args.model_base_path} does not exist: run `make run` first, or pass --run_dir "
-      "or --echo_model"
-    )
+    bases = {"model": args.model_base_path}
   batching_file = os.path.join(scratch, "batching.config")
   with open(batching_file, "w") as f:
     f.write(
@@ -403,14 +413,14 @@ def measure_all(args, scratch):
     f"{'model/server':<15} {'batching':<9} {'batch':>5} {'req/s':>8} {'rows/s':>8} "
     f"{'p50 ms':>8} {'p99 ms':>8} {'errors':>6}"
   )
-  kinds = args.servers.split(",")
+  kinds = args.servers
   if "old" in kinds:
     args.old_tree = extract_tree(args.old_ref)
   try:
     if kinds == ["new"]:
       results = {}
       for label, base in bases.items():
-        for protocol in args.protocols.split(","):
+        for protocol in args.protocols:
           name = label if protocol == "rest" else f"{label}/grpc"
           results[name] = measure(base, args, batching_file, name, protocol=protocol)
       compare_protocols(results)
@@ -522,4 +532,5 @@ def compare_servers(results, kinds):
 
 
 if __name__ == "__main__":
-  main()
+  _define_flags()
+  cli.run(main)
