@@ -101,14 +101,20 @@ def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
 @pytest.fixture(scope="module")
 def averaging_runs(tmp_path_factory):
   """Runs trained side by side: two averaging their last 3 checkpoints (one of 6 steps that
-  exports, one of 4 steps keeping only 2 checkpoints), and one keeping its best checkpoint on
-  validation, which exports. Returns (folder, outputs)."""
+  decodes by sampling and exports, one of 4 steps keeping only 2 checkpoints), and one keeping
+  its best checkpoint on validation, which exports. Returns (folder, outputs)."""
   from train_helpers import run_trains
 
   tmp = tmp_path_factory.mktemp("averaging")
   averaging = ("--checkpoint_every=2", "--keep_checkpoints=3", "--average_checkpoints=3")
   outputs = run_trains(
-    (tmp / "run", "--train_steps=6", *averaging, f"--export_base_path={tmp / 'models'}"),
+    (
+      tmp / "run",
+      "--train_steps=6",
+      *averaging,
+      f"--export_base_path={tmp / 'models'}",
+      *("--decode_strategy=sample", "--top_k=3", "--sample_seed=7"),
+    ),
     (tmp / "short", "--train_steps=4", *averaging),
     (
       tmp / "best",
@@ -135,6 +141,31 @@ def test_final_evaluation_and_export_use_the_averaged_checkpoints(averaging_runs
     }
   with open(tmp / "models" / "1" / export.EXPORT_INFO_FILE) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-2", "ckpt-4", "ckpt-6"]
+
+
+@pytest.mark.slow
+def test_training_exports_with_its_decoding_options(averaging_runs):
+  """`python -m train --decode_strategy=sample --top_k=... --export_base_path=...`: evaluation
+  samples as the export serves, and the export has the `sample` signature beside n-best."""
+  import json
+
+  import tensorflow as tf
+
+  from serving import export
+  from tfattn.decode_options import DecodeOptions
+
+  tmp, _ = averaging_runs
+  with open(tmp / "models" / "1" / export.EXPORT_INFO_FILE) as f:
+    options = json.load(f)["decode_options"]
+  assert options == DecodeOptions(strategy="sample", top_k=3, seed=7).to_dict()
+  signatures = tf.saved_model.load(str(tmp / "models" / "1")).signatures
+  assert {"sample", "translate_nbest", "serving_default"} <= set(signatures)
+  seeds = tf.constant([1, 1], tf.int64)
+  first, second = (
+    signatures["sample"](text=tf.constant(["ab", "ab"]), seed=seeds)["translation"]
+    for _ in range(2)
+  )
+  assert first.numpy().tolist() == second.numpy().tolist()  # a request's answer repeats
 
 
 @pytest.mark.slow
