@@ -170,11 +170,13 @@ def run_recipe(recipe, data_flags, seed, args):
   """One seed of one recipe; returns its measured record."""
   run_dir = os.path.join(args.work_dir, f"{recipe.name}-seed{seed}")
   flags = [*data_flags, f"--recipe={recipe.name}", f"--seed={seed}", *args.extra_flag]
+  # A finished run (e.g. chosen with --validation_only) is resumed to be judged, not trained.
+  finished = os.path.exists(RunDir(run_dir).eval_metrics)
   metrics, seconds = train(run_dir, flags, run_dir + ".log")
   measured = dict(
     recipe=recipe.name,
     seed=seed,
-    train_seconds=round(seconds, 1),
+    **{"judge_seconds" if finished else "train_seconds": round(seconds, 1)},
     steps=metrics["step"],
     weights=metrics["weights"],
     validation=metrics["validation"],
@@ -210,11 +212,16 @@ def print_report(results):
         f"{anchor.source} |"
       )
   for name, runs in results.items():
-    seconds = [run["train_seconds"] for run in runs]
+    seconds = [run["train_seconds"] for run in runs if "train_seconds" in run]
+    trained = (
+      f"{statistics.mean(seconds):.0f} s of training each (mean of {len(seconds)})"
+      if seconds
+      else "trained before (resumed to be judged)"
+    )
     signature = runs[0]["validation"].get("bleu_signature")
     print(
-      f"{name}: seeds {[run['seed'] for run in runs]}, {statistics.mean(seconds):.0f} s of "
-      f"training each (mean), {runs[0]['steps']} steps, final weights: "
+      f"{name}: seeds {[run['seed'] for run in runs]}, {trained}, {runs[0]['steps']} steps, "
+      "final weights: "
       f"{runs[0]['weights']['chosen_by']}" + (f"; sacreBLEU {signature}" if signature else "")
     )
 

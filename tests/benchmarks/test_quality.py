@@ -23,20 +23,24 @@ def _write_aclimdb(root):
         (folder / f"{i}_{3 if label == 0 else 8}.txt").write_text(review)
 
 
-def test_two_seeds_of_a_recipe_report_validation_and_test(tmp_path):
-  _write_aclimdb(tmp_path / "aclImdb")
+TINY = [
+  "--extra_flag=--train_steps=2",
+  "--extra_flag=--batch_size=8",
+  "--extra_flag=--vocab_size=300",
+  "--extra_flag=--log_every=1",
+]
+
+
+def _quality(tmp_path, *flags):
   result = subprocess.run(
     [
       sys.executable,
       os.path.join("benchmarks", "quality.py"),
       f"--imdb={tmp_path}/aclImdb",
       "--recipes=imdb_attention",
-      "--seeds=2",
       f"--work_dir={tmp_path}/work",
-      "--extra_flag=--train_steps=2",
-      "--extra_flag=--batch_size=8",
-      "--extra_flag=--vocab_size=300",
-      "--extra_flag=--log_every=1",
+      *TINY,
+      *flags,
     ],
     cwd=REPO,
     env=environment(),
@@ -45,12 +49,40 @@ def test_two_seeds_of_a_recipe_report_validation_and_test(tmp_path):
     timeout=600,
   )
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  rows = [line for line in result.stdout.splitlines() if line.startswith("| imdb_attention")]
-  assert len(rows) == 2, result.stdout[-3000:]  # one per anchor
+  return result.stdout
+
+
+def test_two_seeds_of_a_recipe_report_validation_and_test(tmp_path):
+  _write_aclimdb(tmp_path / "aclImdb")
+  stdout = _quality(tmp_path, "--seeds=2")
+  rows = [line for line in stdout.splitlines() if line.startswith("| imdb_attention")]
+  assert len(rows) == 2, stdout[-3000:]  # one per anchor
   assert all("(2 seeds)" in row and "±" in row for row in rows), rows
   # 10% of the 40 training reviews are validation; the 12 test reviews are judged whole.
   with open(tmp_path / "work" / "imdb_validation.tsv") as f:
     assert len(f.readlines()) == 4
   for seed in (0, 1):
     assert os.path.exists(tmp_path / "work" / f"imdb_attention-seed{seed}" / "eval.json")
-  assert '"examples": 12' in result.stdout
+  assert '"examples": 12' in stdout
+
+
+def test_choose_on_validation_then_judge_test_once(tmp_path):
+  """--validation_only gives the trainer no test file; the same command without it resumes the
+  finished run, judges the test set and reports the run as judged, not trained again."""
+  import json
+
+  _write_aclimdb(tmp_path / "aclImdb")
+  chosen = _quality(tmp_path, "--validation_only")
+  assert "no test data" in chosen
+  run_dir = tmp_path / "work" / "imdb_attention-seed0"
+  with open(run_dir / "eval.json") as f:
+    assert json.load(f).get("test") is None  # no test file was given
+  judged = _quality(tmp_path)
+  with open(run_dir / "eval.json") as f:
+    metrics = json.load(f)
+  assert metrics["test"]["examples"] == 12 and metrics["step"] == 2
+  assert "trained before (resumed to be judged)" in judged
+  with open(tmp_path / "work" / "results.jsonl") as f:
+    records = [json.loads(line) for line in f]
+  assert "train_seconds" in records[0] and "judge_seconds" in records[1]
+  assert records[0]["validation"] == records[1]["validation"]  # the same weights
