@@ -144,7 +144,11 @@ def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
   )
   trainer = Trainer(*prepare(config))
   assert trainer.model_config.classifier_body == "attention"
-  assert trainer.config.max_length == 160 and trainer.config.truncate == "left"
+  recipe = recipes.RECIPES["imdb_attention"].values
+  assert (trainer.config.max_length, trainer.config.truncate) == (
+    recipe["max_length"],
+    recipe["truncate"],
+  )
   result = trainer.run()
   # The default split slices: validation held out of train, test whole.
   assert result["test"]["examples"] == 8 and result["validation"]["examples"] in (1, 2)
