@@ -98,16 +98,18 @@ def run_decode_options(run_dir: str) -> DecodeOptions:
 
 def final_weights(run_dir: str) -> Optional[list]:
   """The checkpoint prefixes of the weights the run's final evaluation judged (eval.json's
-  "weights": the last, the averaged or the best-on-validation checkpoints), or None for a run
-  that has not finished (or finished before eval.json named them)."""
+  "weights": the last, the averaged or the best-on-validation checkpoints; runs finished before
+  it existed wrote "averaged_checkpoints" when they averaged), or None for a run that has not
+  finished (or judged its latest checkpoint before eval.json named it)."""
   layout = RunDir(run_dir)
   if not os.path.exists(layout.eval_metrics):
     return None
   with open(layout.eval_metrics) as f:
-    weights = json.load(f).get("weights")
-  if not weights:
+    metrics = json.load(f)
+  names = (metrics.get("weights") or {}).get("checkpoints") or metrics.get("averaged_checkpoints")
+  if not names:
     return None
-  return [os.path.join(layout.checkpoints, name) for name in weights["checkpoints"]]
+  return [os.path.join(layout.checkpoints, name) for name in names]
 
 
 class TrainedRun(NamedTuple):

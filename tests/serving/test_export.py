@@ -532,3 +532,23 @@ def test_a_sampling_xla_export_warms_up_both_of_its_searches(sampling_exports):
   assert compiled == {"serving_default": [2, 1, 1], "translate_nbest": [2, 1, 1], "sample": [2]}
   assert info["length_buckets"] == [16, 24] and info["decode"] == "xla"
   assert len(check.must_compile_functions(path)) >= 2
+
+
+@pytest.mark.parametrize(
+  "metrics, expected",
+  [
+    ({"step": 6, "weights": {"checkpoints": ["ckpt-4", "ckpt-6"], "chosen_by": "x"}}, ["4", "6"]),
+    # Written by runs finished before eval.json named its weights (fda25e5): an averaging run
+    # listed what it averaged, and the export must serve that mean, not the last checkpoint.
+    ({"step": 6, "averaged_checkpoints": ["ckpt-2", "ckpt-4", "ckpt-6"]}, ["2", "4", "6"]),
+    ({"step": 6, "bleu": 1.0}, None),  # judged its latest checkpoint
+  ],
+)
+def test_final_weights_are_those_the_run_judged(tmp_path, metrics, expected):
+  (tmp_path / "eval.json").write_text(json.dumps(metrics))
+  found = export.final_weights(str(tmp_path))
+  if expected is None:
+    assert found is None
+  else:
+    assert found == [str(tmp_path / "checkpoints" / f"ckpt-{n}") for n in expected]
+  assert export.final_weights(str(tmp_path / "unfinished")) is None
