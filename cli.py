@@ -205,7 +205,7 @@ def start_tensorflow_quietly() -> None:
   ]
   if kept:
     print("\n".join(kept), file=sys.stderr, flush=True)
-  _drop_bookkeeping_logs()
+  drop_log_lines(_BOOKKEEPING)
 
 
 # Lines TensorFlow's Python side logs at INFO for every checkpoint or SavedModel it writes:
@@ -219,12 +219,16 @@ _BOOKKEEPING = (
 )
 
 
-def _drop_bookkeeping_logs() -> None:
+def drop_log_lines(fragments) -> None:
+  """Drops the log records of TensorFlow's Python side whose message holds one of `fragments`
+  (text TensorFlow logs that is not ours to show)."""
   import logging
 
-  class _Bookkeeping(logging.Filter):
+  fragments = tuple(fragments)
+
+  class _Drop(logging.Filter):
     def filter(self, record):
-      return not any(line in str(record.msg) for line in _BOOKKEEPING)
+      return not any(fragment in str(record.msg) for fragment in fragments)
 
   for name in ("absl", "tensorflow"):  # TensorFlow's modules log through either
-    logging.getLogger(name).addFilter(_Bookkeeping())
+    logging.getLogger(name).addFilter(_Drop())

@@ -140,24 +140,13 @@ def main(argv):
   if args.run_dir and not os.path.isdir(args.run_dir):
     raise cli.UsageError(f"--run_dir={args.run_dir} is not a directory")
   print(f"device: {common.device_description()}")
-  _quiet_expected_retracing()
+  # Every variant measured here is its own tf.function over the same lambda, by design, so
+  # TensorFlow's retracing advice is noise in this program.
+  cli.drop_log_lines(["triggered tf.function retracing"])
   if not args.skip_model:
     compare_decoders(args)
   if args.run_dir:
     compare_exports(args)
-
-
-def _quiet_expected_retracing():
-  """Every variant measured here is its own tf.function over the same lambda, by design, so
-  TensorFlow's "triggered tf.function retracing" advice is noise in this program."""
-  import logging
-
-  class _Retracing(logging.Filter):
-    def filter(self, record):
-      return "triggered tf.function retracing" not in str(record.msg)
-
-  for name in ("absl", "tensorflow"):
-    logging.getLogger(name).addFilter(_Retracing())
 
 
 def compare_decoders(args):

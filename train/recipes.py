@@ -52,8 +52,8 @@ RECIPES = {
     # 1e-3. Published: val_acc 0.843 without positions, 0.8447 with sinusoidal positions (the
     # last 80 words, 5 epochs). Its own schedule on SentencePiece pieces measured 0.7911 here:
     # the model peaks after one epoch and 80 pieces hold fewer words than 80 words. Length,
-    # epochs and schedule chosen on a validation slice (the last 10% of the training reviews):
-    # WORKSPACE_NOTES "Honest numbers".
+    # epochs and schedule chosen on a validation slice (a fixed, seeded 10% of the training
+    # reviews): WORKSPACE_NOTES "Honest numbers".
     Recipe(
       "imdb_attention",
       CLASSIFICATION,
