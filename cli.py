@@ -13,6 +13,7 @@ line (`--verbose_errors` adds the traceback); 130 interrupted.
 """
 
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -170,17 +171,44 @@ def _maybe_traceback():
 # Lines TensorFlow prints while it looks for a GPU. On a machine without an NVIDIA driver they
 # are noise (one even reads "E... failed call to cuInit"); with a GPU they are kept.
 _NO_GPU_NOISE = (
-  "All log messages before absl::InitializeLog() is called",
   "Could not find cuda drivers on your machine",
   "failed call to cuInit",
   "cpu_feature_guard.cc",
   "To enable the following instructions:",
 )
 
+# A C++ log line of TensorFlow (or absl, gRPC): "I0000 00:00:1795658263.677 5480 port.cc:153] ...";
+# the letter is its severity (INFO, WARNING, ERROR, FATAL = TF_CPP_MIN_LOG_LEVEL 0 to 3).
+_CPP_LOG_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ \S+:\d+\] ")
+_SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
+# absl's notice that precedes the lines it prints before logging is set up.
+_ABSL_PRE_INIT = "WARNING: All log messages before absl::InitializeLog() is called"
+
+
+def _shown(line: str, min_level: int, has_gpu: bool) -> bool:
+  """Whether a line TensorFlow printed while it started reaches the user. TF 2.21 prints some
+  INFO lines (e.g. "oneDNN custom operations are on", on some CPUs) before absl's logging is set
+  up, where TF_CPP_MIN_LOG_LEVEL does not apply: the level is applied here instead."""
+  if not has_gpu and any(noise in line for noise in _NO_GPU_NOISE):
+    return False
+  if line.startswith(_ABSL_PRE_INIT):
+    return min_level == 0
+  match = _CPP_LOG_LINE.match(line)
+  return match is None or _SEVERITY[match.group(1)] >= min_level
+
+
+def _min_log_level() -> int:
+  try:
+    return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+  except ValueError:
+    return 0
+
 
 def start_tensorflow_quietly() -> None:
   """Imports TensorFlow and lists its devices with stderr captured, then replays what it
-  printed except the no-GPU noise above. Call before anything else imports TensorFlow."""
+  printed at or above TensorFlow's C++ log level (WARNING unless the user set
+  TF_CPP_MIN_LOG_LEVEL), less the no-GPU noise above. Call before anything else imports
+  TensorFlow."""
   if "tensorflow" in sys.modules:
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -198,11 +226,8 @@ def start_tensorflow_quietly() -> None:
       os.close(saved)
     captured.seek(0)
     text = captured.read().decode("utf-8", "replace")
-  kept = [
-    line
-    for line in text.splitlines()
-    if has_gpu or not any(noise in line for noise in _NO_GPU_NOISE)
-  ]
+  min_level = _min_log_level()
+  kept = [line for line in text.splitlines() if _shown(line, min_level, has_gpu)]
   if kept:
     print("\n".join(kept), file=sys.stderr, flush=True)
   drop_log_lines(_BOOKKEEPING)

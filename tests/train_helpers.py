@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -75,6 +76,22 @@ def run_trains(*runs, timeout=300):
   for process, output in zip(processes, outputs):
     assert process.returncode == 0, output[-4000:]
   return outputs
+
+
+# Lines other libraries print: a C++ log line of TensorFlow, absl or gRPC
+# ("I0000 00:00:1795658263.677 5480 port.cc:153] ..."), absl's notice before them, and the
+# second line of TensorFlow's CPU-feature notice. Which of them appear depends on the CPU (oneDNN),
+# the GPU and TF_CPP_MIN_LOG_LEVEL: tests judge our own lines only.
+_OTHER_LIBRARIES = re.compile(
+  r"^[IWEF]\d{4} [\d:.]+ +\d+ [\w./-]+\.(?:cc|cpp|c|h):\d+\] "
+  r"|^WARNING: All log messages before absl::InitializeLog\(\) is called"
+  r"|^To enable the following instructions: "
+)
+
+
+def own_lines(text):
+  """The non-blank lines of a program's output that are ours, not another library's."""
+  return [line for line in text.splitlines() if line.strip() and not _OTHER_LIBRARIES.match(line)]
 
 
 def snapshot(directory):

@@ -4,8 +4,12 @@ program and run by `cli.run`, which gives `--help`, one-line errors and exit sta
 import ast
 import glob
 import os
+import subprocess
+import sys
 
 import pytest
+
+from train_helpers import own_lines
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -38,3 +42,45 @@ def test_program_uses_absl_flags_through_cli_run(path):
   assert "argparse" not in imported and "optparse" not in imported
   calls = {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
   assert "cli.run" in calls
+
+
+def _command(path):
+  """How a user starts the program: `python -m train`, `python -m serving.x`, or the script."""
+  relative = os.path.relpath(path, REPO)
+  if relative.startswith("benchmarks"):
+    return [sys.executable, path], os.path.basename(path)
+  module = relative[: -len(".py")].replace(os.sep, ".").removesuffix(".__main__")
+  return [sys.executable, "-m", module], module
+
+
+@pytest.mark.slow  # starts every program (TensorFlow's import each), side by side
+def test_a_user_mistake_is_our_one_line_whatever_tensorflow_logs(tmp_path):
+  """Each program, given an unknown flag, exits 2 with exactly one line of ours. With
+  TensorFlow's C++ logging forced on (TF_CPP_MIN_LOG_LEVEL=0: the oneDNN, cudart lines some
+  machines print) those lines are there and ours is still one; with the user's environment as
+  it is, nothing of TensorFlow's comes before it (the program's first line is ours)."""
+  base = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  base.update(PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="", TMPDIR=str(tmp_path))
+  runs = []
+  for path in _programs():
+    command, name = _command(path)
+    levels = ["0", None] if name in ("train", "serving.server") else ["0"]
+    for level in levels:
+      env = dict(base) if level is None else dict(base, TF_CPP_MIN_LOG_LEVEL=level)
+      process = subprocess.Popen(
+        [*command, "--not_a_flag=1"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      runs.append((name, level, process))
+  for name, level, process in runs:
+    stdout, stderr = process.communicate(timeout=240)
+    ours = own_lines(stderr)
+    assert process.returncode == 2, f"{name} (level {level}): {stderr[-2000:]}"
+    assert len(ours) == 1 and ours[0].startswith(f"{name}: error: "), (name, level, stderr)
+    assert "not_a_flag" in ours[0] and stdout == ""
+    if level is None:
+      assert stderr.splitlines() == ours, (name, stderr)

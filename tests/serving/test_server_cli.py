@@ -12,7 +12,7 @@ import pytest
 
 from serving import server
 
-from train_helpers import REPO, snapshot
+from train_helpers import REPO, own_lines, snapshot
 
 pytestmark = pytest.mark.slow  # every case runs a program in a subprocess
 
@@ -213,7 +213,7 @@ def test_user_mistakes(exported, tmp_path, busy_port, module, args, message):
   before = snapshot(base)
   started = time.time()
   result = _run(module, [argument(a) for a in args], temp)
-  lines = result.stderr.strip().splitlines()
+  lines = own_lines(result.stderr)
   assert result.returncode == 2, result.stderr
   assert len(lines) == 1 and fill(message) in lines[0], result.stderr
   assert "Traceback" not in result.stderr and result.stdout == ""

@@ -18,6 +18,8 @@ from serving.model_manager import ModelManager
 from serving.server import make_server
 from serving.server_core import ServerCore
 
+from train_helpers import own_lines
+
 NAME = "half_plus_two"
 STOPS = 20
 AT_ONCE = 4  # servers run side by side (each mostly waits: its start-up, then its load)
@@ -76,7 +78,7 @@ def test_sigint_and_sigterm_under_load_exit_0_every_time(tmp_path):
   for signum, (status, log, answered) in zip(signals, results):
     bad = [
       line
-      for line in log.splitlines()
+      for line in own_lines(log)
       if "error" in line.lower() or "Traceback" in line or "Errno" in line
     ]
     assert (status, bad) == (0, []), f"{signum!r}: exit {status}\n{log[-3000:]}"

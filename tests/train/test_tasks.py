@@ -16,7 +16,7 @@ from train.builtin_tasks import builtin_task
 from train.run_config import RunConfig
 
 from tfds_helpers import FAKE_ROWS, prepare_fake_tfds
-from train_helpers import free_ports
+from train_helpers import free_ports, own_lines
 
 
 @pytest.mark.parametrize("name", tasks.TFDS_TASKS)
@@ -203,7 +203,7 @@ def test_train_cli_without_tfds_data_offline_is_one_line_and_exit_2(tmp_path):
   )
   assert result.returncode == 2
   assert time.time() - started < 60
-  errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+  errors = [line for line in own_lines(result.stderr) if "error" in line.lower()]
   assert len(errors) == 1 and errors[0].startswith("train: error: "), result.stderr[-2000:]
   assert "tfds build imdb_reviews" in errors[0]
   assert not os.path.exists(tmp_path / "run")  # a failed start leaves no run directory
