@@ -1,11 +1,12 @@
 """`python -m serving.check DIR`: will TF Serving (<= 2.19) load this SavedModel?
 
-Lists the ops of the graph and of every function in it, and fails naming any op that is neither
-TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Then
-prints each signature on one line (inputs -> outputs, with dtypes and shapes), runs
-`saved_model_cli show --all`, and says whether the export holds XLA must-compile functions (and
-the flag TF Serving on CPU needs for them). DIR is a version directory or a base path (checks
-every version).
+Reads the ops of the graph and of every function in it, and fails naming any op that is neither
+TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Prints
+one line per version: OK or FAIL, the op count, the signatures, and whether the export holds XLA
+must-compile functions (and the flag TF Serving on CPU needs for them). `--verbose` prints, per
+version, every op, each signature (inputs -> outputs, dtypes and shapes) and
+`saved_model_cli show --all`. DIR is a version directory or a base path (checks every version).
+Exit status 1 when a version fails.
 """
 
 import cli
@@ -14,7 +15,16 @@ import os
 import subprocess
 import sys
 
+from absl import flags
+
 from serving import versions
+
+flags.DEFINE_bool(
+  "verbose",
+  False,
+  "Per version, print every op, each signature with its dtypes and shapes, and saved_model_cli's "
+  "full dump (default: one line per version).",
+)
 
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()
@@ -155,6 +165,63 @@ def _version_dirs(path):
   return dirs
 
 
+def summary_line(directory):
+  """One line for a version: OK or FAIL (naming the ops TF Serving lacks), its op count, its
+  signatures, and what XLA needs."""
+  found = problems(directory)
+  signatures = [line.split("(", 1)[0] for line in signature_lines(directory)]
+  compiled = must_compile_functions(directory)
+  xla = (
+    f"XLA: {len(compiled)} function(s) must compile (TF Serving on CPU needs {XLA_CPU_FLAG})"
+    if compiled
+    else "XLA: none must compile"
+  )
+  verdict = (
+    f"FAIL {directory}: " + "; ".join(found)
+    if found
+    else f"OK {directory}: {len(saved_model_ops(directory))} ops, all TF core or TF-Text that "
+    "TF Serving <= 2.19 links"
+  )
+  return f"{verdict}; signatures: {', '.join(signatures)}; {xla}"
+
+
+def _print_details(directory):
+  """The --verbose dump of one version; False when saved_model_cli could not read it."""
+  ops = saved_model_ops(directory)
+  print(f"== {directory}: {len(ops)} distinct ops")
+  for op, users in ops.items():
+    print(f"  {op:40s} {len(users)} function(s)")
+  print("signatures:")
+  for line in signature_lines(directory):
+    print(f"  {line}")
+  # The module, not the console script: the script is missing where TensorFlow was
+  # installed with `pip --target` or is not beside sys.executable.
+  shown = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "tensorflow.python.tools.saved_model_cli",
+      "show",
+      "--dir",
+      directory,
+      "--all",
+    ],
+    capture_output=True,
+    text=True,
+  )
+  print(shown.stdout)
+  if shown.returncode:
+    print(f"saved_model_cli failed:\n{shown.stderr[-2000:]}")
+  compiled = must_compile_functions(directory)
+  if compiled:
+    print(
+      f"XLA: {len(compiled)} function(s) must be compiled with XLA ({', '.join(compiled)}). "
+      f"TF Serving's GPU builds compile them; on CPU start tensorflow_model_server with "
+      f"{XLA_CPU_FLAG}, or it answers every request with an error."
+    )
+  return shown.returncode == 0
+
+
 def main(argv):
   if len(argv) != 2:
     raise cli.UsageError(
@@ -166,45 +233,11 @@ def main(argv):
     raise cli.UsageError(str(error)) from None
   failed = False
   for directory in dirs:
-    ops = saved_model_ops(directory)
-    print(f"== {directory}: {len(ops)} distinct ops")
-    for op, users in ops.items():
-      print(f"  {op:40s} {len(users)} function(s)")
-    print("signatures:")
-    for line in signature_lines(directory):
-      print(f"  {line}")
-    # The module, not the console script: the script is missing where TensorFlow was
-    # installed with `pip --target` or is not beside sys.executable.
-    shown = subprocess.run(
-      [
-        sys.executable,
-        "-m",
-        "tensorflow.python.tools.saved_model_cli",
-        "show",
-        "--dir",
-        directory,
-        "--all",
-      ],
-      capture_output=True,
-      text=True,
-    )
-    print(shown.stdout)
-    if shown.returncode:
-      print(f"saved_model_cli failed:\n{shown.stderr[-2000:]}")
+    if flags.FLAGS.verbose and not _print_details(directory):
       failed = True
-    compiled = must_compile_functions(directory)
-    if compiled:
-      print(
-        f"XLA: {len(compiled)} function(s) must be compiled with XLA ({', '.join(compiled)}). "
-        f"TF Serving's GPU builds compile them; on CPU start tensorflow_model_server with "
-        f"{XLA_CPU_FLAG}, or it answers every request with an error."
-      )
-    else:
-      print("XLA: no function must be compiled; any TF Serving build runs this model as is.")
-    for problem in problems(directory):
-      print(f"FAIL {directory}: {problem}")
-      failed = True
-  print("FAILED" if failed else "OK: every op is TF core or a TF-Text op TF Serving <= 2.19 links")
+    line = summary_line(directory)
+    failed = failed or line.startswith("FAIL")
+    print(line, flush=True)
   return 1 if failed else 0
 
 

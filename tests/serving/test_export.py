@@ -102,25 +102,6 @@ def test_preflight_check_passes_and_names_a_foreign_op(exported, tmp_path):
   assert found and "Utf8Binarize" in found[0] and "2.20" in found[0]
 
 
-def test_check_command_runs_saved_model_cli(exported):
-  base, _ = exported
-  result = subprocess.run(
-    [sys.executable, "-m", "serving.check", str(base)],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    cwd=REPO,
-  )
-  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-  assert "signature_def['serving_default']" in result.stdout
-  assert "signature_def['attention']" in result.stdout  # listed for REST clients to find
-  assert (
-    "  translate_nbest(text: string [None]) -> log_prob: float32 [None, 4], "
-    "score: float32 [None, 4], translation: string [None, 4]\n"
-  ) in result.stdout
-  assert "OK: every op" in result.stdout
-
-
 _ISOLATED = textwrap.dedent("""
     import json, sys
     for blocked in ("tfattn", "train", "serving"):
@@ -338,23 +319,41 @@ def test_token_signatures_reject_ids_outside_the_vocabulary(graph_and_xla_export
     loaded.signatures["encode"](source_ids=tf.constant([[10_000]]))
 
 
-def test_check_runs_without_the_saved_model_cli_script(exported, tmp_path):
-  """TensorFlow installed without console scripts beside the interpreter (pip --target): the
-  check still shows the signatures."""
+def test_check_prints_one_line_per_version_and_the_whole_dump_with_verbose(exported, tmp_path):
+  """One line per version by default; `--verbose` adds every op, each signature and
+  saved_model_cli's dump, also where TensorFlow was installed without console scripts beside the
+  interpreter (pip --target)."""
   base, _ = exported
   python = tmp_path / "bin" / "python"  # a bin/ folder holding no saved_model_cli
   python.parent.mkdir()
   python.symlink_to(sys.executable)
-  result = subprocess.run(
-    [str(python), "-m", "serving.check", str(base)],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    cwd=REPO,
-    env=dict(os.environ, PATH="/usr/bin:/bin", PYTHONPATH=os.pathsep.join(site.getsitepackages())),
+  no_scripts = dict(
+    os.environ, PATH="/usr/bin:/bin", PYTHONPATH=os.pathsep.join(site.getsitepackages())
   )
-  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-  assert "signature_def['serving_default']" in result.stdout
+  runs = [
+    subprocess.Popen(
+      [str(python), "-m", "serving.check", *extra, str(base)],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      cwd=REPO,
+      env=no_scripts,
+    )
+    for extra in ([], ["--verbose"])
+  ]
+  (short, short_err), (verbose, verbose_err) = [run.communicate(timeout=300) for run in runs]
+  assert [run.returncode for run in runs] == [0, 0], short_err[-2000:] + verbose_err[-2000:]
+  version_dirs = [os.path.join(base, v) for v in sorted(os.listdir(base), key=int, reverse=True)]
+  assert short.splitlines() == [check.summary_line(d) for d in version_dirs]
+  for line in short.splitlines():
+    assert line.startswith("OK ") and "serving_default" in line and "XLA: none" in line
+  assert "signature_def['serving_default']" in verbose
+  assert "signature_def['attention']" in verbose  # listed for REST clients to find
+  assert (
+    "  translate_nbest(text: string [None]) -> log_prob: float32 [None, 4], "
+    "score: float32 [None, 4], translation: string [None, 4]\n"
+  ) in verbose
+  assert verbose.splitlines()[-1] == short.splitlines()[-1]
 
 
 # --- Decode options, n-best and sampling, end to end ----------------------------------------
