@@ -3,6 +3,8 @@
 
   python -m serving.client --port 8501 --model tfattn --text "4213" --text "17"
   python -m serving.client --protocol grpc --model tfattn --text "4213"     # port 8500
+  python -m serving.client --signature_name translate_nbest --model_version 2 --text "4213"
+  python -m serving.client --signature_name sample --text "4213" --seed 1 --text "4213" --seed 2
 """
 
 import cli
@@ -162,7 +164,19 @@ def _define_flags():
     upper_bound=65535,
   )
   flags.DEFINE_string("model", "tfattn", "Model name.")
-  flags.DEFINE_multi_string("text", [], "Texts to send to serving_default (repeat the flag).")
+  flags.DEFINE_multi_string("text", [], "Texts to send (repeat the flag).")
+  flags.DEFINE_string(
+    "signature_name",
+    None,
+    "Signature to call (default: serving_default), e.g. translate_nbest, sample, attention.",
+  )
+  flags.DEFINE_multi_integer(
+    "seed", [], "With --signature_name=sample: one seed per --text (repeat the flag, in order)."
+  )
+  flags.DEFINE_integer(
+    "model_version", None, "Ask this version (default: the newest available).", lower_bound=1
+  )
+  flags.DEFINE_string("version_label", None, "Ask the version with this label (e.g. stable).")
   flags.DEFINE_bool("metadata", False, "Print the model's metadata instead.")
   flags.DEFINE_float("timeout", 60.0, "Seconds to wait for an answer.", lower_bound=0.0)
 
@@ -174,13 +188,21 @@ def main(argv):
   f = flags.FLAGS
   if not f.metadata and not f.text:
     raise cli.UsageError("nothing to send: give --text=... (repeatable) or --metadata")
+  if f.model_version is not None and f.version_label:
+    raise cli.UsageError("give --model_version or --version_label, not both")
+  if f.seed and len(f.seed) != len(f.text):
+    raise cli.UsageError(f"{len(f.seed)} --seed for {len(f.text)} --text: give one seed per text")
   if f.protocol == "grpc":
     print(json.dumps(_grpc_answer(f), indent=2, ensure_ascii=False, sort_keys=True))
     return
   port = f.port or 8501
   client = ServingClient(f.model, f.host, port, timeout=f.timeout)
   try:
-    answer = client.metadata() if f.metadata else client.predict(instances=f.text)
+    answer = (
+      client.metadata(f.model_version, f.version_label)
+      if f.metadata
+      else client.predict(instances=_instances(f), signature_name=f.signature_name, **_version(f))
+    )
   except ServingError as error:
     raise cli.RunError(f"the server answered {error}") from None
   except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
@@ -192,11 +214,23 @@ def main(argv):
   print(json.dumps(answer, indent=2, ensure_ascii=False, sort_keys=True))
 
 
+def _instances(f):
+  """Rows for REST: the texts, or {text, seed} pairs when seeds are given."""
+  if not f.seed:
+    return list(f.text)
+  return [{"text": text, "seed": seed} for text, seed in zip(f.text, f.seed)]
+
+
+def _version(f):
+  return {"version": f.model_version, "label": f.version_label}
+
+
 def _grpc_answer(f):
   """The gRPC answer in the REST API's JSON (the row format for a predict), so both protocols
   print the same."""
   cli.start_tensorflow_quietly()  # the protos import TensorFlow
   import grpc
+  import numpy as np
 
   from serving.tensor_json import format_predict_response, metadata_json
 
@@ -204,9 +238,14 @@ def _grpc_answer(f):
   client = GrpcServingClient(f.model, f.host, port, timeout=f.timeout)
   try:
     if f.metadata:
-      spec = client.metadata().model_spec
-      return metadata_json(spec.name, spec.version.value, client.signature_defs())
-    return json.loads(format_predict_response(client.predict({"text": f.text}), row_format=True))
+      spec = client.metadata(f.model_version, f.version_label).model_spec
+      signatures = client.signature_defs(f.model_version, f.version_label)
+      return metadata_json(spec.name, spec.version.value, signatures)
+    inputs = {"text": f.text}
+    if f.seed:
+      inputs["seed"] = np.array(f.seed, dtype=np.int64)
+    outputs = client.predict(inputs, f.signature_name, **_version(f))
+    return json.loads(format_predict_response(outputs, row_format=True))
   except grpc.RpcError as error:
     if error.code() == grpc.StatusCode.UNAVAILABLE:
       raise cli.RunError(

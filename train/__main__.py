@@ -46,9 +46,10 @@ def config_from_flags() -> RunConfig:
   return resume.merge_for_resume(saved, requested, explicit)
 
 
-def _check_export_path(path):
+def _check_directory(flag, path):
+  """A directory flag naming an existing file is the user's mistake, told before any work."""
   if path and os.path.exists(path) and not os.path.isdir(path):
-    raise cli.UsageError(f"--export_base_path={path} is a file; pass a directory")
+    raise cli.UsageError(f"--{flag}={path} is a file; pass a directory")
 
 
 def _make_trainer(config):
@@ -88,11 +89,12 @@ def main(argv):
   del argv  # cli.run refuses positional arguments
   from train.trainer import final_metrics
 
+  _check_directory("run_dir", FLAGS.run_dir)
   try:
     config = config_from_flags()
   except ValueError as error:
     raise cli.UsageError(str(error)) from None
-  _check_export_path(config.export_base_path)
+  _check_directory("export_base_path", config.export_base_path)
   trainer = _make_trainer(config)
   result = trainer.run()
   if result is None:

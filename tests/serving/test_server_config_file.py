@@ -163,17 +163,18 @@ def test_the_readmes_config_files_run_as_they_are(exported, trained_run, tmp_pat
     finally:
       grpc_client.close()
     assert classified["probabilities"].shape == (1, 3)
+    every_beam = ["--model=tfattn", "--signature_name=translate_nbest", "--model_version=1"]
     clients = [
-      _client(f"--port={ports.rest}", "--model=tfattn", "--text=12", "--text=345"),
-      _client(
-        "--protocol=grpc", f"--port={ports.grpc}", "--model=tfattn", "--text=12", "--text=345"
-      ),
+      _client(f"--port={ports.rest}", *every_beam, "--text=12", "--text=345"),
+      _client("--protocol=grpc", f"--port={ports.grpc}", *every_beam, "--text=12", "--text=345"),
       _client(f"--port={ports.rest}", "--model=imdb", "--metadata"),
       _client("--protocol=grpc", f"--port={ports.grpc}", "--model=imdb", "--metadata"),
     ]
     outputs = [client.communicate(timeout=120) for client in clients]
     assert all(client.returncode == 0 for client in clients), outputs
-    assert outputs[0][0] == outputs[1][0] and '"translation"' in outputs[0][0]
+    assert outputs[0][0] == outputs[1][0]
+    beams = json.loads(outputs[0][0])["predictions"][0]["translation"]
+    assert isinstance(beams, list) and len(beams) == 4  # every beam of version 1, best first
     assert outputs[2][0] == outputs[3][0] and '"classify_ids"' in outputs[2][0]
   finally:
     status = launch.stop(process)

@@ -141,6 +141,13 @@ MISTAKES = [
     2,
   ),
   (
+    "train-run-dir-is-a-file",
+    ["train", "--run_dir={tmp}/a_file"],
+    "a_file",
+    "--run_dir={tmp}/a_file is a file",
+    2,
+  ),
+  (
     "export-bad-batch-sizes",
     ["serving.export", "--run_dir={run}", "--base_path={tmp}/m", "--warmup_batch_sizes=1,x"],
     None,
@@ -156,6 +163,13 @@ MISTAKES = [
     2,
   ),
   ("client-nothing-to-send", ["serving.client"], None, "nothing to send", 2),
+  (
+    "client-a-seed-per-text",
+    ["serving.client", "--signature_name=sample", "--text=1", "--text=2", "--seed=7"],
+    None,
+    "1 --seed for 2 --text",
+    2,
+  ),
   (
     "client-no-server",
     ["serving.client", "--text=17", "--port={free_port}"],
@@ -283,7 +297,16 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
     "train": every_setting + decode_flags + ["eval_file", "eval_beam_size"],
     "serving.export": ["run_dir", "base_path", "decode", "beam_size"],
     "serving.check": ["verbose_errors"],  # the shared one: check takes a DIR
-    "serving.client": ["host", "port", "text", "metadata"],
+    "serving.client": [
+      "host",
+      "port",
+      "text",
+      "metadata",
+      "signature_name",
+      "seed",
+      "model_version",
+      "version_label",
+    ],
   }[program]
   for flag in expected:  # absl lists booleans as --[no]name
     assert f"  --{flag}:" in result.stdout or f"  --[no]{flag}:" in result.stdout, (
