@@ -461,6 +461,17 @@ class RunConfig:
 
   # --- files ----------------------------------------------------------------------------
 
+  def describe(self, width: int = 100) -> str:
+    """The settings that are set, as `name=value` in aligned columns, sorted by name (a long
+    value on a line of its own, after them): the effective configuration a run logs at start."""
+    items = sorted(f"{k}={v}" for k, v in dataclasses.asdict(self).items() if v is not None)
+    short = [item for item in items if len(item) <= 30]
+    column = max((len(item) for item in short), default=0) + 2
+    per_row = max(1, (width - 2) // column)
+    rows = [short[i : i + per_row] for i in range(0, len(short), per_row)]
+    lines = ["  " + "".join(item.ljust(column) for item in row).rstrip() for row in rows]
+    return "\n".join(lines + ["  " + item for item in items if len(item) > 30])
+
   def save(self, path: str) -> None:
     write_json_atomically(path, dataclasses.asdict(self))
 

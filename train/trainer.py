@@ -71,10 +71,7 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
     config.jit_compile, config.mixed_precision
   )
   config = dataclasses.replace(config, jit_compile=jit_compile, mixed_precision=precision)
-  logging.info(
-    "effective configuration: %s",
-    "  ".join(f"{k}={v}" for k, v in sorted(dataclasses.asdict(config).items()) if v is not None),
-  )
+  logging.info("effective configuration:\n%s", config.describe())
   if task.validation_note:
     logging.warning("%s", task.validation_note)
   if task.test is None:

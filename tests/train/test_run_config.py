@@ -111,3 +111,16 @@ def test_configurations_saved_by_earlier_versions_load(tmp_path):
   path.write_text(json.dumps({"task": "imdb_reviews", "eval_beam_size": None}))
   loaded = RunConfig.load(str(path))
   assert (loaded.train_split, loaded.validation_split, loaded.test_split) == ("train", "test", "")
+
+
+def test_the_effective_configuration_is_logged_in_readable_columns():
+  config = RunConfig(decode=dict(strategy="beam", beam_size=4, alpha=0.6), train_steps=50)
+  text = config.describe()
+  expected = [f"{k}={v}" for k, v in dataclasses.asdict(config).items() if v is not None]
+  long_values = [item for item in expected if len(item) > 30]
+  for item in expected:
+    assert text.count(item) == 1, item
+  lines = text.splitlines()
+  assert len(lines) < len(expected) and all(line.startswith("  ") for line in lines)
+  assert all(len(line) <= 100 for line in lines if line.strip() not in long_values)
+  assert [line.strip() for line in lines[-len(long_values) :]] == long_values
