@@ -22,8 +22,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 venv: $(VENV)/.installed
 
 run: venv
+	$(PY) -m serving.demo --port=$(PORT) --preflight
 	$(PY) -m train --run_dir=$(RUN_DIR) --export_base_path=$(MODEL_BASE)
-	$(PY) -m serving.check $(MODEL_BASE) > $(RUN_DIR)/serving_check.txt && tail -n 1 $(RUN_DIR)/serving_check.txt
+	$(PY) -m serving.check $(MODEL_BASE)
 	$(PY) -m serving.demo --run_dir=$(RUN_DIR) --model_base_path=$(MODEL_BASE) --port=$(PORT)
 
 test: venv lint

@@ -6,6 +6,7 @@ import cli
 
 import json
 import os
+import socket
 
 from absl import flags
 
@@ -24,6 +25,25 @@ def _define_flags():
     "port", 8501, "REST port (0 picks a free one).", lower_bound=0, upper_bound=65535
   )
   flags.DEFINE_multi_string("text", DEFAULT_TEXTS, "Texts to translate.")
+  flags.DEFINE_bool(
+    "preflight",
+    False,
+    "Only check that --port is free, and exit (make run does this before it trains).",
+  )
+
+
+def _check_port_free(port):
+  """A busy port is the user's mistake, found before anything trains or loads."""
+  if port == 0:
+    return
+  with socket.socket() as sock:
+    try:
+      sock.bind(("127.0.0.1", port))
+    except OSError:
+      raise cli.UsageError(
+        f"port {port} is busy (something else listens there): pick another, e.g. "
+        f"make run PORT={port + 1}, or python -m serving.demo --port={port + 1}"
+      ) from None
 
 
 def _start_server():
@@ -67,6 +87,9 @@ def _print_evaluation(path):
 
 def main(argv):
   f = FLAGS
+  _check_port_free(f.port)
+  if f.preflight:
+    return 0
   process, port = _start_server()
   try:
     client = ServingClient(f.model_name, port=port)

@@ -176,7 +176,13 @@ MISTAKES = [
     "demo on a busy port",
     "serving.demo",
     ["--model_base_path=BASE", "--port=PORT"],
-    "cannot listen on 127.0.0.1:PORT",
+    "port PORT is busy (something else listens there): pick another",
+  ),
+  (
+    "make run's check before training, on a busy port",
+    "serving.demo",
+    ["--port=PORT", "--preflight"],
+    "port PORT is busy",
   ),
   (
     "demo without a model",
