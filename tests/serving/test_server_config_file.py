@@ -101,8 +101,8 @@ def test_models_config_grpc_metrics_and_cors_in_one_server(tmp_path):
 
 
 def _readme_files():
-  """{file name: text} of the config files the README shows (`models/NAME.config`: a block)."""
-  with open(os.path.join(launch.REPO_ROOT, "README.md"), encoding="utf-8") as f:
+  """{file name: text} of the config files docs/serving.md shows (`models/NAME.config`: a block)."""
+  with open(os.path.join(launch.REPO_ROOT, "docs", "serving.md"), encoding="utf-8") as f:
     readme = f.read()
   return dict(
     re.findall(
@@ -124,7 +124,7 @@ def _client(*args):
 
 
 def test_the_readmes_config_files_run_as_they_are(exported, trained_run, tmp_path):
-  """The README's models.config (two models, labels), batching.config and monitoring.config,
+  """docs/serving.md's models.config (two models, labels), batching.config and monitoring.config,
   with base paths on this machine; both protocols, both models; the metrics move with traffic;
   serving.client prints the same over REST and gRPC."""
   files = _readme_files()
