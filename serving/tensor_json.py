@@ -12,45 +12,7 @@ import re
 
 import numpy as np
 
-# HTTP status for each canonical error code, as TF Serving maps them.
-HTTP_STATUS = {
-  "INVALID_ARGUMENT": 400,
-  "FAILED_PRECONDITION": 400,
-  "OUT_OF_RANGE": 400,
-  "NOT_FOUND": 404,
-  "DEADLINE_EXCEEDED": 504,
-  "UNIMPLEMENTED": 501,
-  "RESOURCE_EXHAUSTED": 429,
-  "UNAVAILABLE": 503,
-  "ALREADY_EXISTS": 409,
-  "ABORTED": 409,
-  "PERMISSION_DENIED": 403,
-  "UNAUTHENTICATED": 401,
-  "CANCELLED": 499,
-  "UNKNOWN": 500,
-  "INTERNAL": 500,
-  "DATA_LOSS": 500,
-  # Not a TF status: the server's own request-size cap.
-  "PAYLOAD_TOO_LARGE": 413,
-}
-
-
-class RestError(Exception):
-  """An error with a canonical code; the server answers `{"error": message}`."""
-
-  def __init__(self, code, message):
-    super().__init__(message)
-    self.code = code
-    self.message = message
-
-  @property
-  def http_status(self):
-    return HTTP_STATUS.get(self.code, 500)
-
-
-def invalid(message):
-  return RestError("INVALID_ARGUMENT", message)
-
+from serving.errors import StatusError, invalid
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -156,7 +118,7 @@ _PARSE_MESSAGES = {
 def parse_json(data):
   """Request body bytes -> a JSON object (dict), read as TF Serving's rapidjson reads it
   (ParseJson: kParseIterativeFlag | kParseNanAndInfFlag | kParseStopWhenDoneFlag, no UTF-8
-  validation), with its parse error texts. Never raises anything but RestError: nesting past
+  validation), with its parse error texts. Never raises anything but StatusError: nesting past
   Python's recursion limit and huge numbers are 400s.
 
   So: text after the first complete value is ignored; bytes that are not UTF-8 pass through
@@ -230,7 +192,7 @@ def _convert_scalar(value, dtype):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
       raise _type_error(value, dtype)
     return value
-  raise RestError(
+  raise StatusError(
     "UNIMPLEMENTED", f"Conversion of JSON Value: {debug_string(value)} to type: {dtype_name(dtype)}"
   )
 
@@ -333,7 +295,7 @@ def _is_named_object(value):
 
 def _failed(index, error, key=None):
   where = f"{index} key: {key}" if key is not None else f"{index}"
-  return RestError(
+  return StatusError(
     error.code,
     f"Failed to process element: {where} of 'instances' list. Error: {error.code}: {error.message}",
   )
@@ -360,7 +322,7 @@ def _parse_instances(instances, input_specs):
           raise _failed(index, invalid(f"JSON object: does not have named input: {key}"), key)
         try:
           columns[key].add(value)
-        except RestError as error:
+        except StatusError as error:
           raise _failed(index, error, key) from None
       if set(instance) != names:
         raise invalid(
@@ -373,7 +335,7 @@ def _parse_instances(instances, input_specs):
         raise invalid(f"Expecting value/list but got object at item {index} of input list")
       try:
         columns[only_name].add(instance)
-      except RestError as error:
+      except StatusError as error:
         raise _failed(index, error) from None
   return {name: column.array() for name, column in columns.items()}
 
@@ -555,7 +517,3 @@ def metadata_json(name, version, signature_defs):
     "model_spec": {"name": name, "signature_name": "", "version": str(version)},
     "metadata": {"signature_def": {"signature_def": signatures}},
   }
-
-
-def error_body(message):
-  return json.dumps({"error": message})

@@ -270,7 +270,13 @@ def test_version_and_label_urls(served):
       "Invalid formatting on input string",
     ),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "//4="}]}', 400, ""),
-    ("POST", "/v1/models/numbers:classify", b'{"examples": []}', 400, "classify"),
+    (
+      "POST",
+      "/v1/models/numbers:classify",
+      b'{"examples": []}',
+      400,
+      "Expected one or two output Tensors, found 3",
+    ),
     (
       "POST",
       "/v1/models/nope:predict",

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from serving import server
+from serving import server_flags
 
 from train_helpers import REPO, snapshot
 
@@ -225,7 +225,7 @@ def test_user_mistakes(exported, tmp_path, busy_port, module, args, message):
 @pytest.mark.parametrize(
   "module,own_flags",
   [
-    ("serving.server", server._OWN_FLAGS),
+    ("serving.server", server_flags.NAMES),
     ("serving.demo", ("run_dir", "port", "text", "model_name", "model_base_path")),
   ],
 )
