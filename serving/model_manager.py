@@ -55,6 +55,23 @@ def error_reason(message):
   return "\n".join(reasons or lines or ["invalid input"])[:2000]
 
 
+# The lines Python's session wraps around the runtime's message: a header, then where the node
+# was defined ("Detected at node ... (most recent call last):", stack frames, "Node: '...'").
+_PREAMBLE_END = re.compile(r"^Node: '[^\n]*'$\n?", re.MULTILINE)
+
+
+def runtime_message(message):
+  """A TensorFlow runtime error's text as TF Serving's C++ Session passes it on, whole (e.g. a
+  graph Assert's every bracket and its `[[{{node ...}}]]` line): without what Python's session
+  puts before it ("Graph execution error:", where the node was defined)."""
+  preamble = list(_PREAMBLE_END.finditer(message))
+  if preamble:
+    message = message[preamble[-1].end() :]
+  elif message.startswith("Graph execution error:"):
+    message = message[len("Graph execution error:") :]
+  return message.strip("\n")[:4000]
+
+
 def error_code(error):
   """The canonical code of a TensorFlow error: InvalidArgumentError -> INVALID_ARGUMENT."""
   name = type(error).__name__
@@ -166,7 +183,7 @@ class Servable:
     try:
       return self.session.run(fetches, feeds, options=options)
     except tf.errors.OpError as error:
-      raise StatusError(error_code(error), error_reason(error.message)) from None
+      raise StatusError(error_code(error), runtime_message(error.message)) from None
     except (ValueError, TypeError) as error:  # a value the placeholder cannot take
       raise StatusError("INVALID_ARGUMENT", error_reason(str(error))) from None
 

@@ -115,29 +115,61 @@ _PARSE_MESSAGES = {
 }
 
 
+# Deepest nesting read. TF Serving's iterative parser reads any depth, but no deeper document
+# can be a request it serves: a tensor has at most 254 dimensions (TensorShape), under at most
+# an object, `instances`/`inputs`, a named input and a {"b64": ...} object. Checked before
+# Python's recursive parser runs, so every Python version gives the same answer.
+MAX_JSON_DEPTH = 258
+_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # strings skipped whole
+_BOM = "\ufeff"
+
+
+def _check_depth(text):
+  """StatusError when arrays and objects nest deeper than MAX_JSON_DEPTH."""
+  if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # (the usual case: no scan)
+    return
+  depth = 0
+  for match in _BRACKETS.finditer(text):
+    token = match.group(0)
+    if token == "[" or token == "{":
+      depth += 1
+      if depth > MAX_JSON_DEPTH:
+        raise invalid(
+          f"JSON Parse error: the document is nested too deeply (more than {MAX_JSON_DEPTH} "
+          f"levels) at offset: {match.start()}"
+        )
+    elif token == "]" or token == "}":
+      depth -= 1
+
+
 def parse_json(data):
   """Request body bytes -> a JSON object (dict), read as TF Serving's rapidjson reads it
-  (ParseJson: kParseIterativeFlag | kParseNanAndInfFlag | kParseStopWhenDoneFlag, no UTF-8
-  validation), with its parse error texts. Never raises anything but StatusError: nesting past
-  Python's recursion limit and huge numbers are 400s.
+  (ParseJson: a UTF-8 stream, kParseIterativeFlag | kParseNanAndInfFlag |
+  kParseStopWhenDoneFlag, no UTF-8 validation), with its parse error texts. Never raises
+  anything but StatusError: nesting past MAX_JSON_DEPTH and huge numbers are 400s.
 
-  So: text after the first complete value is ignored; bytes that are not UTF-8 pass through
-  inside strings (surrogate-escaped; _utf8 turns them back into the same bytes); NaN, Inf,
-  Infinity and their negatives are numbers; of a repeated key the first value counts."""
+  So: a UTF-8 byte order mark is skipped (EncodedInputStream, json_tensor.cc:480-482); text
+  after the first complete value is ignored; bytes that are not UTF-8 pass through inside
+  strings (surrogate-escaped; _utf8 turns them back into the same bytes); NaN, Inf, Infinity
+  and their negatives are numbers; of a repeated key the first value counts."""
   if not data:
     raise invalid("JSON Parse error: The document is empty")
   text = data.decode("utf-8", "surrogateescape")
-  start = json.decoder.WHITESPACE.match(text, 0).end()
+  bom = 1 if text.startswith(_BOM) else 0
+  # rapidjson's offsets count the mark's three bytes; Python's count it as one character.
+  shift = 2 * bom
+  start = json.decoder.WHITESPACE.match(text, bom).end()
   if start == len(text):
-    raise invalid(f"JSON Parse error: The document is empty. at offset: {start}")
+    raise invalid(f"JSON Parse error: The document is empty. at offset: {start + shift}")
   if "Inf" in text or "-NaN" in text:
     text = _NAN_AND_INF.sub(lambda m: _SPELLINGS.get(m.group(0), m.group(0)), text)
+  _check_depth(text)
   try:
     body, _ = _DECODER.raw_decode(text, start)
   except json.JSONDecodeError as error:
     message = _PARSE_MESSAGES.get(error.msg, error.msg)
-    raise invalid(f"JSON Parse error: {message} at offset: {error.pos}") from None
-  except RecursionError:
+    raise invalid(f"JSON Parse error: {message} at offset: {error.pos + shift}") from None
+  except RecursionError:  # (not reached: _check_depth stops deeper documents first)
     raise invalid("JSON Parse error: the document is nested too deeply") from None
   except ValueError as error:  # a number too big for a double
     raise invalid(f"JSON Parse error: {error}") from None

@@ -389,7 +389,9 @@ PREDICT_ERRORS = [
       r.inputs["source_ids"].CopyFrom(tf.make_tensor_proto(np.array([[5, 5000]], np.int32))),
     ),
     grpc.StatusCode.INVALID_ARGUMENT,
-    "source_ids holds a token id >= the vocabulary size",
+    # The runtime's whole text, as TF Serving's Session passes it: every bracket of the Assert.
+    "assertion failed: [source_ids holds a token id >= the vocabulary size 14] [Condition x < y "
+    "did not hold element-wise:] [x (source_ids:0) = ] [[5 5000]]",
   ),
   (
     "the export's UTF-8 check (TensorFlow's own error)",

@@ -697,8 +697,13 @@ def test_json_numbers_that_do_not_fit_are_type_errors(dtype, value):
   [
     (b'{"instances": ["\\ud800"]}', None),  # parsed; refused when made a string tensor
     (b"1" * 5000, "Number too big"),  # as rapidjson; and no quadratic int() of 5000 digits
-    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+    # Our own guard, before Python's recursive parser: the same answer on every Python.
+    (b"[" * 5000 + b"]" * 5000, "nested too deeply \\(more than 258 levels\\) at offset: 258"),
+    (b'{"instances": ' + b"[" * 300 + b"]" * 300 + b"}", "nested too deeply"),
     (b"\xff", "Invalid value"),
+    # json_tensor.cc:480-482: a UTF-8 stream, whose byte order mark is skipped (offsets count it).
+    (b"\xef\xbb\xbf", "The document is empty. at offset: 3"),
+    (b"\xef\xbb\xbf{x", "Missing a name for object member. at offset: 4"),
   ],
 )
 def test_json_parsing_limits(body, message):
@@ -711,3 +716,15 @@ def test_json_parsing_limits(body, message):
     return
   with pytest.raises(StatusError, match=message):
     parse_json(body)
+
+
+def test_a_byte_order_mark_is_skipped_and_nesting_up_to_the_limit_is_read():
+  from serving.tensor_json import MAX_JSON_DEPTH, parse_json
+
+  assert parse_json(b'\xef\xbb\xbf{"instances": [1]}') == {"instances": [1]}
+  deepest = b'{"a": ' + b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1) + b"}"
+  value, depth = parse_json(deepest), 0
+  while value:
+    value, depth = next(iter(value.values())) if isinstance(value, dict) else value[0], depth + 1
+  assert depth == MAX_JSON_DEPTH - 1  # the object, then MAX_JSON_DEPTH - 1 arrays (the last empty)
+  assert parse_json(b'{"s": "' + b"[" * 1000 + b'"}')["s"] == "[" * 1000  # brackets in text
