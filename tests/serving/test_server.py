@@ -443,6 +443,8 @@ def test_server_command_line(exported):
     client = ServingClient(NAME, port=port)
     client.wait_until_available()
     assert client.predict(instances=["12"])["predictions"][0]["translation"]
+    # The start-up line names the model's own URL (it once printed a literal .../NAME).
+    assert f"REST at http://127.0.0.1:{port}/v1/models/{NAME}, gRPC at" in process.log_tail()
   finally:
     process.terminate()
     process.wait(timeout=30)
