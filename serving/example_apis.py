@@ -7,17 +7,30 @@ PreProcessRegression); its one input, `inputs`, takes the request's tf.Examples 
 [batch] or [batch, 1] floats). These exports' signatures are predict-shaped, so for them every
 call answers TF Serving's INVALID_ARGUMENT for that shape.
 
-Errors are StatusErrors with TF Serving's codes and texts; the REST and gRPC front ends both
-call the checks here.
+REST's :classify and :regress take the same requests as JSON (`examples`, optional `context`:
+objects of features, json_tensor.cc MakeExampleFromJsonObject) and answer `{"results": ...}`
+(MakeJsonFromClassificationResult / MakeJsonFromRegressionResult). Errors are StatusErrors with
+TF Serving's codes and texts.
 """
+
+import json
 
 import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
+from tensorflow.core.example import feature_pb2
 from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import classification_pb2, inference_pb2, regression_pb2
+from tensorflow_serving.apis import classification_pb2, inference_pb2, input_pb2, regression_pb2
 
 from serving.errors import StatusError, invalid
+from serving.tensor_json import (
+  b64decode,
+  debug_string,
+  float_text,
+  is_b64_object,
+  json_type,
+  utf8_bytes,
+)
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
@@ -220,3 +233,88 @@ def multi_inference(core, request, timeout_seconds=None):
     entry.model_spec.signature_name = signature_name
     entry.model_spec.version.value = servable.version
   return response
+
+
+# JSON <-> tf.Example for REST (json_tensor.cc:707-862, 1068-1125).
+_INT64 = (-(2**63), 2**63 - 1)
+_KIND_NAMES = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
+
+
+def _add_value(feature, name, value):
+  """AddValueToFeature: one JSON value appended to a Feature, whose kind its first value set."""
+
+  def values(kind):
+    current = feature.WhichOneof("kind")
+    if current not in (None, kind):
+      raise invalid(
+        f"Unexpected element type in feature: {name} expecting type: {_KIND_NAMES[current]}"
+      )
+    return getattr(feature, kind).value
+
+  if isinstance(value, bool):
+    values("int64_list").append(int(value))
+  elif isinstance(value, str):
+    values("bytes_list").append(utf8_bytes(value))
+  elif is_b64_object(value):
+    values("bytes_list").append(b64decode(value["b64"]))
+  elif isinstance(value, int) and value <= _INT64[1]:  # rapidjson: an integer, not a double
+    values("int64_list").append(value)
+  elif isinstance(value, int) and value < 2**64:
+    raise invalid(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
+  elif isinstance(value, (int, float)):
+    values("float_list").append(float(value))
+  else:  # null, a nested array, an object that is not {"b64": ...}
+    raise invalid(f"Feature: {name} has element with unexpected JSON type: {json_type(value)}")
+
+
+def _example(value, example):
+  """MakeExampleFromJsonObject: {feature: value or [values]} -> example (filled in place)."""
+  if not isinstance(value, dict):
+    raise invalid(f"Example must be JSON object but got JSON {json_type(value)}")
+  for name, content in value.items():
+    feature = feature_pb2.Feature()
+    for item in content if isinstance(content, list) else [content]:
+      _add_value(feature, name, item)
+    example.features.feature[name].CopyFrom(feature)
+
+
+def input_from_json(body):
+  """FillClassifyRegressRequestFromJson's Input: `examples` (with `context`, when given, as
+  example_list_with_context), with TF Serving's texts (its classify text for both verbs)."""
+  request_input = input_pb2.Input()
+  if "context" in body:
+    _example(body["context"], request_input.example_list_with_context.context)
+  examples = body.get("examples")
+  if "examples" not in body:
+    raise invalid(
+      f"JSON Value: {debug_string(body)} When method is classify, key 'examples' is expected "
+      "and was not found"
+    )
+  if not isinstance(examples, list):
+    raise invalid(
+      f"JSON Value: {debug_string(body)} Expecting 'examples' value to be an list/array"
+    )
+  if not examples:
+    raise invalid(f"JSON Value: {debug_string(body)} 'examples' value is an empty array")
+  listed = (
+    request_input.example_list_with_context.examples
+    if "context" in body
+    else request_input.example_list.examples
+  )
+  for value in examples:
+    _example(value, listed.add())
+  return request_input
+
+
+def result_json(result):
+  """A ClassificationResult or RegressionResult -> TF Serving's `{"results": ...}` text."""
+  if isinstance(result, classification_pb2.ClassificationResult):
+    rows = [
+      "["
+      + ", ".join(f"[{json.dumps(c.label)}, {float_text(c.score, True)}]" for c in row.classes)
+      + "]"
+      for row in result.classifications
+    ]
+  else:
+    rows = [float_text(r.value, True) for r in result.regressions]
+  return '{"results": [' + ", ".join(rows) + "]}"

@@ -184,22 +184,27 @@ class RestApp:
     # signature, then the tensors.
     body = parse_json(data)
     signature_name = signature_name_of(body)
-    servable = self.core.servable(route.name, route.version, route.label)
     if route.verb != "predict":
-      from serving import example_apis  # (TensorFlow is loaded by now)
-
-      method = {"classify": example_apis.CLASSIFY_METHOD, "regress": example_apis.REGRESS_METHOD}
-      example_apis.check_signature(servable, signature_name, method[route.verb])
-      raise StatusError(
-        "UNIMPLEMENTED",
-        f":{route.verb} of JSON examples is not implemented by this server: use gRPC "
-        f"{route.verb.capitalize()}, or Predict",
-      )
+      return self._classify_or_regress(route, body, signature_name)
+    servable = self.core.servable(route.name, route.version, route.label)
     arrays, row_format = parse_predict_request(
       body, servable.input_specs(signature_name), signature_name
     )
     outputs = self.core.run(servable, signature_name, arrays, "Predict", self.timeout_seconds)
     return format_predict_response(outputs, row_format)
+
+  def _classify_or_regress(self, route, body, signature_name):
+    """ProcessClassifyRequest / ProcessRegressRequest: the JSON examples, then the servable,
+    then Classify or Regress as the gRPC API runs them."""
+    from serving import example_apis  # (TensorFlow is loaded by now)
+
+    request_input = example_apis.input_from_json(body)
+    servable = self.core.servable(route.name, route.version, route.label)
+    method = {"classify": example_apis.CLASSIFY_METHOD, "regress": example_apis.REGRESS_METHOD}
+    result = example_apis.run(
+      self.core, servable, signature_name, method[route.verb], request_input, self.timeout_seconds
+    )
+    return example_apis.result_json(result)
 
 
 def _raw_path(environ):

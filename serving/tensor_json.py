@@ -52,7 +52,7 @@ def debug_string(value):
   return text[:_DEBUG_CHARS]
 
 
-def _json_type(value):
+def json_type(value):
   if value is None:
     return "Null"
   if isinstance(value, bool):
@@ -62,7 +62,7 @@ def _json_type(value):
 
 def _type_error(value, dtype):
   return invalid(
-    f"JSON Value: {debug_string(value)} Type: {_json_type(value)} is not of "
+    f"JSON Value: {debug_string(value)} Type: {json_type(value)} is not of "
     f"expected type: {dtype_name(dtype)}"
   )
 
@@ -150,7 +150,7 @@ def parse_json(data):
 
   So: a UTF-8 byte order mark is skipped (EncodedInputStream, json_tensor.cc:480-482); text
   after the first complete value is ignored; bytes that are not UTF-8 pass through inside
-  strings (surrogate-escaped; _utf8 turns them back into the same bytes); NaN, Inf, Infinity
+  strings (surrogate-escaped; utf8_bytes turns them back into the same bytes); NaN, Inf, Infinity
   and their negatives are numbers; of a repeated key the first value counts."""
   if not data:
     raise invalid("JSON Parse error: The document is empty")
@@ -178,7 +178,7 @@ def parse_json(data):
   return body
 
 
-def _utf8(text):
+def utf8_bytes(text):
   """A JSON string's bytes: its UTF-8, with the bytes that were not UTF-8 in the body given
   back as they came (parse_json surrogate-escaped them)."""
   try:
@@ -187,7 +187,7 @@ def _utf8(text):
     raise invalid("JSON Parse error: The surrogate pair in string is invalid.") from None
 
 
-def _b64decode(value):
+def b64decode(value):
   """TF Serving's absl::Base64Unescape: standard alphabet, padding optional."""
   try:
     return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
@@ -206,11 +206,11 @@ def _convert_scalar(value, dtype):
       raise _type_error(value, dtype)
     if not is_b64_object(value):
       raise invalid(f"JSON Value: {debug_string(value)} not formatted correctly for base64 data")
-    return _b64decode(value["b64"])
+    return b64decode(value["b64"])
   if dtype.name == "string":
     if not isinstance(value, str):
       raise _type_error(value, dtype)
-    return _utf8(value)
+    return utf8_bytes(value)
   if dtype.name == "bool":
     if not isinstance(value, bool):
       raise _type_error(value, dtype)
@@ -433,7 +433,7 @@ def parse_predict_request(body, input_specs, signature_name=""):
   return arrays, row_format
 
 
-def _float_text(value, is_float32):
+def float_text(value, is_float32):
   """WriteDecimal: six significant digits (absl::StrCat), all of max_digits10 when those do not
   round-trip, `.0` on whole numbers written without an exponent; NaN, Infinity, -Infinity."""
   value = float(value)
@@ -495,7 +495,7 @@ def _tensor_text(value, name):
   if isinstance(value, (bool, np.bool_)):
     return "true" if value else "false"
   if isinstance(value, (float, np.floating)):
-    return _float_text(value, isinstance(value, np.float32))
+    return float_text(value, isinstance(value, np.float32))
   return str(int(value))
 
 

@@ -796,6 +796,87 @@ def test_classify_regress_and_multi_inference_run_tf_example_signatures(client):
   assert [r.model_spec.signature_name for r in both.results] == ["serving_default", "regress"]
 
 
+def _rest(port, path, body):
+  """(HTTP status, JSON answer) of a POST."""
+  request = urllib.request.Request(
+    f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST"
+  )
+  try:
+    with urllib.request.urlopen(request, timeout=60) as response:
+      return response.status, json.loads(response.read())
+  except urllib.error.HTTPError as error:
+    return error.code, json.loads(error.read())
+
+
+def test_rest_classify_and_regress_run_json_examples_as_grpc_does(served):
+  """:classify / :regress (http_rest_api_handler.cc ProcessClassifyRequest): JSON examples
+  become tf.Examples (json_tensor.cc MakeExampleFromJsonObject), answered as
+  MakeJsonFromClassificationResult / MakeJsonFromRegressionResult write them."""
+  port = served[1]
+  assert _rest(port, "/v1/models/examples:classify", {"examples": [{"x": 1.0}, {"x": [4.0]}]}) == (
+    200,
+    {"results": [[["small", 0.9], ["large", 0.1]], [["small", 0.6], ["large", 0.4]]]},
+  )
+  body = {"signature_name": "regress", "context": {"c": 7.0}, "examples": [{"x": 2.0}]}
+  assert _rest(port, "/v1/models/examples:regress", body) == (200, {"results": [3.0]})
+
+
+# (TF Serving source, body, HTTP status, message start) for :classify on the examples model.
+REST_EXAMPLE_ERRORS = [
+  (
+    "json_tensor.cc:838-842",
+    {"instances": [1]},
+    400,
+    "JSON Value: {\"instances\":[1]} When method is classify, key 'examples' is expected",
+  ),
+  ("json_tensor.cc:843-847", {"examples": 1}, 400, 'JSON Value: {"examples":1} Expecting'),
+  ("json_tensor.cc:848-851", {"examples": []}, 400, "JSON Value: {\"examples\":[]} 'examples'"),
+  ("json_tensor.cc:798-800", {"examples": [1]}, 400, "Example must be JSON object but got JSON"),
+  (
+    "json_tensor.cc:740-743",
+    {"examples": [{"x": None}]},
+    400,
+    "Feature: x has element with unexpected JSON type: Null",
+  ),
+  (
+    "json_tensor.cc:763-766",
+    {"examples": [{"x": [[1.0]]}]},
+    400,
+    "Feature: x has element with unexpected JSON type: Array",
+  ),
+  (
+    "json_tensor.cc:710-732",
+    {"examples": [{"x": [1.0, "a"]}]},
+    400,
+    "Unexpected element type in feature: x expecting type: float",
+  ),
+  (
+    "json_tensor.cc:784-788",
+    {"examples": [{"x": 2**64 - 1}]},
+    400,
+    "Feature: x has uint64_t element. Only int64_t is supported.",
+  ),
+  (
+    "the model's parse_example (an int64 where it reads a float)",
+    {"examples": [{"x": 1}]},
+    400,
+    "Name: <unknown>, Key: x, Index: 0.  Data types don't match.",
+  ),
+]
+
+
+@pytest.mark.parametrize(
+  "source,body,status,message",
+  REST_EXAMPLE_ERRORS,
+  ids=[f"{c[0]}-{i}" for i, c in enumerate(REST_EXAMPLE_ERRORS)],
+)
+def test_rest_classify_reads_json_examples_with_tf_servings_texts(
+  served, source, body, status, message
+):
+  got, answer = _rest(served[1], "/v1/models/examples:classify", body)
+  assert (got, answer["error"].startswith(message)) == (status, True), answer
+
+
 def _config(*models):
   """A ModelServerConfig of (name, base_path, labels) entries."""
   config = model_server_config_pb2.ModelServerConfig()

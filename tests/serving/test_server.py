@@ -273,7 +273,7 @@ def test_version_and_label_urls(served):
     (
       "POST",
       "/v1/models/numbers:classify",
-      b'{"examples": []}',
+      b'{"examples": [{"x": 1}]}',
       400,
       "Expected one or two output Tensors, found 3",
     ),
