@@ -274,7 +274,8 @@ def main(argv):
     core.check_labels_on_disk()
   except model_config.ConfigError as error:
     raise cli.UsageError(str(error)) from None
-  logging.info("configuration: %s", " ".join(f"--{n}={FLAGS[n].value}" for n in server_flags.NAMES))
+  settings = " ".join(f"--{name}={FLAGS[name].value}" for name in server_flags.NAMES)
+  logging.info("configuration: %s", settings)
   core.start()
   if FLAGS.model_config_file and FLAGS.model_config_file_poll_wait_seconds > 0:
     core.watch_config_file(

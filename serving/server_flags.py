@@ -114,8 +114,8 @@ DECLARED = (
     "integer",
     "rest_api_read_timeout_seconds",
     30,
-    "Close a connection that sends nothing for this many seconds (a half-sent "
-    "request or an idle keep-alive connection).",
+    "A request must arrive whole within this many seconds of its first byte, however "
+    "slowly it trickles; an idle keep-alive connection is closed after this many.",
     lower_bound=1,
   ),
   _flag(
