@@ -212,7 +212,7 @@ def host_app(stack, base, model, port_file, batching_file):
   """Runs in a server process: this tree's RestApp on a candidate HTTP library."""
   from serving.batching import Batcher, BatchingParameters
   from serving.model_manager import ModelManager
-  from serving.server import RestApp
+  from serving.rest_api import RestApp
   from serving.server_core import ServerCore
 
   batcher = None

@@ -10,7 +10,7 @@ import numpy as np
 from absl import logging
 
 from serving import config_protos
-from serving.tensor_json import RestError
+from serving.errors import StatusError
 
 
 @dataclasses.dataclass
@@ -106,7 +106,7 @@ class Batcher:
     with self._cond:
       limit = self.params.max_enqueued_batches * self.params.max_batch_size
       if self._queued_rows + task.rows > limit:
-        raise RestError(
+        raise StatusError(
           "UNAVAILABLE", "The batch scheduling queue to which this task was submitted is full"
         )
       self._queue.append(task)
@@ -159,7 +159,7 @@ class Batcher:
       if batch is None:
         return
       for task in [t for t in batch if t.deadline is not None and t.remaining() <= 0]:
-        task.error = RestError(
+        task.error = StatusError(
           "DEADLINE_EXCEEDED", "Deadline exceeded while the request waited for its batch"
         )
         task.done.set()
@@ -183,23 +183,23 @@ class Batcher:
       timeout = None if None in remaining else max(remaining)
       outputs = first.servable.run(first.signature_name, merged, timeout, first.output_names)
       if any(o.ndim == 0 or o.shape[0] != rows + padding for o in outputs.values()):
-        raise RestError("INTERNAL", "batched outputs lost their batch dimension")
+        raise StatusError("INTERNAL", "batched outputs lost their batch dimension")
       start = 0
       for task in batch:
         task.outputs = {n: o[start : start + task.rows] for n, o in outputs.items()}
         start += task.rows
-    except RestError as error:
+    except StatusError as error:
       if len(batch) == 1:
         first.error = error
       else:  # one bad request must not fail its batch-mates: retry each alone
         for task in batch:
           try:
             task.outputs = task.run_alone()
-          except RestError as single_error:
+          except StatusError as single_error:
             task.error = single_error
     except Exception as error:  # never leave a request waiting
       for task in batch:
-        task.error = RestError("INTERNAL", str(error)[:500])
+        task.error = StatusError("INTERNAL", str(error)[:500])
     for task in batch:
       task.done.set()
 

@@ -28,7 +28,8 @@ import tensorflow_text  # noqa: F401  registers the TF-Text ops the SavedModels 
 from absl import logging
 
 from serving import versions, warmup
-from serving.tensor_json import RestError, invalid, metadata_json
+from serving.errors import StatusError, invalid
+from serving.tensor_json import metadata_json
 
 # Lines of a TensorFlow error that frame the reason rather than state it.
 _ERROR_FRAMING = (
@@ -52,6 +53,23 @@ def error_reason(message):
       return assertion.group(1).replace("\\'", "'")[:500]
   reasons = [line for line in lines if not line.startswith(_ERROR_FRAMING)]
   return "\n".join(reasons or lines or ["invalid input"])[:2000]
+
+
+# The lines Python's session wraps around the runtime's message: a header, then where the node
+# was defined ("Detected at node ... (most recent call last):", stack frames, "Node: '...'").
+_PREAMBLE_END = re.compile(r"^Node: '[^\n]*'$\n?", re.MULTILINE)
+
+
+def runtime_message(message):
+  """A TensorFlow runtime error's text as TF Serving's C++ Session passes it on, whole (e.g. a
+  graph Assert's every bracket and its `[[{{node ...}}]]` line): without what Python's session
+  puts before it ("Graph execution error:", where the node was defined)."""
+  preamble = list(_PREAMBLE_END.finditer(message))
+  if preamble:
+    message = message[preamble[-1].end() :]
+  elif message.startswith("Graph execution error:"):
+    message = message[len("Graph execution error:") :]
+  return message.strip("\n")[:4000]
 
 
 def error_code(error):
@@ -81,6 +99,39 @@ class Signature:
         else:
           self.output_tensors[alias] = info.name
     self.unsupported = sorted(set(signature_def.inputs) - set(self.input_tensors))
+    self.defaults = dict(signature_def.defaults)  # {alias: TensorProto} of optional inputs
+
+  def check_inputs(self, aliases):
+    """The request's input aliases against the signature, with TF Serving's messages: the
+    count first (predict_util.cc VerifyRequestInputsSize), then each signature input in turn
+    (cc/saved_model/util.cc GetInputValues): present, or given a default by the signature."""
+    aliases, expected = set(aliases), set(self.input_tensors) | set(self.unsupported)
+    if len(aliases) > len(expected) or (len(aliases) < len(expected) and not self.defaults):
+      raise invalid(
+        f"input size does not match signature: {len(aliases)}!={len(expected)} "
+        f"len({{{','.join(sorted(aliases))}}}) != len({{{','.join(sorted(expected))}}}). "
+        f"Sent extra: {{{','.join(sorted(aliases - expected))}}}. "
+        f"Missing but required: {{{','.join(sorted(expected - aliases))}}}."
+      )
+    for alias in sorted(expected):
+      if alias not in aliases and alias not in self.defaults:
+        raise invalid(
+          f"Signature input alias: {alias}(feed name: {self.input_tensors.get(alias, '')}) not "
+          "found in request and no default value provided. Inputs expected to be in the "
+          f"request {{{','.join(sorted(aliases))}}}, or default input alias set: "
+          f"{','.join(sorted(self.defaults))}"
+        )
+    unknown = aliases - expected
+    if unknown:
+      raise invalid(
+        "Inputs contains invalid name. Used request inputs: "
+        f"{','.join(sorted(aliases & expected))}, request input: {','.join(sorted(aliases))}"
+      )
+
+  def with_defaults(self, arrays):
+    """arrays plus the signature's default for each input the request left out."""
+    missing = {a: tf.make_ndarray(p) for a, p in self.defaults.items() if a not in arrays}
+    return {**arrays, **missing}
 
 
 class Servable:
@@ -111,7 +162,7 @@ class Servable:
 
   def run(self, signature_name, arrays, timeout_seconds=None, output_names=None):
     """{input alias: numpy array} -> {output alias: numpy array} (all outputs, or
-    `output_names`); TF errors become RestErrors with their canonical code, never tracebacks.
+    `output_names`); TF errors become StatusErrors with their canonical code, never tracebacks.
     A run past `timeout_seconds` is stopped: DEADLINE_EXCEEDED."""
     signature = self.signature(signature_name)
     if signature.unsupported:
@@ -119,29 +170,22 @@ class Servable:
         f"Signature {signature_name} has sparse or composite inputs "
         f"({', '.join(signature.unsupported)}): only dense tensors are served"
       )
-    missing = sorted(set(signature.input_tensors) - set(arrays))
-    extra = sorted(set(arrays) - set(signature.input_tensors))
-    if missing or extra:  # VerifyRequestInputsSize
-      raise invalid(
-        f"input size does not match signature: {len(arrays)}!="
-        f"{len(signature.input_tensors)} len({{{','.join(sorted(arrays))}}}) != "
-        f"len({{{','.join(sorted(signature.input_tensors))}}}). Sent extra: "
-        f"{{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
-      )
+    signature.check_inputs(arrays)
+    arrays = signature.with_defaults(arrays)
     names = list(output_names) if output_names else sorted(signature.output_tensors)
     fetches = {name: signature.output_tensors[name] for name in names}
     feeds = {signature.input_tensors[name]: value for name, value in arrays.items()}
     options = None
     if timeout_seconds is not None:
       if timeout_seconds <= 0:
-        raise RestError("DEADLINE_EXCEEDED", "Deadline exceeded before the model ran")
+        raise StatusError("DEADLINE_EXCEEDED", "Deadline exceeded before the model ran")
       options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, math.ceil(timeout_seconds * 1e3)))
     try:
       return self.session.run(fetches, feeds, options=options)
     except tf.errors.OpError as error:
-      raise RestError(error_code(error), error_reason(error.message)) from None
+      raise StatusError(error_code(error), runtime_message(error.message)) from None
     except (ValueError, TypeError) as error:  # a value the placeholder cannot take
-      raise RestError("INVALID_ARGUMENT", error_reason(str(error))) from None
+      raise StatusError("INVALID_ARGUMENT", error_reason(str(error))) from None
 
   def warm_up(self):
     path = os.path.join(self.path, warmup.WARMUP_FILE)
@@ -260,7 +304,7 @@ class ModelManager:
         logging.warning("version %d of %s not loaded yet: %s", version, self.name, error)
       self._failed[version] = str(error)
       code = error_code(error) if isinstance(error, tf.errors.OpError) else "UNKNOWN"
-      message = error.message if isinstance(error, RestError) else str(error)
+      message = error.message if isinstance(error, StatusError) else str(error)
       self._set_state(version, "END", {"error_code": code, "error_message": error_reason(message)})
       return False
     with self._lock:
@@ -278,7 +322,7 @@ class ModelManager:
     started = time.perf_counter()
     try:
       records = servable.warm_up()
-    except RestError as error:
+    except StatusError as error:
       self._record_warmup(servable, error.code, 0, started)
       raise
     self._record_warmup(servable, "OK", records, started)
@@ -354,10 +398,10 @@ class ModelManager:
       if version is None:
         if self._servables:
           return self._servables[max(self._servables)]
-        raise RestError("NOT_FOUND", f"Servable not found for request: Latest({self.name})")
+        raise StatusError("NOT_FOUND", f"Servable not found for request: Latest({self.name})")
       if version in self._servables:
         return self._servables[version]
-    raise RestError(
+    raise StatusError(
       "NOT_FOUND", f"Servable not found for request: Specific({self.name}, {version})"
     )
 
@@ -371,10 +415,10 @@ class ModelManager:
     states = self.states()
     if version is not None:
       if version not in states:
-        raise RestError("NOT_FOUND", f"Could not find version {version} of model {self.name}")
+        raise StatusError("NOT_FOUND", f"Could not find version {version} of model {self.name}")
       states = {version: states[version]}
     elif not states:
-      raise RestError("NOT_FOUND", f"Could not find any versions of model {self.name}")
+      raise StatusError("NOT_FOUND", f"Could not find any versions of model {self.name}")
     return {
       "model_version_status": [
         {"version": str(v), "state": state, "status": dict(status)}

@@ -2,7 +2,7 @@
 ServerCore): a ModelManager per configured model, lookups by model spec (name plus version or
 label), status, config reloads, and running a signature (batching, deadline, runtime metric).
 
-Errors are RestErrors carrying TF Serving's canonical codes and messages; each front end maps
+Errors are StatusErrors carrying TF Serving's canonical codes and messages; each front end maps
 the code to its own status (HTTP or gRPC).
 """
 
@@ -12,37 +12,12 @@ import time
 from absl import logging
 
 from serving import model_config, versions
+from serving.errors import StatusError
 from serving.model_manager import ModelManager
-from serving.tensor_json import RestError
-
-_EXAMPLE_APIS = {
-  "classify": ("classification", "tensorflow/serving/classify"),
-  "regress": ("regression", "tensorflow/serving/regress"),
-}
-
-
-def example_api_error(servable, signature_name, api):
-  """The answer to Classify/Regress (gRPC) or :classify/:regress (REST), which run tf.Example
-  inputs through a classify/regress signature: what classifier.cc/regressor.cc answer for a
-  missing signature or one of another method (all this project exports), else UNIMPLEMENTED:
-  this server does not parse tf.Examples."""
-  kind, method = _EXAMPLE_APIS[api]
-  signature = servable.signatures.get(signature_name)
-  if signature is None:
-    return RestError("INVALID_ARGUMENT", f"No signature was found with the name: {signature_name}")
-  if signature.method_name != method:
-    return RestError(
-      "INVALID_ARGUMENT",
-      f"Expected {kind} signature method_name to be {method}. Was: {signature.method_name}",
-    )
-  return RestError(
-    "UNIMPLEMENTED",
-    f"{api.capitalize()} over tf.Example inputs is not implemented by this server: use Predict",
-  )
 
 
 def _not_available(model, version):
-  return RestError(
+  return StatusError(
     "FAILED_PRECONDITION",
     f"Request to assign label to version {version} of model {model}, which is "
     "not currently available for inference",
@@ -118,7 +93,7 @@ class ServerCore:
             logging.info("%s changed: reloading the model config", path)
             last = configs
             self.reload_config(configs)
-        except (model_config.ConfigError, RestError) as error:
+        except (model_config.ConfigError, StatusError) as error:
           logging.error("model config %s not applied: %s", path, error)
 
     threading.Thread(target=loop, args=(served,), name="model-config-poller", daemon=True).start()
@@ -133,18 +108,18 @@ class ServerCore:
       manager = self._managers.get(name)
     if manager is None:
       spec = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
-      raise RestError("NOT_FOUND", f"Servable not found for request: {spec}")
+      raise StatusError("NOT_FOUND", f"Servable not found for request: {spec}")
     return manager
 
   def servable(self, name, version=None, label=None):
     """ServerCore::GetServableHandle: a label first resolves to a version
     (ServableRequestFromModelSpec), then the servable must be loaded."""
     if not name:
-      raise RestError("INVALID_ARGUMENT", "ModelSpec has no name specified.")
+      raise StatusError("INVALID_ARGUMENT", "ModelSpec has no name specified.")
     with self._lock:
       manager = self._managers.get(name)
     if manager is None and label is not None:
-      raise RestError("INVALID_ARGUMENT", f"Unrecognized servable version label: {label}")
+      raise StatusError("INVALID_ARGUMENT", f"Unrecognized servable version label: {label}")
     if manager is None:
       self.manager(name, version)  # raises NOT_FOUND
     return manager.servable(version, label)
@@ -155,8 +130,8 @@ class ServerCore:
       manager = self._managers.get(name) or self._retired.get(name)
     if manager is None:
       if version is not None:
-        raise RestError("NOT_FOUND", f"Could not find version {version} of model {name}")
-      raise RestError("NOT_FOUND", f"Could not find any versions of model {name}")
+        raise StatusError("NOT_FOUND", f"Could not find version {version} of model {name}")
+      raise StatusError("NOT_FOUND", f"Could not find any versions of model {name}")
     return manager.status(version)
 
   def run(
@@ -176,7 +151,7 @@ class ServerCore:
   def reload_config(self, configs):
     """ServerCore::ReloadConfig for a new list of models: labels are checked first (against
     the versions AVAILABLE now), models no longer listed are unloaded, listed ones take their
-    new policy and labels, new ones are loaded before this returns. Raises RestError."""
+    new policy and labels, new ones are loaded before this returns. Raises StatusError."""
     with self._reload_lock:
       with self._lock:
         current = dict(self._managers)
@@ -229,6 +204,6 @@ class ServerCore:
         if s["error_message"]
       ]
       parts.append(", ".join(errors) or f"{{name: {manager.name}}} (no version on disk)")
-    raise RestError(
+    raise StatusError(
       "UNKNOWN", f"{len(failed)} model(s) did not become available: {{{', '.join(parts)}}}"
     )

@@ -12,45 +12,7 @@ import re
 
 import numpy as np
 
-# HTTP status for each canonical error code, as TF Serving maps them.
-HTTP_STATUS = {
-  "INVALID_ARGUMENT": 400,
-  "FAILED_PRECONDITION": 400,
-  "OUT_OF_RANGE": 400,
-  "NOT_FOUND": 404,
-  "DEADLINE_EXCEEDED": 504,
-  "UNIMPLEMENTED": 501,
-  "RESOURCE_EXHAUSTED": 429,
-  "UNAVAILABLE": 503,
-  "ALREADY_EXISTS": 409,
-  "ABORTED": 409,
-  "PERMISSION_DENIED": 403,
-  "UNAUTHENTICATED": 401,
-  "CANCELLED": 499,
-  "UNKNOWN": 500,
-  "INTERNAL": 500,
-  "DATA_LOSS": 500,
-  # Not a TF status: the server's own request-size cap.
-  "PAYLOAD_TOO_LARGE": 413,
-}
-
-
-class RestError(Exception):
-  """An error with a canonical code; the server answers `{"error": message}`."""
-
-  def __init__(self, code, message):
-    super().__init__(message)
-    self.code = code
-    self.message = message
-
-  @property
-  def http_status(self):
-    return HTTP_STATUS.get(self.code, 500)
-
-
-def invalid(message):
-  return RestError("INVALID_ARGUMENT", message)
-
+from serving.errors import StatusError, invalid
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -90,7 +52,7 @@ def debug_string(value):
   return text[:_DEBUG_CHARS]
 
 
-def _json_type(value):
+def json_type(value):
   if value is None:
     return "Null"
   if isinstance(value, bool):
@@ -100,7 +62,7 @@ def _json_type(value):
 
 def _type_error(value, dtype):
   return invalid(
-    f"JSON Value: {debug_string(value)} Type: {_json_type(value)} is not of "
+    f"JSON Value: {debug_string(value)} Type: {json_type(value)} is not of "
     f"expected type: {dtype_name(dtype)}"
   )
 
@@ -153,29 +115,61 @@ _PARSE_MESSAGES = {
 }
 
 
+# Deepest nesting read. TF Serving's iterative parser reads any depth, but no deeper document
+# can be a request it serves: a tensor has at most 254 dimensions (TensorShape), under at most
+# an object, `instances`/`inputs`, a named input and a {"b64": ...} object. Checked before
+# Python's recursive parser runs, so every Python version gives the same answer.
+MAX_JSON_DEPTH = 258
+_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # strings skipped whole
+_BOM = "\ufeff"
+
+
+def _check_depth(text):
+  """StatusError when arrays and objects nest deeper than MAX_JSON_DEPTH."""
+  if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # (the usual case: no scan)
+    return
+  depth = 0
+  for match in _BRACKETS.finditer(text):
+    token = match.group(0)
+    if token == "[" or token == "{":
+      depth += 1
+      if depth > MAX_JSON_DEPTH:
+        raise invalid(
+          f"JSON Parse error: the document is nested too deeply (more than {MAX_JSON_DEPTH} "
+          f"levels) at offset: {match.start()}"
+        )
+    elif token == "]" or token == "}":
+      depth -= 1
+
+
 def parse_json(data):
   """Request body bytes -> a JSON object (dict), read as TF Serving's rapidjson reads it
-  (ParseJson: kParseIterativeFlag | kParseNanAndInfFlag | kParseStopWhenDoneFlag, no UTF-8
-  validation), with its parse error texts. Never raises anything but RestError: nesting past
-  Python's recursion limit and huge numbers are 400s.
+  (ParseJson: a UTF-8 stream, kParseIterativeFlag | kParseNanAndInfFlag |
+  kParseStopWhenDoneFlag, no UTF-8 validation), with its parse error texts. Never raises
+  anything but StatusError: nesting past MAX_JSON_DEPTH and huge numbers are 400s.
 
-  So: text after the first complete value is ignored; bytes that are not UTF-8 pass through
-  inside strings (surrogate-escaped; _utf8 turns them back into the same bytes); NaN, Inf,
-  Infinity and their negatives are numbers; of a repeated key the first value counts."""
+  So: a UTF-8 byte order mark is skipped (EncodedInputStream, json_tensor.cc:480-482); text
+  after the first complete value is ignored; bytes that are not UTF-8 pass through inside
+  strings (surrogate-escaped; utf8_bytes turns them back into the same bytes); NaN, Inf, Infinity
+  and their negatives are numbers; of a repeated key the first value counts."""
   if not data:
     raise invalid("JSON Parse error: The document is empty")
   text = data.decode("utf-8", "surrogateescape")
-  start = json.decoder.WHITESPACE.match(text, 0).end()
+  bom = 1 if text.startswith(_BOM) else 0
+  # rapidjson's offsets count the mark's three bytes; Python's count it as one character.
+  shift = 2 * bom
+  start = json.decoder.WHITESPACE.match(text, bom).end()
   if start == len(text):
-    raise invalid(f"JSON Parse error: The document is empty. at offset: {start}")
+    raise invalid(f"JSON Parse error: The document is empty. at offset: {start + shift}")
   if "Inf" in text or "-NaN" in text:
     text = _NAN_AND_INF.sub(lambda m: _SPELLINGS.get(m.group(0), m.group(0)), text)
+  _check_depth(text)
   try:
     body, _ = _DECODER.raw_decode(text, start)
   except json.JSONDecodeError as error:
     message = _PARSE_MESSAGES.get(error.msg, error.msg)
-    raise invalid(f"JSON Parse error: {message} at offset: {error.pos}") from None
-  except RecursionError:
+    raise invalid(f"JSON Parse error: {message} at offset: {error.pos + shift}") from None
+  except RecursionError:  # (not reached: _check_depth stops deeper documents first)
     raise invalid("JSON Parse error: the document is nested too deeply") from None
   except ValueError as error:  # a number too big for a double
     raise invalid(f"JSON Parse error: {error}") from None
@@ -184,7 +178,7 @@ def parse_json(data):
   return body
 
 
-def _utf8(text):
+def utf8_bytes(text):
   """A JSON string's bytes: its UTF-8, with the bytes that were not UTF-8 in the body given
   back as they came (parse_json surrogate-escaped them)."""
   try:
@@ -193,7 +187,7 @@ def _utf8(text):
     raise invalid("JSON Parse error: The surrogate pair in string is invalid.") from None
 
 
-def _b64decode(value):
+def b64decode(value):
   """TF Serving's absl::Base64Unescape: standard alphabet, padding optional."""
   try:
     return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
@@ -212,11 +206,11 @@ def _convert_scalar(value, dtype):
       raise _type_error(value, dtype)
     if not is_b64_object(value):
       raise invalid(f"JSON Value: {debug_string(value)} not formatted correctly for base64 data")
-    return _b64decode(value["b64"])
+    return b64decode(value["b64"])
   if dtype.name == "string":
     if not isinstance(value, str):
       raise _type_error(value, dtype)
-    return _utf8(value)
+    return utf8_bytes(value)
   if dtype.name == "bool":
     if not isinstance(value, bool):
       raise _type_error(value, dtype)
@@ -230,7 +224,7 @@ def _convert_scalar(value, dtype):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
       raise _type_error(value, dtype)
     return value
-  raise RestError(
+  raise StatusError(
     "UNIMPLEMENTED", f"Conversion of JSON Value: {debug_string(value)} to type: {dtype_name(dtype)}"
   )
 
@@ -333,7 +327,7 @@ def _is_named_object(value):
 
 def _failed(index, error, key=None):
   where = f"{index} key: {key}" if key is not None else f"{index}"
-  return RestError(
+  return StatusError(
     error.code,
     f"Failed to process element: {where} of 'instances' list. Error: {error.code}: {error.message}",
   )
@@ -360,7 +354,7 @@ def _parse_instances(instances, input_specs):
           raise _failed(index, invalid(f"JSON object: does not have named input: {key}"), key)
         try:
           columns[key].add(value)
-        except RestError as error:
+        except StatusError as error:
           raise _failed(index, error, key) from None
       if set(instance) != names:
         raise invalid(
@@ -373,7 +367,7 @@ def _parse_instances(instances, input_specs):
         raise invalid(f"Expecting value/list but got object at item {index} of input list")
       try:
         columns[only_name].add(instance)
-      except RestError as error:
+      except StatusError as error:
         raise _failed(index, error) from None
   return {name: column.array() for name, column in columns.items()}
 
@@ -439,7 +433,7 @@ def parse_predict_request(body, input_specs, signature_name=""):
   return arrays, row_format
 
 
-def _float_text(value, is_float32):
+def float_text(value, is_float32):
   """WriteDecimal: six significant digits (absl::StrCat), all of max_digits10 when those do not
   round-trip, `.0` on whole numbers written without an exponent; NaN, Infinity, -Infinity."""
   value = float(value)
@@ -501,7 +495,7 @@ def _tensor_text(value, name):
   if isinstance(value, (bool, np.bool_)):
     return "true" if value else "false"
   if isinstance(value, (float, np.floating)):
-    return _float_text(value, isinstance(value, np.float32))
+    return float_text(value, isinstance(value, np.float32))
   return str(int(value))
 
 
@@ -555,7 +549,3 @@ def metadata_json(name, version, signature_defs):
     "model_spec": {"name": name, "signature_name": "", "version": str(version)},
     "metadata": {"signature_def": {"signature_def": signatures}},
   }
-
-
-def error_body(message):
-  return json.dumps({"error": message})

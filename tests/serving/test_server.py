@@ -270,7 +270,13 @@ def test_version_and_label_urls(served):
       "Invalid formatting on input string",
     ),
     ("POST", "/v1/models/numbers:predict", b'{"instances": [{"b64": "//4="}]}', 400, ""),
-    ("POST", "/v1/models/numbers:classify", b'{"examples": []}', 400, "classify"),
+    (
+      "POST",
+      "/v1/models/numbers:classify",
+      b'{"examples": [{"x": 1}]}',
+      400,
+      "Expected one or two output Tensors, found 3",
+    ),
     (
       "POST",
       "/v1/models/nope:predict",
@@ -437,6 +443,8 @@ def test_server_command_line(exported):
     client = ServingClient(NAME, port=port)
     client.wait_until_available()
     assert client.predict(instances=["12"])["predictions"][0]["translation"]
+    # The start-up line names the model's own URL (it once printed a literal .../NAME).
+    assert f"REST at http://127.0.0.1:{port}/v1/models/{NAME}, gRPC at" in process.log_tail()
   finally:
     process.terminate()
     process.wait(timeout=30)

@@ -462,14 +462,14 @@ JSON_READING = [
     400,
     'Serving signature name: \\"nope\\" not found in signature def',
   ),
-  # classifier.cc: :classify on a predict signature.
+  # :classify on a predict signature, under TF Serving's default flags (no method-name check,
+  # server.h:102): its shape is judged (this one has three outputs).
   (
-    "classifier.cc:165 method_name check",
+    "classifier.cc:188-192 PreProcessClassification",
     NAME,
     b'{"examples": [{"x": 1}]}',
     400,
-    "Expected classification signature method_name to be tensorflow/serving/classify. Was: "
-    "tensorflow/serving/predict",
+    "Expected one or two output Tensors, found 3",
   ),
 ]
 
@@ -512,9 +512,10 @@ def test_bodies_are_read_and_answers_written_as_tf_serving_does(
 def test_answers_tf_serving_cannot_write(outputs, row_format, message):
   """AddSingleValueAndAdvance / MakeRowFormatJsonFromTensors / MakeJsonFromTensors
   (json_tensor.cc:944, 987-994, 1055)."""
-  from serving.tensor_json import RestError, format_predict_response
+  from serving.errors import StatusError
+  from serving.tensor_json import format_predict_response
 
-  with pytest.raises(RestError) as error:
+  with pytest.raises(StatusError) as error:
     format_predict_response(outputs, row_format)
   assert (error.value.code, error.value.message) == ("INVALID_ARGUMENT", message)
 
@@ -683,9 +684,10 @@ def test_json_numbers_into_tensors(dtype, values, expected):
 )
 def test_json_numbers_that_do_not_fit_are_type_errors(dtype, value):
   """AddValueToTensor (MixedInputForFloatTensor & co.): IsInt/IsInt64/IsNumber decide."""
-  from serving.tensor_json import RestError, to_array
+  from serving.errors import StatusError
+  from serving.tensor_json import to_array
 
-  with pytest.raises(RestError, match="is not of expected type") as error:
+  with pytest.raises(StatusError, match="is not of expected type") as error:
     to_array([value], dtype)
   assert error.value.http_status == 400
 
@@ -695,16 +697,34 @@ def test_json_numbers_that_do_not_fit_are_type_errors(dtype, value):
   [
     (b'{"instances": ["\\ud800"]}', None),  # parsed; refused when made a string tensor
     (b"1" * 5000, "Number too big"),  # as rapidjson; and no quadratic int() of 5000 digits
-    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+    # Our own guard, before Python's recursive parser: the same answer on every Python.
+    (b"[" * 5000 + b"]" * 5000, "nested too deeply \\(more than 258 levels\\) at offset: 258"),
+    (b'{"instances": ' + b"[" * 300 + b"]" * 300 + b"}", "nested too deeply"),
     (b"\xff", "Invalid value"),
+    # json_tensor.cc:480-482: a UTF-8 stream, whose byte order mark is skipped (offsets count it).
+    (b"\xef\xbb\xbf", "The document is empty. at offset: 3"),
+    (b"\xef\xbb\xbf{x", "Missing a name for object member. at offset: 4"),
   ],
 )
 def test_json_parsing_limits(body, message):
-  from serving.tensor_json import RestError, parse_json, to_array
+  from serving.errors import StatusError
+  from serving.tensor_json import parse_json, to_array
 
   if message is None:
-    with pytest.raises(RestError, match="surrogate"):
+    with pytest.raises(StatusError, match="surrogate"):
       to_array(parse_json(body)["instances"], tf.string)
     return
-  with pytest.raises(RestError, match=message):
+  with pytest.raises(StatusError, match=message):
     parse_json(body)
+
+
+def test_a_byte_order_mark_is_skipped_and_nesting_up_to_the_limit_is_read():
+  from serving.tensor_json import MAX_JSON_DEPTH, parse_json
+
+  assert parse_json(b'\xef\xbb\xbf{"instances": [1]}') == {"instances": [1]}
+  deepest = b'{"a": ' + b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1) + b"}"
+  value, depth = parse_json(deepest), 0
+  while value:
+    value, depth = next(iter(value.values())) if isinstance(value, dict) else value[0], depth + 1
+  assert depth == MAX_JSON_DEPTH - 1  # the object, then MAX_JSON_DEPTH - 1 arrays (the last empty)
+  assert parse_json(b'{"s": "' + b"[" * 1000 + b'"}')["s"] == "[" * 1000  # brackets in text

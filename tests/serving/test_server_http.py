@@ -1,0 +1,179 @@
+"""serving.http_server under clients that try to lock others out (issue 34): stalled
+connections cannot exhaust the connection limit, and the read timeout bounds a whole request
+however slowly it trickles. Loopback only; every loop is bounded and stops by itself."""
+
+import importlib.metadata
+import json
+import socket
+import threading
+import time
+
+import pytest
+import waitress.channel
+import waitress.task
+from test_server_conformance import _half_plus_two
+
+from serving import http_server
+from serving.model_manager import ModelManager
+from serving.server import make_server
+from serving.server_core import ServerCore
+
+NAME = "half_plus_two"
+READ_TIMEOUT = 2  # seconds
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory):
+  core = ServerCore([ModelManager(NAME, str(_half_plus_two(tmp_path_factory.mktemp("hp2"))))])
+  core.start()
+  yield core
+  core.stop()
+
+
+@pytest.fixture
+def serve(core):
+  """serve(**make_server options) -> a running server's address; stopped after the test."""
+  servers = []
+
+  def start(**options):
+    server = make_server(core, "127.0.0.1", 0, read_timeout_seconds=READ_TIMEOUT, **options)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    servers.append(server)
+    return server.server_address
+
+  yield start
+  for server in servers:
+    server.shutdown(0)
+
+
+def _status_within(address, seconds):
+  """A new client's GET of the model's status: (HTTP status line, JSON body), or fails when
+  the answer takes longer than `seconds`."""
+  started = time.monotonic()
+  with socket.create_connection(address, timeout=seconds) as sock:
+    sock.sendall(f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    answer = b""
+    while chunk := sock.recv(65536):
+      answer += chunk
+  elapsed = time.monotonic() - started
+  assert elapsed < seconds, elapsed
+  head, _, body = answer.partition(b"\r\n\r\n")
+  return head.split(b"\r\n")[0].decode(), json.loads(body)
+
+
+def _stalled(address, count):
+  """`count` connections that never finish a request: half send nothing, half stop in their
+  headers."""
+  sockets = []
+  for index in range(count):
+    sock = socket.create_connection(address, timeout=10)
+    if index % 2:
+      sock.sendall(f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nHost: x\r\n".encode())
+    sockets.append(sock)
+  return sockets
+
+
+def _closed_by_server(sock, seconds):
+  """Whether the server closes `sock` (EOF or reset) within `seconds`, sending no answer."""
+  sock.settimeout(seconds)
+  try:
+    return sock.recv(1024) == b""
+  except ConnectionResetError:
+    return True
+  except TimeoutError:
+    return False
+
+
+def test_200_stalled_clients_do_not_delay_a_new_one(serve):
+  """waitress's default limit (100) once let 100 stalled sockets lock everyone out for the
+  whole read timeout; the default limit follows the file limit."""
+  address = serve()
+  stalled = _stalled(address, 200)
+  try:
+    time.sleep(0.2)  # all accepted
+    status, body = _status_within(address, 1.0)
+    assert status == "HTTP/1.1 200 OK" and body["model_version_status"][0]["state"] == "AVAILABLE"
+  finally:
+    for sock in stalled:
+      sock.close()
+
+
+def test_at_the_connection_limit_the_stalest_idle_connection_makes_room(serve):
+  address = serve(connection_limit=20)
+  stalled = _stalled(address, 50)
+  try:
+    time.sleep(0.2)
+    for _ in range(3):  # again and again: each new client is answered at once
+      assert _status_within(address, 1.0)[0] == "HTTP/1.1 200 OK"
+    assert _closed_by_server(stalled[0], 1.0)  # the oldest made room
+    assert not _closed_by_server(stalled[-1], 0.2)  # the newest is still held
+  finally:
+    for sock in stalled:
+      sock.close()
+
+
+def test_a_trickling_client_is_closed_within_the_read_timeout_plus_1_s(serve):
+  """A byte every 0.25 s keeps a connection from ever being silent; the request must still
+  arrive whole within the read timeout of its first byte."""
+  address = serve()
+  request = f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\n" + "X-Pad: " + "a" * 1000
+  sock = socket.create_connection(address, timeout=10)
+  started = time.monotonic()
+  closed_after = None
+  try:
+    for byte in request.encode():  # bounded: the request is longer than the timeout allows
+      try:
+        sock.sendall(bytes([byte]))
+      except (BrokenPipeError, ConnectionResetError):
+        closed_after = time.monotonic() - started
+        break
+      if _closed_by_server(sock, 0.25):
+        closed_after = time.monotonic() - started
+        break
+      assert time.monotonic() - started < READ_TIMEOUT + 5, "never closed"
+  finally:
+    sock.close()
+  assert closed_after is not None and READ_TIMEOUT - 0.1 <= closed_after <= READ_TIMEOUT + 1
+
+
+def test_a_request_that_arrives_in_time_is_answered_however_it_is_split(serve):
+  address = serve()
+  with socket.create_connection(address, timeout=10) as sock:
+    for piece in (b"GET /v1/mod", f"els/{NAME} HTTP/1.1\r\n".encode()):
+      sock.sendall(piece)
+      time.sleep(0.6)
+    sock.sendall(b"Host: x\r\n\r\n")  # 1.2 s after the first byte: in time
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+    time.sleep(1.0)  # idle, under the timeout: the next request's clock starts afresh
+    sock.sendall(f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_the_waitress_attributes_the_adapter_names_exist_in_the_pinned_version(core):
+  assert importlib.metadata.version("waitress") == http_server.CHECKED_WAITRESS
+  for name in "execute set_close_on_finish write".split():  # (the rest: set per task)
+    assert hasattr(waitress.task.ErrorTask, name), name
+  server = make_server(core, "127.0.0.1", 0)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  try:
+    inner = server._server
+    for name in "channel_class active_channels accepting trigger task_dispatcher close".split():
+      assert hasattr(inner, name), name
+    for name in "active_count queue shutdown".split():
+      assert hasattr(inner.task_dispatcher, name), name
+    with socket.create_connection(server.server_address, timeout=10):
+      deadline = time.monotonic() + 5
+      while not inner.active_channels:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+      channel = next(iter(inner.active_channels.values()))
+      assert isinstance(channel, waitress.channel.HTTPChannel)
+      names = (
+        "error_task_class received readable request requests last_activity will_close "
+        "total_outbufs_len handle_close server adj"
+      )
+      for name in names.split():
+        assert hasattr(channel, name), name
+      assert channel.adj.channel_timeout == 30
+  finally:
+    server.shutdown(0)
