@@ -466,12 +466,15 @@ class AttentionEncoder(tf.Module):
   """Embedding + positions + one merged-head self-attention, nothing else: the single attention
   layer of Su Jianlin's IMDB experiment (`classifier_body="attention"`)."""
 
-  def __init__(self, config: TransformerConfig, embedding, name: str = "attention_encoder"):
+  def __init__(
+    self, config: TransformerConfig, embedding, rng=None, name: str = "attention_encoder"
+  ):
     """Creates the positions and the self-attention.
 
     Args:
       config: model sizes and position encoding.
       embedding: the `Embedding` to read token ids with.
+      rng: the model's `tf.random.Generator` for attention dropout (None: no dropout).
       name: module name.
     """
     super().__init__(name=name)
@@ -484,6 +487,7 @@ class AttentionEncoder(tf.Module):
         config.d_model,
         config.num_heads,
         config.attention_dropout_rate,
+        rng,
         seed=config.seed,
         name="self_attention",
       )
@@ -515,7 +519,7 @@ class EncoderClassifier(tf.Module):
       self.dropout_rng = tf.random.Generator.from_seed(config.seed)
       embedding = Embedding(config.source_vocab_size, config.d_model, config.seed, name="embedding")
       if config.classifier_body == "attention":
-        self.encoder = AttentionEncoder(config, embedding)
+        self.encoder = AttentionEncoder(config, embedding, self.dropout_rng)
       else:
         self.encoder = Encoder(config, embedding, self.dropout_rng)
       self.classifier = Linear(
