@@ -17,10 +17,11 @@ computed before its loop. A top-k cut sorts only the k kept tokens; a nucleus wi
 found by bisection, without sorting the vocabulary.
 """
 
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 
+from tfattn.decode_options import DecodeOptions
 from tfattn.special_ids import PAD_ID
 
 # Temperatures below this are subnormal in float32 (flushed to 0 on CPUs): `draw` then takes the
@@ -139,12 +140,7 @@ def _nucleus(probs: tf.Tensor, top_p: float) -> tf.Tensor:
 
 
 def draw(
-  logits: tf.Tensor,
-  uniform: tf.Tensor,
-  *,
-  temperature: float = 1.0,
-  top_k: int = 0,
-  top_p: float = 1.0,
+  logits: tf.Tensor, uniform: tf.Tensor, options: Optional[DecodeOptions] = None, **cut
 ) -> tf.Tensor:
   """One token a row from softmax(logits / temperature), kept to the top_k most likely tokens
   (0: all), then to the nucleus of what remains: the smallest set of most likely tokens whose
@@ -157,14 +153,18 @@ def draw(
   Args:
     logits: float `[batch, vocab]`.
     uniform: float32 `[batch]` in [0, 1), the row's random number for this draw.
-    temperature: > 0; towards 0 the draw becomes the argmax. Below float32's smallest normal
-      (1.2e-38) it is that limit: each row's most likely tokens (all of them where several tie)
-      equally likely, nothing else.
-    top_k: keep the k most likely tokens (a Python int: XLA needs it static).
-    top_p: keep the nucleus of this probability mass, in (0, 1].
+    options: the `DecodeOptions` whose sampling fields apply (None: the defaults), these:
+      temperature: > 0; towards 0 the draw becomes the argmax. Below float32's smallest normal
+        (1.2e-38) it is that limit: each row's most likely tokens (all of them where several
+        tie) equally likely, nothing else.
+      top_k: keep the k most likely tokens (a Python int: XLA needs it static).
+      top_p: keep the nucleus of this probability mass, in (0, 1].
+    **cut: fields that replace the options' (e.g. `top_k=5`), checked as DecodeOptions are.
   Returns:
     int32 `[batch]` token ids.
   """
+  options = (options or DecodeOptions()).replace(**cut)
+  temperature, top_k, top_p = options.temperature, options.top_k, options.top_p
   logits = tf.cast(logits, tf.float32)
   # Subtracting the maximum first keeps tiny temperatures finite: the others go to -inf, not NaN.
   shifted = logits - tf.reduce_max(logits, axis=-1, keepdims=True)  # [batch, vocab], max 0
@@ -195,27 +195,21 @@ def draw(
 ChooseFn = Callable[[tf.Tensor, object], tf.Tensor]
 
 
-def sampling_choice(
-  seeds: tf.Tensor, max_steps, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> ChooseFn:
+def sampling_choice(seeds: tf.Tensor, max_steps, options: DecodeOptions) -> ChooseFn:
   """A token-choice function for `decoding.token_loop` that draws each row's token at step t
-  with the row's t-th number. The numbers of every step are computed here, once, before the
-  loop (a `[batch, max_steps]` table), so a step costs one gather and the draw.
+  with the row's t-th number, as `options` say (`draw`). The numbers of every step are computed
+  here, once, before the loop (a `[batch, max_steps]` table), so a step costs one gather and
+  the draw.
 
   Args:
     seeds: int `[batch]`, one seed per row.
     max_steps: at least the number of steps the search can take (a static int under XLA).
+    options: the sampling settings.
   """
   table = uniforms(seeds, max_steps)  # [batch, max_steps]
 
   def choose(logits, state):
-    return draw(
-      logits,
-      tf.gather(table, state.step, axis=1),
-      temperature=temperature,
-      top_k=top_k,
-      top_p=top_p,
-    )
+    return draw(logits, tf.gather(table, state.step, axis=1), options)
 
   return choose
 

@@ -23,24 +23,30 @@ _LOGITS = np.array([-1e9, -1e9, -1e9, 2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -1.5]
 
 class FixedLogitsModel:
   """Stands in for a `Transformer` in the decoding loop: every step's next-token logits are
-  `logits`, whatever the source and the tokens so far."""
+  `logits`, whatever the source and the tokens so far (its `DecodingStart` has no cache)."""
 
   def __init__(self, logits, max_length=64):
     self.config = types.SimpleNamespace(pad_id=0, bos_id=1, eos_id=2, max_length=max_length)
     self.logits = tf.constant(logits, tf.float32)  # [vocab]
 
-  def encode(self, source_ids):
-    batch = tf.shape(source_ids)[0]
-    return tf.zeros([batch, 1, 1]), tf.zeros([batch, 1, 1, 1])
+  def start_decoding(self, source_ids, options, beams=1, padded=False, use_cache=True):
+    del padded, use_cache  # no cache
+    length, limits = decoding.source_lengths(self, source_ids, options)
+    rows = tf.shape(source_ids)[0] * beams
 
-  def decoding_memory(self, memory, memory_bias):
-    return ()
+    def step_fn(last_tokens, step, cache):
+      return tf.tile(self.logits[tf.newaxis], [rows, 1]), cache
 
-  def init_cache(self, batch_size, max_length=None):
-    return ()
-
-  def decode_step(self, token_ids, step, cache, memory):
-    return tf.tile(self.logits[tf.newaxis], [tf.shape(token_ids)[0], 1]), cache
+    return decoding.DecodingStart(
+      step_fn=step_fn,
+      cache=(),
+      first_tokens=tf.fill([tf.shape(source_ids)[0]], 1),
+      limits=limits,
+      length=length,
+      max_steps=max(self.config.max_length, options.max_decode_length or 0),
+      pad_id=0,
+      eos_id=2,
+    )
 
 
 def _expected_probs(logits, temperature=1.0, top_k=0, top_p=1.0):
@@ -235,8 +241,9 @@ def test_tokens_tied_at_the_nucleus_edge_are_all_kept(top_k, jit_compile):
   assert _chi_square_p_value(counts, expected) > 1e-3, (counts, expected * rows)
 
 
-@pytest.mark.parametrize("padded_decode", [False, True])
-@pytest.mark.parametrize("temperature", [1e-39, 1e-45, 1e-37])
+@pytest.mark.parametrize(
+  "temperature,padded_decode", [(1e-39, False), (1e-45, True), (1e-37, False)]
+)
 def test_underflowing_temperatures_draw_the_most_likely_tokens(temperature, padded_decode):
   """Issue 33: below float32's smallest normal, graph mode failed (id -1 gathered) and XLA
   silently returned id -1. Now the limit T -> 0: the argmax, or one of several tied maxima."""
