@@ -26,7 +26,7 @@ from tfattn import flops, kinds, losses, text
 from tfattn.language_model import perplexity_sums
 from tfattn.special_ids import END_ID, PAD_ID, START_ID
 from train import data, evaluation
-from train.task import Task, strings_dataset
+from train.task import LANGUAGE_MODEL_DEFAULTS, Task, strings_dataset
 
 
 class LossSums(NamedTuple):
@@ -393,26 +393,6 @@ def _read_lines(path):
 
 # Without --validation_file, validation reads this many training lines (not held out).
 UNHELD_VALIDATION_LINES = 1000
-# A small GPT-style model on a few MB of text (tiny_shakespeare's scale); a recipe or explicit
-# flags override.
-LANGUAGE_MODEL_DEFAULTS = dict(
-  model="small",
-  num_layers=4,
-  d_model=256,
-  dff=1024,
-  vocab_size=2000,
-  max_length=128,
-  batch_size=32,
-  train_steps=5000,
-  warmup_steps=500,
-  dropout=0.1,
-  schedule="cosine",
-  learning_rate=1e-3,
-  label_smoothing=0.0,
-  vocab_examples=50_000,
-)
-
-
 TRAINING_KINDS = {kind.name: kind for kind in (Seq2Seq(), Classification(), LanguageModeling())}
 
 

@@ -110,3 +110,21 @@ CLASSIFICATION_DEFAULTS = dict(
   truncate="left",
   vocab_examples=50_000,
 )
+# The language model (`--task=text`, tiny_shakespeare): a small GPT-style model on a few MB
+# of text; a recipe or explicit flags override.
+LANGUAGE_MODEL_DEFAULTS = dict(
+  model="small",
+  num_layers=4,
+  d_model=256,
+  dff=1024,
+  vocab_size=2000,
+  max_length=128,
+  batch_size=32,
+  train_steps=5000,
+  warmup_steps=500,
+  dropout=0.1,
+  schedule="cosine",
+  learning_rate=1e-3,
+  label_smoothing=0.0,
+  vocab_examples=50_000,
+)

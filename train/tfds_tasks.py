@@ -15,10 +15,10 @@ import tensorflow as tf
 from absl import logging
 
 from tfattn.kinds import LANGUAGE_MODEL
-from train.kinds import LANGUAGE_MODEL_DEFAULTS
 from train.task import (
   CLASSIFICATION,
   CLASSIFICATION_DEFAULTS,
+  LANGUAGE_MODEL_DEFAULTS,
   SEQ2SEQ,
   TRANSLATION_DEFAULTS,
   Task,
