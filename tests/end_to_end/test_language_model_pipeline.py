@@ -103,7 +103,7 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
     over_grpc = grpc_client.predict({"text": np.array([b"the cat sees"])}, "generate")
     grpc_client.close()
   finally:
-    rest.shutdown()
+    rest.shutdown(0)
     grpc_server.stop(0).wait()
     core.stop()
   expected = generated["generation"].numpy()[0].decode()
