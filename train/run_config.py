@@ -22,7 +22,7 @@ from train import recipes
 from train.distribute import STRATEGIES
 from train.files import write_json_atomically
 from train.kinds import TRAINING_KINDS
-from train.task import CLASSIFICATION, SEQ2SEQ
+from train.task import CLASSIFICATION, LANGUAGE_MODEL, SEQ2SEQ
 from train.tasks import TASK_NAMES, TFDS_TASKS
 from train.tokenizer import TOKENIZERS
 
@@ -41,6 +41,8 @@ EXPORT_DECODE_MODES = ("auto", "graph", "xla")
 BEST_BY = {
   CLASSIFICATION: ("accuracy",),
   SEQ2SEQ: ("bleu", "bleu_lowercase", "exact_match", "token_accuracy"),
+  # Higher is better for every metric here: perplexity (lower is better) is not offered.
+  LANGUAGE_MODEL: ("token_accuracy",),
 }
 # Model sizes an explicit --model preset keeps (the recipe's and task's are not applied).
 MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")

@@ -12,7 +12,7 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
-from tfattn.kinds import CLASSIFICATION, SEQ2SEQ  # noqa: F401 (kind names, one owner)
+from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, SEQ2SEQ  # noqa: F401 (kind names, one owner)
 
 Examples = Callable[[], tf.data.Dataset]  # (source, target) strings | (text, int label)
 
