@@ -73,7 +73,8 @@ class RunConfig:
   task: str = run_setting(
     "numbers",
     "What to learn. Built-in tasks are generated offline from --seed; TFDS tasks "
-    "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file.",
+    "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file, and "
+    "so does text (one text a line: a language model, docs/language_model.md).",
     choices=TASK_NAMES,
     resume=MUST_MATCH,
   )
@@ -84,7 +85,10 @@ class RunConfig:
     resume=MAY_CHANGE,
   )
   train_file: Optional[str] = run_setting(
-    None, "TSV training file: source<TAB>target, or text<TAB>label.", unset="", resume=MUST_MATCH
+    None,
+    "TSV training file: source<TAB>target, or text<TAB>label (--task=text: one text a line).",
+    unset="",
+    resume=MUST_MATCH,
   )
   validation_file: Optional[str] = run_setting(
     None,
