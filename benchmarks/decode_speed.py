@@ -183,7 +183,7 @@ def compare_decoders(args):
 
   length = 64
   beam = tf.function(
-    lambda s: decoding.beam_search(model, s, beam_size=4, alpha=0.6, max_decode_length=length).ids,
+    lambda s: decoding.beam_decode(model, s, beam_size=4, alpha=0.6, max_decode_length=length).ids,
     input_signature=[spec],
   )
   seconds = common.interleaved_medians(

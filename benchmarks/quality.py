@@ -9,15 +9,17 @@ Data (public; prepare it once, never commit it):
 * IMDB (aclImdb v1, 25k train / 25k test): DIR is an `aclImdb` folder (train/{pos,neg}/*.txt,
   test/...), a folder holding train.tsv and test.tsv (`text<TAB>label`), or a TFDS data_dir
   holding a prepared `imdb_reviews`. IMDB has no validation split: 10% of the training reviews
-  (a fixed, seeded choice, the same for every seed and recipe) are held out as validation.
+  are held out as validation, the same for every seed and recipe (from a folder or TSV files: a
+  seeded random choice; from TFDS: the dataset's own slice, the last 10%, `train[90%:]`).
 * Multi30k German->English, task 1, raw cased text (the `multi30k/dataset` repository's
   data/task1/raw, gunzipped): DIR holds train.{de,en}, val.{de,en}, test_2016_flickr.{de,en};
   val is the validation set, test_2016_flickr the test set.
 
-Every run reports validation (the in-run evaluation, what recipes are chosen on) and test (the
-whole test set, judged once at the end on the weights that get exported) from its eval.json;
-with several seeds, mean and standard deviation. `--validation_only` leaves the test set out
-(for choosing settings); the same command without it then resumes each finished run and judges
+Every run reports validation (the in-run evaluation on the whole validation role, what recipes
+are chosen on) and test (the whole test set, judged once at the end on the weights that get
+exported) from its eval.json; with several seeds, mean and standard deviation.
+`--validation_only` leaves the test set out on every route (no test file, no TFDS test split;
+for choosing settings); the same command without it then resumes each finished run and judges
 its test set once. `--through_export` also exports each translation run and translates the test
 set with the SavedModel, as served.
 """
@@ -35,6 +37,7 @@ import time
 
 from tfattn.run_dir import RunDir
 from train.recipes import RECIPES
+from train.tfds_tasks import DATASETS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMDB_VALIDATION_SHARE = 0.1
@@ -76,7 +79,11 @@ def imdb_data_flags(source, work_dir):
   """`python -m train` flags reading IMDB (train / held-out validation / test) from a folder
   of any accepted kind."""
   if os.path.isdir(os.path.join(source, "imdb_reviews")):  # TFDS: its default split slices
-    return ["--task=imdb_reviews", f"--data_dir={source}"]
+    return [
+      "--task=imdb_reviews",
+      f"--data_dir={source}",
+      f"--eval_examples={tfds_validation_size('imdb_reviews', source)}",
+    ]
   if all(os.path.exists(os.path.join(source, f"{s}.tsv")) for s in ("train", "test")):
     train, test = (_read_tsv(os.path.join(source, f"{s}.tsv")) for s in ("train", "test"))
   else:
@@ -98,6 +105,22 @@ def imdb_data_flags(source, work_dir):
     f"--test_file={paths['test']}",
     f"--eval_examples={len(held_out)}",
   ]
+
+
+def tfds_validation_size(name, data_dir):
+  """Examples in the validation slice of a prepared TFDS dataset (validation is judged whole)."""
+  import tensorflow_datasets as tfds
+
+  builder = tfds.builder(name, data_dir=data_dir)
+  return builder.info.splits[DATASETS[name].validation_split].num_examples
+
+
+def without_test(flags):
+  """`python -m train` data flags with no test role on any route: TSV drops its test file, a
+  TFDS task gets an empty test split."""
+  flags = [flag for flag in flags if not flag.startswith(("--test_file=", "--test_split="))]
+  task = next((flag.split("=", 1)[1] for flag in flags if flag.startswith("--task=")), None)
+  return [*flags, "--test_split="] if task in DATASETS else flags
 
 
 def multi30k_data_flags(source, work_dir):
@@ -242,9 +265,9 @@ def _define_flags():
   flags.DEFINE_bool(
     "validation_only",
     False,
-    "Train and judge validation only, no test set: for choosing a setting. The "
-    "same command without it then resumes each finished run and judges its test "
-    "set once.",
+    "Train and judge validation only (the whole validation role), never the test set, "
+    "whatever the data route (TSV, aclImdb folder or TFDS): for choosing a setting. The "
+    "same command without it then resumes each finished run and judges its test set once.",
   )
   flags.DEFINE_bool(
     "through_export", False, "Translation recipes: also translate the test set with the export."
@@ -272,7 +295,7 @@ def main(argv):
     if recipe.dataset not in data_flags:
       flags_ = DATA_FLAGS[recipe.dataset](getattr(args, recipe.dataset), args.work_dir)
       if args.validation_only:
-        flags_ = [flag for flag in flags_ if not flag.startswith("--test_file=")]
+        flags_ = without_test(flags_)
       data_flags[recipe.dataset] = flags_
     results[name] = [
       run_recipe(recipe, data_flags[recipe.dataset], seed, args)

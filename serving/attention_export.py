@@ -12,6 +12,9 @@ seq2seq only:
   decoder_attention  float32 `[batch, layers, heads, t_len, t_len]`
   cross_attention    float32 `[batch, layers, heads, t_len, s_len]`
 classifier only: `label` int64 `[batch]`, `probabilities` float32 `[batch, classes]`.
+language model: source_pieces are "[START]" then the text's pieces, source_length counts START,
+  and `decoder_attention` float32 `[batch, layers, heads, s_len, s_len]` is the causal
+  self-attention (row i: the query predicting piece i + 1); no encoder_attention.
 
 **Bound.** Texts are truncated to the model's max_length pieces, as by every signature (a
 target to max_length - 1, plus END). `layer` picks, per row, one layer (0 = the first) or every
@@ -192,4 +195,28 @@ def classifier_maps(model, source_tokenizer, source_ids, layer):
     "encoder_attention": _select(weights.encoder, layer, every_layer, source_length, source_length),
     "label": tf.argmax(probabilities, axis=-1),
     "probabilities": probabilities,
+  }
+
+
+def language_model_maps(model, tokenizer, ids, layer):
+  """ids int32 `[batch, length]` (a text's pieces, no START), layer int32 `[batch]` -> the
+  language model outputs listed in the module docstring."""
+  config = model.config
+  batch = tf.shape(ids)[0]
+  ids = tf.concat([tf.fill([batch, 1], config.bos_id), ids], axis=1)  # [batch, 1 + length]
+  length = tf.shape(ids)[1]
+  every_layer, checks = _check_layers(layer, batch, config.num_decoder_layers)
+  checks.append(
+    _check_budget(
+      batch, tf.where(every_layer, config.num_decoder_layers, 1), config.num_heads, length**2
+    )
+  )
+  with tf.control_dependencies(checks):
+    ids = tf.identity(ids)
+  _, weights = model(ids, return_attention=True)
+  lengths = 1 + tfattn_text.row_lengths(ids[:, 1:])
+  return {
+    "source_pieces": tfattn_text.piece_texts(tokenizer, ids, lengths),
+    "source_length": lengths,
+    "decoder_attention": _select(weights.decoder, layer, every_layer, lengths, lengths),
   }

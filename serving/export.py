@@ -26,7 +26,7 @@ if __name__ == "__main__":
 import tensorflow as tf
 
 from serving import versions, warmup
-from serving.modules import DECODE_MODES, ClassifierExport, Seq2SeqExport
+from serving.modules import DECODE_MODES, ClassifierExport, LanguageModelExport, Seq2SeqExport
 from tfattn import kinds, text
 from tfattn.checkpoints import checkpoints_to_average, restore_average
 from tfattn.config import TransformerConfig
@@ -79,8 +79,15 @@ class _ClassifierExportKind(kinds.ClassifierModel):
     )
 
 
+class _LanguageModelExportKind(kinds.LanguageModelKind):
+  def export_module(self, model, tokenizers, task_info, options, decode_mode):
+    del task_info  # nothing beyond the model config
+    return LanguageModelExport(model, tokenizers["source"], options, decode=decode_mode)
+
+
 EXPORT_KINDS: Dict[str, ExportKind] = {
-  kind.name: kind for kind in (_Seq2SeqExportKind(), _ClassifierExportKind())
+  kind.name: kind
+  for kind in (_Seq2SeqExportKind(), _ClassifierExportKind(), _LanguageModelExportKind())
 }
 
 

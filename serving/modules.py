@@ -323,3 +323,142 @@ class ClassifierExport(_Exportable):
       "encode": self.encode,
       "attention": self.attention,
     }
+
+
+class LanguageModelExport(_Exportable):
+  """Signatures: serving_default and `generate` (text, the prompt -> "generation", its
+  continuation, with "score" and "log_prob"), generate_nbest (every beam, best first),
+  generate_ids (prompt ids -> continuation ids), in an export whose options sample `sample`
+  (text and a seed per row), and `attention` (the causal self-attention over BOS + a text).
+
+  Every signature decodes as `options` say, through the same `decoding.decode` / `nbest` as the
+  seq2seq export: a prompt's continuation is at most options.max_decode_length tokens (unset:
+  extra_decode_length). A prompt keeps its last max_length - 1 pieces. A sampling export draws
+  serving_default with the prompt's own seed (`decoding.source_seeds`). decode="xla" pads the
+  prompt to a length bucket and runs the padded-cache searches compiled (prompts of one batch
+  differ in length anyway: the model aligns them itself).
+  """
+
+  encode = None  # no encoder: the base's `encode` signature does not apply
+
+  def __init__(self, model, tokenizer, options: DecodeOptions, decode="graph"):
+    super().__init__(model, tokenizer, truncate="left", name="language_model_export")
+    if decode not in DECODE_MODES:
+      raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
+    self.max_length = model.config.max_length - 1  # a prompt's pieces: BOS takes one position
+    self.options = options
+    self.decode_mode = decode
+    self._best_is_first_beam = options.strategy == BEAM and options.beam_size > 1
+    if decode == "xla":
+      self.length_buckets = tuple(shapes.length_buckets(self.max_length, SMALLEST_SOURCE_BUCKET))
+      self._nbest_padded = tf.function(
+        lambda ids: decoding.nbest(self.model, ids, self.options, padded_decode=True),
+        input_signature=[IDS],
+        jit_compile=True,
+      )
+      if not self._best_is_first_beam:
+        self._best_padded = tf.function(
+          lambda ids, seeds: decoding.decode(
+            self.model, ids, self.options, seeds=seeds, padded_decode=True
+          ),
+          input_signature=[IDS, SEEDS],
+          jit_compile=True,
+        )
+    if options.strategy == SAMPLE:
+      self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS])
+
+  def _bucketed(self, search, ids, *args):
+    length = tf.shape(ids)[1]
+    buckets = tf.constant(self.length_buckets)
+    bucket = tf.reduce_min(tf.boolean_mask(buckets, buckets >= length))
+    return search(tf.pad(ids, [[0, 0], [0, bucket - length]]), *args)
+
+  def _nbest(self, ids) -> decoding.Hypotheses:
+    if self.decode_mode == "xla":
+      return self._bucketed(self._nbest_padded, ids)
+    return decoding.nbest(self.model, ids, self.options)
+
+  def _best(self, ids, seeds=None) -> decoding.Hypotheses:
+    if self._best_is_first_beam:
+      return decoding.first_beam(self._nbest(ids))
+    if seeds is None:
+      seeds = decoding.source_seeds(self.model, ids, self.options)
+    if self.decode_mode == "graph":
+      return decoding.decode(self.model, ids, self.options, seeds=seeds)
+    if seeds is None:  # the compiled search takes seeds whether it samples or not
+      seeds = tf.zeros([tf.shape(ids)[0]], tf.int64)
+    return self._bucketed(self._best_padded, ids, seeds)
+
+  def _generations(self, found: decoding.Hypotheses):
+    ids = found.ids
+    rows = tf.reshape(ids, [-1, tf.shape(ids)[-1]])  # [batch (* beam), length]
+    text = tf.reshape(self.source_tokenizer.detokenize(rows), tf.shape(ids)[:-1])
+    return {"generation": text, "score": found.scores, "log_prob": found.log_probs}
+
+  @tf.function(input_signature=[TEXT])
+  def generate(self, text):
+    """Prompts `[batch]` -> {"generation": string `[batch]`, "score", "log_prob": float32
+    `[batch]`}."""
+    return self._generations(self._best(self._source_ids(text)))
+
+  @tf.function(input_signature=[TEXT])
+  def generate_nbest(self, text):
+    """Prompts `[batch]` -> every beam, best first: {"generation": string `[batch, beam]`,
+    "score", "log_prob": float32 `[batch, beam]`}."""
+    return self._generations(self._nbest(self._source_ids(text)))
+
+  def _sample(self, text, seed):
+    """Prompts and int64 seeds `[batch]` -> {"generation", "score", "log_prob"} `[batch]`."""
+    check = tf.debugging.assert_equal(
+      tf.shape(seed),
+      tf.shape(text),
+      message="seed must hold one int64 per text (a [batch] tensor like text)",
+    )
+    with tf.control_dependencies([check]):
+      seed = tf.identity(seed)
+    return self._generations(self._best(self._source_ids(text), seed))
+
+  @tf.function(input_signature=[IDS])
+  def generate_ids(self, source_ids):
+    """Prompt ids (padding 0) -> {"ids": int32 `[batch, length]` ending in END, "score",
+    "log_prob"}."""
+    found = self._best(
+      self._checked_ids(source_ids, self.model.config.target_vocab_size, "source_ids")
+    )
+    return {"ids": found.ids, "score": found.scores, "log_prob": found.log_probs}
+
+  @tf.function(input_signature=[TEXT])
+  def __call__(self, text):
+    """Reusable SavedModel entry: `[batch]` prompts -> `[batch]` continuations."""
+    return self.generate(text)["generation"]
+
+  @tf.function(input_signature=attention_export.CLASSIFIER_INPUTS)
+  def attention(self, text, layer):
+    """Attention maps: text `[batch]`, layer int32 `[batch]` (-1 = every layer) -> the pieces
+    (START, then the text's) and the causal self-attention (`serving/attention_export.py`)."""
+    return attention_export.language_model_maps(
+      self.model, self.source_tokenizer, self._source_ids(text), layer
+    )
+
+  def signatures(self):
+    signatures = {
+      "serving_default": self.generate,
+      "generate": self.generate,
+      "generate_nbest": self.generate_nbest,
+      "generate_ids": self.generate_ids,
+      "attention": self.attention,
+    }
+    if self.options.strategy == SAMPLE:
+      signatures["sample"] = self.sample
+    return signatures
+
+  def warmup_requests(self, texts, compiled_only=False):
+    """One request with `texts` for each text signature, or with `compiled_only`, one for each
+    distinct XLA program (generate's search and, unless it is the same, generate_nbest's)."""
+    texts = _text_array(texts)
+    requests = [("serving_default", {"text": texts})]
+    if not (compiled_only and self._best_is_first_beam):
+      requests.append(("generate_nbest", {"text": texts}))
+    if self.options.strategy == SAMPLE and not compiled_only:
+      requests.append(("sample", {"text": texts, "seed": np.arange(len(texts), dtype=np.int64)}))
+    return requests

@@ -20,6 +20,12 @@ FAKE_ROWS = {
     "validation": [("Danke schön.", "Thank you very much.")] * 4,
     "test": [("Ja.", "Yes.")] * 2,
   },
+  # One text a split, speeches between blank lines (rows of the one feature, "text").
+  "tiny_shakespeare": {
+    "train": [("First Citizen:\nBefore we proceed.\n\nAll:\nSpeak, speak.\n\n\nFirst:\nYou.",)],
+    "validation": [("MENENIUS:\nWhat work's, my countrymen?\n\nAll:\nNay.",)],
+    "test": [("ROMEO:\nBut soft!",)],
+  },
 }
 
 
@@ -27,7 +33,7 @@ def prepare_fake_tfds(name, data_dir, rows_by_split=None):
   """Runs the builder's own download_and_prepare with generated rows; returns the builder."""
   rows_by_split = rows_by_split or FAKE_ROWS[name]
   builder = tfds.builder(name, data_dir=str(data_dir))
-  keys = builder.info.supervised_keys
+  keys = builder.info.supervised_keys or tuple(builder.info.features.keys())
 
   def split_generators(dl_manager):
     del dl_manager  # nothing is downloaded

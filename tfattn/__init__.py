@@ -3,6 +3,7 @@
 from tfattn import masking
 from tfattn.attention import CrossAttention, SelfAttention, scaled_dot_product_attention
 from tfattn.config import PRESETS, TransformerConfig
+from tfattn.language_model import LanguageModel
 from tfattn.layers import Embedding, FeedForward, LayerNorm, Linear
 from tfattn.position import LearnedPosition, SinusoidalPosition, sinusoidal_encoding
 from tfattn.transformer import (
@@ -24,6 +25,7 @@ __all__ = [
   "EncoderClassifier",
   "EncoderLayer",
   "FeedForward",
+  "LanguageModel",
   "LayerNorm",
   "LearnedPosition",
   "Linear",

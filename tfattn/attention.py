@@ -97,6 +97,11 @@ class GrowingCache(NamedTuple):
     """No slot is empty: the newest query may see every cached key."""
     del step
 
+  def filled(self, key: tf.Tensor, value: tf.Tensor) -> "GrowingCache":
+    """The cache holding key, value `[batch, heads, length, depth]` as positions 0..length-1
+    (a prompt's, prefilled at once)."""
+    return GrowingCache(key, value)
+
 
 class PaddedCache(NamedTuple):
   """Self-attention keys and values in `max_length` fixed slots; slot `step` is written at step
@@ -128,6 +133,12 @@ class PaddedCache(NamedTuple):
   def unwritten_bias(self, step) -> tf.Tensor:
     """`[1, 1, 1, max_length]`: the query at `step` may see slots `0..step` only."""
     return masking.step_bias(step, tf.shape(self.key)[2])
+
+  def filled(self, key: tf.Tensor, value: tf.Tensor) -> "PaddedCache":
+    """This cache's slots with key, value `[batch, heads, length, depth]` in slots
+    0..length-1 and zeros after them (a prompt's, prefilled at once)."""
+    after = [[0, 0], [0, 0], [0, tf.shape(self.key)[2] - tf.shape(key)[2]], [0, 0]]
+    return PaddedCache(tf.pad(key, after), tf.pad(value, after))
 
 
 # A self-attention layer's decoding cache, in either layout.
@@ -206,7 +217,7 @@ class SelfAttention(_MergedHeadAttention):
     return self._attend(q, k, v, bias, training, return_scores)
 
   def step(
-    self, x: tf.Tensor, step, cache: SelfAttentionCache
+    self, x: tf.Tensor, step, cache: SelfAttentionCache, bias=None
   ) -> Tuple[tf.Tensor, SelfAttentionCache]:
     """One decoding step: the newest position attends to itself and every earlier one.
 
@@ -214,13 +225,32 @@ class SelfAttention(_MergedHeadAttention):
       x: `[batch, 1, d_model]`, the input at position `step`.
       step: int32 scalar, the position of `x`.
       cache: a `GrowingCache` or `PaddedCache` holding positions `0..step - 1`; not modified.
+      bias: None, or keys masked besides the unwritten ones, `[batch, 1, 1, cached]` (e.g. a
+        left-padded prompt's padding).
     Returns:
       (`[batch, 1, d_model]`, the cache with position `step` added, of the same layout).
     """
     q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, 1, depth]
     cache = cache.add(k, v, step)  # key, value: [batch, heads, cached, depth]
-    output = self._attend(q, cache.key, cache.value, cache.unwritten_bias(step), False, False)
+    bias = masking.combine(cache.unwritten_bias(step), bias)
+    output = self._attend(q, cache.key, cache.value, bias, False, False)
     return output, cache
+
+  def prefill(
+    self, x: tf.Tensor, bias, cache: SelfAttentionCache
+  ) -> Tuple[tf.Tensor, SelfAttentionCache]:
+    """Every position of `x` at once (no dropout), keeping their keys and values: a prompt
+    before its decoding steps.
+
+    Args:
+      x: `[batch, length, d_model]`, positions 0..length-1.
+      bias: additive mask broadcastable to `[batch, heads, length, length]` (causal at least).
+      cache: an empty cache of the layout to fill.
+    Returns:
+      (`[batch, length, d_model]`, the cache holding positions 0..length-1).
+    """
+    q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, length, depth]
+    return self._attend(q, k, v, bias, False, False), cache.filled(k, v)
 
 
 class CrossAttention(_MergedHeadAttention):

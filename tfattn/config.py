@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 from tfattn import special_ids
+from tfattn.settings import check, fallbacks, setting
 
 _NORM_POSITIONS = ("post", "pre")
 _POSITION_KINDS = ("sinusoidal", "learned")
@@ -14,74 +15,95 @@ _CLASSIFIER_BODIES = ("transformer", "attention")
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-  """Architecture of a Transformer (Vaswani et al., 2017) and of the encoder classifier.
+  """Architecture of a Transformer (Vaswani et al., 2017), of the encoder classifier and of the
+  decoder-only language model.
+
+  Every field is a declared setting (`tfattn.settings`): its help, allowed values and range are
+  checked on creation, and a field added after runs were saved declares a `fallback`, what those
+  runs' missing value meant (`from_saved`), so an old `model_config.json` loads without a
+  per-field migration.
 
   Token ids 0/1/2 are reserved for padding / start-of-sequence / end-of-sequence by default.
   """
 
-  source_vocab_size: int = 8000
-  target_vocab_size: int = 8000
-  d_model: int = 512
-  num_heads: int = 8
-  dff: int = 2048
-  num_encoder_layers: int = 6
-  num_decoder_layers: int = 6
-  # The paper's residual dropout: each sublayer's output and the embeddings + positions.
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.0
-  # Dropout on the feed-forward hidden layer: not in the paper (tensor2tensor's relu_dropout).
-  feed_forward_dropout_rate: float = 0.0
-  max_length: int = 512  # learned positions and the decoding length limit
-  position_encoding: str = "sinusoidal"
-  norm_position: str = "post"  # "post" as in the paper; "pre" trains deeper models stably
-  share_embeddings: bool = False  # source and target share one embedding table
-  tie_output_embedding: bool = True  # target embedding doubles as the pre-softmax weights
-  layer_norm_epsilon: float = 1e-6
-  compute_dtype: str = "float32"  # variables stay float32; "float16"/"bfloat16" = mixed precision
-  pad_id: int = special_ids.PAD_ID
-  bos_id: int = special_ids.START_ID
-  eos_id: int = special_ids.END_ID
-  num_classes: int = 2  # EncoderClassifier only
-  pooling: str = "mean"  # EncoderClassifier only: masked mean or first token
-  # EncoderClassifier only: "transformer" = the encoder stack; "attention" = one merged-head
-  # self-attention over embeddings + positions, no residual, norm or feed-forward (the
-  # single-layer experiment of Su Jianlin's write-up); dropout_rate then applies after pooling.
-  classifier_body: str = "transformer"
-  seed: int = 0  # initialisers and dropout
+  source_vocab_size: int = setting(8000, "Source (or only) vocabulary size.", above=0)
+  target_vocab_size: int = setting(8000, "Target vocabulary size.", above=0)
+  d_model: int = setting(512, "Width of every layer.", above=0)
+  num_heads: int = setting(8, "Attention heads; d_model must be divisible by it.", above=0)
+  dff: int = setting(2048, "Width of the feed-forward hidden layer.", above=0)
+  num_encoder_layers: int = setting(6, "Encoder layers.", minimum=0)
+  num_decoder_layers: int = setting(6, "Decoder layers (a language model's layers).", minimum=0)
+  dropout_rate: float = setting(
+    0.1,
+    "The paper's residual dropout: each sublayer's output and the embeddings + positions.",
+    minimum=0,
+    below=1,
+  )
+  attention_dropout_rate: float = setting(
+    0.0, "Dropout on the attention weights.", minimum=0, below=1, fallback=0.0
+  )
+  feed_forward_dropout_rate: float = setting(
+    0.0,
+    "Dropout on the feed-forward hidden layer: not in the paper (tensor2tensor's relu_dropout).",
+    minimum=0,
+    below=1,
+    fallback=0.0,
+  )
+  max_length: int = setting(512, "Learned positions and the decoding length limit.", above=0)
+  position_encoding: str = setting(
+    "sinusoidal",
+    "Position information: fixed sinusoids or a learned table.",
+    choices=_POSITION_KINDS,
+  )
+  norm_position: str = setting(
+    "post",
+    "Layer norm after each residual (the paper) or before each sublayer (trains deeper models "
+    "stably).",
+    choices=_NORM_POSITIONS,
+  )
+  share_embeddings: bool = setting(False, "Source and target share one embedding table.")
+  tie_output_embedding: bool = setting(
+    True, "The target embedding doubles as the pre-softmax weights."
+  )
+  layer_norm_epsilon: float = setting(1e-6, "Layer norm epsilon.", above=0)
+  compute_dtype: str = setting(
+    "float32",
+    "Variables stay float32; float16/bfloat16 compute in mixed precision.",
+    choices=_COMPUTE_DTYPES,
+  )
+  pad_id: int = setting(special_ids.PAD_ID, "Padding token id.", minimum=0)
+  bos_id: int = setting(special_ids.START_ID, "Start-of-sequence token id.", minimum=0)
+  eos_id: int = setting(special_ids.END_ID, "End-of-sequence token id.", minimum=0)
+  num_classes: int = setting(2, "EncoderClassifier only: classes.", minimum=2, fallback=2)
+  pooling: str = setting(
+    "mean",
+    "EncoderClassifier only: masked mean or first token.",
+    choices=_POOLINGS,
+    fallback="mean",
+  )
+  classifier_body: str = setting(
+    "transformer",
+    "EncoderClassifier only: the encoder stack, or one merged-head self-attention over "
+    "embeddings + positions, no residual, norm or feed-forward (the single-layer experiment of "
+    "Su Jianlin's write-up; dropout_rate then applies after pooling).",
+    choices=_CLASSIFIER_BODIES,
+    fallback="transformer",
+  )
+  seed: int = setting(0, "Initialisers and dropout.")
 
   def __post_init__(self):
+    try:
+      check(self, prefix="")
+    except ValueError as error:
+      raise ValueError(f"Invalid TransformerConfig: {error}") from None
+
     def require(condition, message):
       if not condition:
         raise ValueError(f"Invalid TransformerConfig: {message}")
 
-    require(self.d_model > 0 and self.num_heads > 0, "d_model and num_heads must be positive")
     require(
       self.d_model % self.num_heads == 0,
       f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})",
-    )
-    require(self.dff > 0, "dff must be positive")
-    require(
-      self.num_encoder_layers >= 0 and self.num_decoder_layers >= 0, "layer counts must be >= 0"
-    )
-    require(0.0 <= self.dropout_rate < 1.0, "dropout_rate must be in [0, 1)")
-    require(0.0 <= self.attention_dropout_rate < 1.0, "attention_dropout_rate must be in [0, 1)")
-    require(
-      0.0 <= self.feed_forward_dropout_rate < 1.0, "feed_forward_dropout_rate must be in [0, 1)"
-    )
-    require(
-      self.position_encoding in _POSITION_KINDS,
-      f"position_encoding must be one of {_POSITION_KINDS}",
-    )
-    require(
-      self.norm_position in _NORM_POSITIONS, f"norm_position must be one of {_NORM_POSITIONS}"
-    )
-    require(
-      self.compute_dtype in _COMPUTE_DTYPES, f"compute_dtype must be one of {_COMPUTE_DTYPES}"
-    )
-    require(self.pooling in _POOLINGS, f"pooling must be one of {_POOLINGS}")
-    require(
-      self.classifier_body in _CLASSIFIER_BODIES,
-      f"classifier_body must be one of {_CLASSIFIER_BODIES}",
     )
     require(
       self.source_vocab_size > max(self.pad_id, self.bos_id, self.eos_id),
@@ -95,8 +117,6 @@ class TransformerConfig:
       not self.share_embeddings or self.source_vocab_size == self.target_vocab_size,
       "share_embeddings needs source_vocab_size == target_vocab_size",
     )
-    require(self.max_length > 0, "max_length must be positive")
-    require(self.num_classes >= 2, "num_classes must be >= 2")
 
   @property
   def depth(self) -> int:
@@ -111,12 +131,18 @@ class TransformerConfig:
 
   @classmethod
   def from_json(cls, text: str) -> "TransformerConfig":
-    values = json.loads(text)
+    """A saved config (`to_json`), from this version or an earlier one (see `from_saved`)."""
+    return cls.from_saved(json.loads(text))
+
+  @classmethod
+  def from_saved(cls, values: dict) -> "TransformerConfig":
+    """{field: value} as saved, perhaps by an earlier version: a field it lacks takes its
+    declared fallback (what runs saved before the field meant), else its default."""
     known = {field.name for field in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
       raise ValueError(f"Unknown TransformerConfig fields in JSON: {unknown}")
-    return cls(**values)
+    return cls(**{**fallbacks(cls), **values})
 
   @classmethod
   def preset(cls, name: str, **overrides) -> "TransformerConfig":

@@ -57,7 +57,8 @@ class DecodeOptions:
   temperature: float = setting(
     1.0,
     "Sampling: logits are divided by this; below 1 sharpens the distribution, towards 0 "
-    "it becomes greedy.",
+    "it becomes greedy (below float32's smallest normal, 1.2e-38, it is greedy: the most "
+    "likely token, or one of several tied for it).",
     above=0,
   )
   top_k: int = setting(

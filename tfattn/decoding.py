@@ -1,26 +1,35 @@
-"""Autoregressive decoding for `Transformer`: greedy, sampling and beam search, driven by
-`tf.while_loop`.
+"""Autoregressive decoding, for any model that says how its decoding starts: greedy, sampling and
+beam search, driven by `tf.while_loop`.
 
-Entry points: `decode(model, source_ids, options)` (one hypothesis a row, as `DecodeOptions` say:
-greedy, beam or sample) and `nbest(model, source_ids, options)` (every beam, best first), both
-returning `Hypotheses`. Below them, with keyword-only arguments in one order (beam_size, alpha,
-extra_decode_length, max_decode_length, temperature, top_k, top_p, seeds, use_cache,
-padded_decode) and DecodeOptions' defaults: `token_loop` (one token a row per step, picked by a
-choice function), `greedy_decode` and `sample_decode` (that loop with the argmax and with a
-sampler), and `beam_search`.
+The search never knows the model. A model supplies a `DecodingStart` (its
+`start_decoding(inputs, options, beams=, padded=, use_cache=)`): a step function `(last tokens,
+step, cache) -> (logits, new cache)`, the initial cache, each row's first token and each
+example's limit. The `Transformer` encodes its source there (and projects it once for every
+step); a decoder-only language model prefills its prompt there. `token_loop(start, options,
+choose)` (one token a row per step, picked by a choice function) and `beam_search(start,
+options)` take that start and the `DecodeOptions` whole, as Model Garden's
+`sequence_beam_search(symbols_to_logits_fn, initial_ids, initial_cache, ...)` and Flax's
+`beam_search(inputs, cache, tokens_to_logits)` take theirs.
+
+Entry points: `decode(model, inputs, options)` (one hypothesis a row, as `DecodeOptions` say:
+greedy, beam or sample) and `nbest(model, inputs, options)` (every beam, best first), both
+returning `Hypotheses`. For brevity in programs and tests, `greedy_decode`, `sample_decode` and
+`beam_decode` take DecodeOptions' fields as keywords.
+
+A new decoding option is a `DecodeOptions` field and the one function that uses it (e.g.
+`sampling.draw` for a sampling cut, a model's `start_decoding` for a length rule, the search's
+`_step_logits` for a constraint on the next token): nothing passes it along.
 
 Every hypothesis has a `log_prob` (the sum of its tokens' log-probabilities under the model) and a
 `score` (log_prob / length_penalty(length, alpha), what beam search ranks by), whatever the
 strategy that found it; its length counts its tokens up to and including EOS.
 
-Each step runs `model.decode_step` on the single newest token: it reads the source projected once
-(`model.decoding_memory`) and returns logits with a *new* cache (self-attention keys/values of the
-tokens so far). This module never looks inside the cache: it carries it, and beam search reorders
-it with `tf.nest`, so any nest of `[batch * beam, ...]` tensors works. Two cache layouts:
-  * growing (`padded_decode=False`): keys are appended; least work, graph mode.
-  * padded (`padded_decode=True`): a fixed `[.., max_decode_length, ..]` cache written slot by
-    slot, so every shape is static and the loop compiles under `jit_compile=True`.
-Output buffers are always fixed-size `[batch, (beam,) max_decode_length]`, padded with `pad_id`.
+This module never looks inside the cache: it carries it, and beam search reorders it with
+`tf.nest`, so any nest of `[batch * beam, ...]` tensors works. The `Transformer` has two layouts:
+  * growing (`padded=False`): keys are appended; least work, graph mode.
+  * padded (`padded=True`): a fixed `[.., max_decode_length, ..]` cache written slot by slot, so
+    every shape is static and the loop compiles under `jit_compile=True`.
+Output buffers are always fixed-size `[batch, (beam,) length]`, padded with `pad_id`.
 
 Each search keeps its loop variables in one NamedTuple (`GreedyState`, `BeamState`) with a shape
 per field; the loop body is a function from state to state.
@@ -31,7 +40,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 import tensorflow as tf
 
 from tfattn import sampling
-from tfattn.decode_options import BEAM, SAMPLE, DecodeOptions
+from tfattn.decode_options import BEAM, GREEDY, SAMPLE, DecodeOptions
 
 # A finite "minus infinity": products and differences with it stay finite (no NaN).
 _NEG_INF = -1e9
@@ -40,6 +49,35 @@ _DEFAULTS = DecodeOptions()
 
 # (last tokens int32 `[rows]`, step, cache) -> (float32 logits `[rows, vocab]`, new cache).
 StepFn = Callable[[tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
+
+
+class DecodingStart(NamedTuple):
+  """How a model starts decoding a batch: everything a search needs and nothing about the model.
+
+  Attributes:
+    step_fn: (last tokens int32 `[rows]`, step int32 scalar, cache) -> (float32 logits
+      `[rows, vocab]`, the new cache); rows = batch * beams. `step` counts the tokens generated
+      before `last tokens` (0: the first token).
+    cache: the initial cache, any nest of `[rows, ...]` tensors (`()` without one).
+    first_tokens: int32 `[batch]`, the token each row's first step reads (the start token; a
+      language model's last prompt token).
+    limits: int32 `[batch]`, tokens each example may generate.
+    length: int32 scalar (static under XLA), the output buffer size, >= every limit.
+    max_steps: a Python int >= length: how many random numbers a sampler draws ahead (static).
+    pad_id, eos_id: Python ints.
+    cache_shapes: the cache's `tf.TensorShape`s as the loop may change them (a growing cache's
+      lengthening axes relaxed), or None when every step keeps its shapes.
+  """
+
+  step_fn: StepFn
+  cache: Any
+  first_tokens: tf.Tensor
+  limits: tf.Tensor
+  length: Any
+  max_steps: int
+  pad_id: int
+  eos_id: int
+  cache_shapes: Any = None
 
 
 class Hypotheses(NamedTuple):
@@ -57,6 +95,9 @@ class Hypotheses(NamedTuple):
   ids: tf.Tensor
   scores: tf.Tensor
   log_probs: tf.Tensor
+
+
+# --- Length rules of a model whose output follows a source ----------------------------------
 
 
 def decode_length(
@@ -89,6 +130,14 @@ def example_limits(
   return tf.minimum(lengths + extra_decode_length, model.config.max_length)
 
 
+def source_lengths(model, source_ids: tf.Tensor, options: DecodeOptions):
+  """(buffer size, int32 `[batch]` limits) of a source-conditioned model under `options`."""
+  lengths = dict(
+    extra_decode_length=options.extra_decode_length, max_decode_length=options.max_decode_length
+  )
+  return decode_length(model, source_ids, **lengths), example_limits(model, source_ids, **lengths)
+
+
 def length_penalty(length, alpha: float) -> tf.Tensor:
   """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper."""
   return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
@@ -100,36 +149,34 @@ def _write_column(buffer, index, values):
   return tf.where(column, values[..., tf.newaxis], buffer)
 
 
-def _start_buffer(shape, length, config):
-  """int32 `shape + [length + 1]`: the start token, then padding."""
-  buffer = tf.fill(tf.concat([shape, [length + 1]], 0), tf.constant(config.pad_id, tf.int32))
-  return _write_column(buffer, 0, tf.fill(shape, tf.constant(config.bos_id, tf.int32)))
+def _start_buffer(first_tokens, length, pad_id: int):
+  """int32 `first_tokens.shape + [length + 1]`: the first tokens, then padding."""
+  shape = tf.shape(first_tokens)
+  buffer = tf.fill(tf.concat([shape, [length + 1]], 0), tf.constant(pad_id, tf.int32))
+  return _write_column(buffer, 0, tf.cast(first_tokens, tf.int32))
 
 
-def _keep_last_axis(tensor):
-  """A growing cache's shape invariant: any size on every axis but the last (depth)."""
+def growing_shape(tensor) -> tf.TensorShape:
+  """A growing cache tensor's shape invariant: any size on every axis but the last (depth). The
+  cache is opaque here, so all those axes are relaxed (as in Model Garden's beam search);
+  decoding measured no slower than with only the length axis relaxed (WORKSPACE_NOTES, issue
+  12 item 2)."""
   return tf.TensorShape([None] * (tensor.shape.rank - 1) + [tensor.shape[-1]])
 
 
-def _shape_invariants(state, growing_cache: bool):
-  """Every loop variable keeps its shape, except a growing cache's tensors, which lengthen each
-  step. The cache is opaque here, so all its axes but the last are relaxed (as in Model
-  Garden's beam search); decoding measured no slower than with only the length axis relaxed
-  (WORKSPACE_NOTES, issue 12 item 2)."""
+def _shape_invariants(state, start: DecodingStart):
+  """Every loop variable keeps its shape, except what the start says its cache may change."""
   shapes = tf.nest.map_structure(lambda t: t.shape, state)
-  if not growing_cache:
+  if start.cache_shapes is None:
     return shapes
-  return shapes._replace(cache=tf.nest.map_structure(_keep_last_axis, state.cache))
+  return shapes._replace(cache=start.cache_shapes)
 
 
-def _cached_step_fn(model, memory, memory_bias) -> StepFn:
-  """The model's incremental step over the source projected once."""
-  decoding_memory = model.decoding_memory(memory, memory_bias)
-
-  def step_fn(last_tokens, step, cache):
-    return model.decode_step(last_tokens, step, cache, decoding_memory)
-
-  return step_fn
+def _step_logits(start: DecodingStart, last_tokens, step, cache, options: DecodeOptions):
+  """The model's next-token logits `[rows, vocab]` and new cache: where a constraint on the next
+  token (one that reads `options` and `step`) would change the logits, for every search."""
+  del options  # no constraint today: the place a new one goes
+  return start.step_fn(last_tokens, step, cache)
 
 
 # --- One token a row per step: greedy and sampling -------------------------------------------
@@ -168,13 +215,15 @@ def argmax_choice(logits: tf.Tensor, state: GreedyState) -> tf.Tensor:
 
 
 def _token_step(
-  state: GreedyState, next_logits: Callable, choose: ChooseFn, limits, config
+  state: GreedyState, start: DecodingStart, choose: ChooseFn, options: DecodeOptions
 ) -> GreedyState:
   """Appends the token `choose` picks to every unfinished row."""
-  logits, cache = next_logits(state)  # [batch, vocab]
-  tokens = tf.where(state.finished, config.pad_id, choose(logits, state))  # [batch]
+  logits, cache = _step_logits(start, state.last_tokens, state.step, state.cache, options)
+  tokens = tf.where(state.finished, start.pad_id, choose(logits, state))  # [batch]
   chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]
-  finished = state.finished | tf.equal(tokens, config.eos_id) | (state.step + 1 >= limits)
+  finished = (
+    state.finished | tf.equal(tokens, start.eos_id) | (state.step + 1 >= start.limits)
+  )  # [batch]
   return GreedyState(
     step=state.step + 1,
     ids=_write_column(state.ids, state.step + 1, tokens),
@@ -194,134 +243,54 @@ def _output_lengths(ids, limits, eos_id: int) -> tf.Tensor:
 
 
 def token_loop(
-  model,
-  source_ids: tf.Tensor,
-  choose: ChooseFn,
-  *,
-  alpha: float = _DEFAULTS.alpha,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-  use_cache: bool = True,
-  padded_decode: bool = False,
+  start: DecodingStart, options: DecodeOptions, choose: ChooseFn = argmax_choice
 ) -> Hypotheses:
   """One hypothesis a row, one token a step, picked by `choose` until EOS or the row's limit.
 
   Args:
-    model: a `tfattn.Transformer`.
-    source_ids: int32 `[batch, s_len]`.
+    start: the model's `DecodingStart` for one row per example (`beams=1`).
+    options: the decoding options (here: alpha, for the scores).
     choose: (logits float32 `[batch, vocab]`, GreedyState) -> int32 `[batch]`, e.g.
       `argmax_choice` or `sampling.sampling_choice(...)`.
-    alpha: length penalty exponent of the scores.
-    extra_decode_length: tokens an example may generate beyond its own source length.
-    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
-    use_cache: False re-runs the decoder on the whole prefix every step (the slow reference).
-    padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
   Returns:
-    `Hypotheses` with ids `[batch, max_decode_length]`, scores and log_probs `[batch]`.
+    `Hypotheses` with ids `[batch, start.length]`, scores and log_probs `[batch]`.
   """
-  config = model.config
-  memory, memory_bias = model.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
-  batch = tf.shape(source_ids)[0]
-  lengths = dict(extra_decode_length=extra_decode_length, max_decode_length=max_decode_length)
-  length = decode_length(model, source_ids, **lengths)
-  limits = example_limits(model, source_ids, **lengths)  # [batch]
-  ids = _start_buffer([batch], length, config)  # [batch, length + 1]
-  if use_cache:
-    step_fn = _cached_step_fn(model, memory, memory_bias)
-    cache = model.init_cache(batch, length if padded_decode else None)
-
-    def next_logits(state):
-      return step_fn(state.last_tokens, state.step, state.cache)
-  else:
-    cache = ()
-
-    def next_logits(state):  # the whole prefix, every step
-      prefix = state.ids[:, : state.step + 1]  # [batch, step + 1]
-      return model.decode(prefix, memory, memory_bias)[:, -1], state.cache
-
+  ids = _start_buffer(start.first_tokens, start.length, start.pad_id)  # [batch, length + 1]
+  batch = tf.shape(ids)[0]
   state = GreedyState(
     step=tf.constant(0),
     ids=ids,
     last_tokens=ids[:, 0],
     finished=tf.zeros([batch], tf.bool),
     log_probs=tf.zeros([batch]),
-    cache=cache,
+    cache=start.cache,
   )
   (state,) = tf.while_loop(
     lambda state: tf.logical_and(
-      state.step < length, tf.logical_not(tf.reduce_all(state.finished))
+      state.step < start.length, tf.logical_not(tf.reduce_all(state.finished))
     ),
-    lambda state: (_token_step(state, next_logits, choose, limits, config),),
+    lambda state: (_token_step(state, start, choose, options),),
     (state,),
-    shape_invariants=(_shape_invariants(state, use_cache and not padded_decode),),
+    shape_invariants=(_shape_invariants(state, start),),
   )
   ids = state.ids[:, 1:]  # [batch, length]
-  penalty = length_penalty(_output_lengths(ids, limits, config.eos_id), alpha)  # [batch]
+  lengths = _output_lengths(ids, start.limits, start.eos_id)  # [batch]
+  penalty = length_penalty(lengths, options.alpha)  # [batch]
   return Hypotheses(ids=ids, scores=state.log_probs / penalty, log_probs=state.log_probs)
 
 
-def greedy_decode(
-  model,
-  source_ids: tf.Tensor,
-  *,
-  alpha: float = _DEFAULTS.alpha,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-  use_cache: bool = True,
-  padded_decode: bool = False,
+def sample_loop(
+  start: DecodingStart, options: DecodeOptions, seeds: Optional[tf.Tensor] = None
 ) -> Hypotheses:
-  """Picks the most likely token at every step until EOS (`token_loop` with `argmax_choice`;
-  the arguments are its)."""
-  return token_loop(
-    model,
-    source_ids,
-    argmax_choice,
-    alpha=alpha,
-    extra_decode_length=extra_decode_length,
-    max_decode_length=max_decode_length,
-    use_cache=use_cache,
-    padded_decode=padded_decode,
-  )
-
-
-def sample_decode(
-  model,
-  source_ids: tf.Tensor,
-  *,
-  alpha: float = _DEFAULTS.alpha,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-  temperature: float = _DEFAULTS.temperature,
-  top_k: int = _DEFAULTS.top_k,
-  top_p: float = _DEFAULTS.top_p,
-  seeds: Optional[tf.Tensor] = None,
-  padded_decode: bool = False,
-) -> Hypotheses:
-  """Draws every token from the model's distribution, sharpened by `temperature` and cut to the
-  `top_k` most likely tokens, then to the `top_p` nucleus (see `sampling.draw`).
+  """`token_loop` drawing every token as `options` say (temperature, top-k, top-p; see
+  `sampling.draw`) with one seed a row: a row's output depends only on its seed and its input.
 
   Args:
-    seeds: int32 or int64 `[batch]`, one seed per row: a row's output depends only on its seed
-      and its source. None: DecodeOptions' seed + the row's index.
-    The others: as `token_loop`'s and `sampling.draw`'s.
-  Returns:
-    `Hypotheses` with ids `[batch, max_decode_length]`, scores and log_probs `[batch]`.
+    seeds: int32 or int64 `[batch]`; None: options.seed + the row's index.
   """
-  seeds = sampling.row_seeds(tf.shape(source_ids)[0], _DEFAULTS.seed) if seeds is None else seeds
-  # Enough numbers for any length the buffer can have (static, so XLA sees one shape).
-  max_steps = max(model.config.max_length, max_decode_length or 0)
-  choose = sampling.sampling_choice(
-    seeds, max_steps, temperature=temperature, top_k=top_k, top_p=top_p
-  )
-  return token_loop(
-    model,
-    source_ids,
-    choose,
-    alpha=alpha,
-    extra_decode_length=extra_decode_length,
-    max_decode_length=max_decode_length,
-    padded_decode=padded_decode,
-  )
+  if seeds is None:
+    seeds = sampling.row_seeds(tf.shape(start.first_tokens)[0], options.seed)
+  return token_loop(start, options, sampling.sampling_choice(seeds, start.max_steps, options))
 
 
 # --- Beam search ----------------------------------------------------------------------------
@@ -333,7 +302,7 @@ def _flatten_beams(x):
   return tf.reshape(x, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0))
 
 
-def _tile_beams(x, beam_size):
+def tile_beams(x, beam_size: int):
   """`[batch, ...]` -> `[batch * beam, ...]`, each entry repeated beam_size times."""
   return _flatten_beams(tf.repeat(x[:, tf.newaxis], beam_size, axis=1))
 
@@ -423,8 +392,10 @@ class _Candidates(NamedTuple):
   ended: tf.Tensor
 
 
-def _initial_beam_state(batch, beam_size: int, length, cache, config) -> BeamState:
-  ids = _start_buffer([batch, beam_size], length, config)  # [batch, beam, length + 1]
+def _initial_beam_state(start: DecodingStart, beam_size: int) -> BeamState:
+  first = tf.repeat(start.first_tokens[:, tf.newaxis], beam_size, axis=1)  # [batch, beam]
+  ids = _start_buffer(first, start.length, start.pad_id)  # [batch, beam, length + 1]
+  batch = tf.shape(ids)[0]
   # All beams start identical: only beam 0 is live at first, so the first step picks k distinct.
   alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (beam_size - 1)], [batch, 1])  # [batch, beam]
   alive = AliveBeams(ids=ids, last_tokens=ids[:, :, 0], log_probs=alive_log_probs)
@@ -434,17 +405,18 @@ def _initial_beam_state(batch, beam_size: int, length, cache, config) -> BeamSta
     log_probs=tf.zeros([batch, beam_size]),
     flags=tf.zeros([batch, beam_size], tf.bool),
   )
-  return BeamState(step=tf.constant(0), alive=alive, finished=finished, cache=cache)
+  return BeamState(step=tf.constant(0), alive=alive, finished=finished, cache=start.cache)
 
 
 def _grow_alive(
-  state: BeamState, step_fn: StepFn, limits, eos_id: int, beam_size: int
+  state: BeamState, start: DecodingStart, options: DecodeOptions
 ) -> Tuple[_Candidates, Any]:
   """Scores every one-token extension of the alive beams and keeps the 2k best: even if k of
   them end, k can stay alive. Also returns the new cache (rows still in the old beam order)."""
+  beam_size = options.beam_size
   batch = tf.shape(state.alive.log_probs)[0]
-  logits, cache = step_fn(
-    tf.reshape(state.alive.last_tokens, [-1]), state.step, state.cache
+  logits, cache = _step_logits(
+    start, tf.reshape(state.alive.last_tokens, [-1]), state.step, state.cache, options
   )  # logits: [batch * beam, vocab]
   vocab = tf.shape(logits)[-1]
   log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch, beam_size, vocab])
@@ -456,7 +428,9 @@ def _grow_alive(
   ids = _write_column(
     _gather_beams(state.alive.ids, beams), state.step + 1, tokens
   )  # [batch, 2k, length + 1]
-  ended = tf.equal(tokens, eos_id) | (state.step + 1 >= limits)[:, tf.newaxis]  # [batch, 2k]
+  ended = (
+    tf.equal(tokens, start.eos_id) | (state.step + 1 >= start.limits)[:, tf.newaxis]
+  )  # [batch, 2k]
   return _Candidates(ids, tokens, top_log_probs, beams, ended), cache
 
 
@@ -485,12 +459,12 @@ def _update_finished(
   return _gather_beams(pool, keep)
 
 
-def _beam_search_step(
-  state: BeamState, step_fn: StepFn, limits, alpha: float, eos_id: int, beam_size: int
-) -> BeamState:
-  candidates, cache = _grow_alive(state, step_fn, limits, eos_id, beam_size)
-  alive, cache = _select_alive(candidates, cache, beam_size)
-  finished = _update_finished(state.finished, candidates, state.step + 1, alpha, beam_size)
+def _beam_search_step(state: BeamState, start: DecodingStart, options: DecodeOptions) -> BeamState:
+  candidates, cache = _grow_alive(state, start, options)
+  alive, cache = _select_alive(candidates, cache, options.beam_size)
+  finished = _update_finished(
+    state.finished, candidates, state.step + 1, options.alpha, options.beam_size
+  )
   return BeamState(state.step + 1, alive, finished, cache)
 
 
@@ -507,48 +481,25 @@ def _search_continues(state: BeamState, length, alpha: float) -> tf.Tensor:
   return tf.logical_and(state.step < length, tf.logical_not(search_settled))
 
 
-def beam_search(
-  model,
-  source_ids: tf.Tensor,
-  *,
-  beam_size: int = _DEFAULTS.beam_size,
-  alpha: float = _DEFAULTS.alpha,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-  padded_decode: bool = False,
-) -> Hypotheses:
-  """Beam search with length penalty (paper section 6.1: beam 4, alpha 0.6).
+def beam_search(start: DecodingStart, options: DecodeOptions) -> Hypotheses:
+  """Beam search of `options.beam_size` with length penalty `options.alpha` (paper section
+  6.1: beam 4, alpha 0.6).
 
   Args:
-    model: a `tfattn.Transformer`.
-    source_ids: int32 `[batch, s_len]`.
-    beam_size: hypotheses kept per example (k).
-    alpha: length penalty exponent.
-    extra_decode_length: tokens an example may generate beyond its own source length.
-    max_decode_length: output buffer size; None: the source length + `extra_decode_length`.
-    padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
+    start: the model's `DecodingStart` for `options.beam_size` rows per example.
+    options: the decoding options.
   Returns:
-    `Hypotheses`: ids int32 `[batch, beam, max_decode_length]`, the beam_size best distinct
+    `Hypotheses`: ids int32 `[batch, beam, start.length]`, the beam_size best distinct
     hypotheses, best first, each ending with EOS (or cut at its example's length limit) then
     padding; scores float32 `[batch, beam]` (log_probs / length_penalty, descending); log_probs
     float32 `[batch, beam]`.
   """
-  config = model.config
-  memory, memory_bias = model.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
-  batch = tf.shape(source_ids)[0]
-  lengths = dict(extra_decode_length=extra_decode_length, max_decode_length=max_decode_length)
-  length = decode_length(model, source_ids, **lengths)
-  limits = example_limits(model, source_ids, **lengths)  # [batch]
-  memory = _tile_beams(memory, beam_size)  # [batch * beam, s_len, d_model]
-  memory_bias = _tile_beams(memory_bias, beam_size)  # [batch * beam, 1, 1, s_len]
-  step_fn = _cached_step_fn(model, memory, memory_bias)
-  cache = model.init_cache(batch * beam_size, length if padded_decode else None)
-  state = _initial_beam_state(batch, beam_size, length, cache, config)
+  state = _initial_beam_state(start, options.beam_size)
   (state,) = tf.while_loop(
-    lambda state: _search_continues(state, length, alpha),
-    lambda state: (_beam_search_step(state, step_fn, limits, alpha, config.eos_id, beam_size),),
+    lambda state: _search_continues(state, start.length, options.alpha),
+    lambda state: (_beam_search_step(state, start, options),),
     (state,),
-    shape_invariants=(_shape_invariants(state, not padded_decode),),
+    shape_invariants=(_shape_invariants(state, start),),
   )
   # The loop ends with every finished slot filled (see _search_continues).
   return Hypotheses(
@@ -561,65 +512,75 @@ def beam_search(
 # --- Entry points ---------------------------------------------------------------------------
 
 
-def _search_options(options: DecodeOptions) -> dict:
-  return dict(
-    alpha=options.alpha,
-    extra_decode_length=options.extra_decode_length,
-    max_decode_length=options.max_decode_length,
-  )
-
-
 def decode(
   model,
-  source_ids: tf.Tensor,
+  inputs: tf.Tensor,
   options: DecodeOptions = _DEFAULTS,
   *,
   seeds: Optional[tf.Tensor] = None,
   padded_decode: bool = False,
+  use_cache: bool = True,
 ) -> Hypotheses:
   """One hypothesis a row, found as `options` say: greedy, beam search's best beam (beam size 1
   runs the greedy loop: the same result, tested), or a sample.
 
   Args:
-    model: a `tfattn.Transformer`.
-    source_ids: int32 `[batch, s_len]`.
+    model: a model with `start_decoding` (a `tfattn.Transformer`, a `tfattn.LanguageModel`).
+    inputs: int32 `[batch, length]`, what the model decodes from (a source, a prompt).
     options: the strategy and its settings.
     seeds: sampling only (ignored otherwise): int `[batch]`, one seed per row; None:
       options.seed + the row's index.
     padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
+    use_cache: False re-runs the model on the whole prefix every step (the slow reference).
   Returns:
     `Hypotheses` with ids int32 `[batch, length]`, scores and log_probs float32 `[batch]`.
   """
-  search = dict(_search_options(options), padded_decode=padded_decode)
-  if options.strategy == SAMPLE:
-    if seeds is None:
-      seeds = sampling.row_seeds(tf.shape(source_ids)[0], options.seed)
-    return sample_decode(
-      model,
-      source_ids,
-      temperature=options.temperature,
-      top_k=options.top_k,
-      top_p=options.top_p,
-      seeds=seeds,
-      **search,
-    )
   if options.strategy == BEAM and options.beam_size > 1:
-    return first_beam(beam_search(model, source_ids, beam_size=options.beam_size, **search))
-  return greedy_decode(model, source_ids, **search)
+    return first_beam(nbest(model, inputs, options, padded_decode=padded_decode))
+  start = model.start_decoding(inputs, options, padded=padded_decode, use_cache=use_cache)
+  if options.strategy == SAMPLE:
+    return sample_loop(start, options, seeds)
+  return token_loop(start, options)
 
 
 def nbest(
-  model, source_ids: tf.Tensor, options: DecodeOptions = _DEFAULTS, *, padded_decode: bool = False
+  model, inputs: tf.Tensor, options: DecodeOptions = _DEFAULTS, *, padded_decode: bool = False
 ) -> Hypotheses:
   """Every beam of a beam search of `options.beam_size` (whatever `options.strategy` is), best
   first: ids int32 `[batch, beam, length]`, scores and log_probs float32 `[batch, beam]`."""
-  return beam_search(
-    model,
-    source_ids,
-    beam_size=options.beam_size,
-    padded_decode=padded_decode,
-    **_search_options(options),
-  )
+  start = model.start_decoding(inputs, options, beams=options.beam_size, padded=padded_decode)
+  return beam_search(start, options)
+
+
+def greedy_decode(
+  model, inputs: tf.Tensor, *, use_cache: bool = True, padded_decode: bool = False, **fields
+) -> Hypotheses:
+  """Greedy `decode` with DecodeOptions' `fields` as keywords (alpha, max_decode_length, ...)."""
+  options = DecodeOptions(strategy=GREEDY, **fields)
+  return decode(model, inputs, options, padded_decode=padded_decode, use_cache=use_cache)
+
+
+def sample_decode(
+  model,
+  inputs: tf.Tensor,
+  *,
+  seeds: Optional[tf.Tensor] = None,
+  padded_decode: bool = False,
+  **fields,
+) -> Hypotheses:
+  """Sampling `decode` with DecodeOptions' `fields` as keywords (temperature, top_k, top_p,
+  ...): every token drawn from the model's distribution, sharpened by the temperature and cut
+  to the top k, then to the top-p nucleus (see `sampling.draw`). seeds: int `[batch]`, one a
+  row (a row's output depends only on its seed and its input); None: options.seed + the row's
+  index."""
+  options = DecodeOptions(strategy=SAMPLE, **fields)
+  return decode(model, inputs, options, seeds=seeds, padded_decode=padded_decode)
+
+
+def beam_decode(model, inputs: tf.Tensor, *, padded_decode: bool = False, **fields) -> Hypotheses:
+  """Every beam (`nbest`) with DecodeOptions' `fields` as keywords (beam_size, alpha, ...):
+  ids int32 `[batch, beam, length]`, scores and log_probs float32 `[batch, beam]`."""
+  return nbest(model, inputs, DecodeOptions(strategy=BEAM, **fields), padded_decode=padded_decode)
 
 
 def first_beam(hypotheses: Hypotheses) -> Hypotheses:

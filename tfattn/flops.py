@@ -41,5 +41,13 @@ def classifier_forward_flops(config: TransformerConfig, batch: int, length: int)
   return batch * (body + 2 * d * config.num_classes)
 
 
+def language_model_forward_flops(config: TransformerConfig, batch: int, length: int) -> int:
+  """`LanguageModel(ids [batch, length])` -> logits: causal layers (counted as full
+  self-attention, as the device computes them) and the tied output projection."""
+  d, t = config.d_model, length
+  per_example = config.num_decoder_layers * _encoder_layer(d, config.dff, t)
+  return batch * (per_example + 2 * t * d * config.target_vocab_size)
+
+
 def training_flops(forward_flops: float) -> float:
   return 3 * forward_flops

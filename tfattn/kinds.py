@@ -11,9 +11,10 @@ from typing import Dict, Protocol, Tuple, runtime_checkable
 import tensorflow as tf
 
 from tfattn.config import TransformerConfig
+from tfattn.language_model import LanguageModel
 from tfattn.transformer import EncoderClassifier, Transformer
 
-SEQ2SEQ, CLASSIFICATION = "seq2seq", "classification"
+SEQ2SEQ, CLASSIFICATION, LANGUAGE_MODEL = "seq2seq", "classification", "language_model"
 
 
 @runtime_checkable
@@ -63,7 +64,20 @@ class ClassifierModel:
     return dict(source_vocab_size=sizes["source"], target_vocab_size=sizes["source"])
 
 
-MODEL_KINDS = {kind.name: kind for kind in (Seq2SeqModel(), ClassifierModel())}
+class LanguageModelKind:
+  """Text -> its continuation with a decoder-only `LanguageModel` (one vocabulary)."""
+
+  name = LANGUAGE_MODEL
+  vocabulary_sides: Tuple[str, ...] = ("source",)
+
+  def build_model(self, config: TransformerConfig) -> tf.Module:
+    return LanguageModel(config)
+
+  def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
+    return dict(source_vocab_size=sizes["source"], target_vocab_size=sizes["source"])
+
+
+MODEL_KINDS = {kind.name: kind for kind in (Seq2SeqModel(), ClassifierModel(), LanguageModelKind())}
 
 
 def lookup(name: str, registry: dict):

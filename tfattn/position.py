@@ -41,6 +41,12 @@ class SinusoidalPosition(tf.Module):
     positions = tf.range(tf.shape(x)[1]) + offset
     return x + tf.cast(sinusoidal_encoding(positions, self.d_model), x.dtype)[tf.newaxis]
 
+  def at(self, positions: tf.Tensor) -> tf.Tensor:
+    """int `[batch, length]` positions (each row its own, e.g. a left-padded prompt's) ->
+    float32 `[batch, length, d_model]` encodings."""
+    flat = sinusoidal_encoding(tf.reshape(positions, [-1]), self.d_model)
+    return tf.reshape(flat, tf.concat([tf.shape(positions), [self.d_model]], 0))
+
 
 class LearnedPosition(tf.Module):
   """Adds a trained `[max_length, d_model]` table.
@@ -63,3 +69,8 @@ class LearnedPosition(tf.Module):
     """x: `[batch, length, d_model]`; positions must stay below `max_length`."""
     positions = tf.range(tf.shape(x)[1]) + offset
     return x + tf.cast(tf.gather(self.table, positions), x.dtype)[tf.newaxis]
+
+  def at(self, positions: tf.Tensor) -> tf.Tensor:
+    """int `[batch, length]` positions (each row its own) -> `[batch, length, d_model]` rows of
+    the table."""
+    return tf.gather(self.table, positions)

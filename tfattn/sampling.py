@@ -17,12 +17,16 @@ computed before its loop. A top-k cut sorts only the k kept tokens; a nucleus wi
 found by bisection, without sorting the vocabulary.
 """
 
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 
+from tfattn.decode_options import DecodeOptions
 from tfattn.special_ids import PAD_ID
 
+# Temperatures below this are subnormal in float32 (flushed to 0 on CPUs): `draw` then takes the
+# limit T -> 0 instead of dividing.
+SMALLEST_NORMAL_FLOAT32 = 1.1754943508222875e-38
 _ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)  # Threefry-2x32's rotation constants
 _KEY_PARITY = 0x1BD11BDA
 _ROUNDS = 20
@@ -136,16 +140,12 @@ def _nucleus(probs: tf.Tensor, top_p: float) -> tf.Tensor:
 
 
 def draw(
-  logits: tf.Tensor,
-  uniform: tf.Tensor,
-  *,
-  temperature: float = 1.0,
-  top_k: int = 0,
-  top_p: float = 1.0,
+  logits: tf.Tensor, uniform: tf.Tensor, options: Optional[DecodeOptions] = None, **cut
 ) -> tf.Tensor:
   """One token a row from softmax(logits / temperature), kept to the top_k most likely tokens
   (0: all), then to the nucleus of what remains: the smallest set of most likely tokens whose
-  renormalised probability reaches top_p (1: all). The order of Model Garden's and Hugging
+  renormalised probability reaches top_p (1: all), every token tied at its edge included (in
+  both branches below). The order of Model Garden's and Hugging
   Face's samplers. With a top-k cut the k tokens are sorted (`tf.math.top_k`) and the draw runs
   in that order; without one nothing is sorted (see `_nucleus`) and the draw runs in vocabulary
   order.
@@ -153,15 +153,27 @@ def draw(
   Args:
     logits: float `[batch, vocab]`.
     uniform: float32 `[batch]` in [0, 1), the row's random number for this draw.
-    temperature: > 0; towards 0 the draw becomes the argmax.
-    top_k: keep the k most likely tokens (a Python int: XLA needs it static).
-    top_p: keep the nucleus of this probability mass, in (0, 1].
+    options: the `DecodeOptions` whose sampling fields apply (None: the defaults), these:
+      temperature: > 0; towards 0 the draw becomes the argmax. Below float32's smallest normal
+        (1.2e-38) it is that limit: each row's most likely tokens (all of them where several
+        tie) equally likely, nothing else.
+      top_k: keep the k most likely tokens (a Python int: XLA needs it static).
+      top_p: keep the nucleus of this probability mass, in (0, 1].
+    **cut: fields that replace the options' (e.g. `top_k=5`), checked as DecodeOptions are.
   Returns:
     int32 `[batch]` token ids.
   """
+  options = (options or DecodeOptions()).replace(**cut)
+  temperature, top_k, top_p = options.temperature, options.top_k, options.top_p
   logits = tf.cast(logits, tf.float32)
   # Subtracting the maximum first keeps tiny temperatures finite: the others go to -inf, not NaN.
-  scaled = (logits - tf.reduce_max(logits, axis=-1, keepdims=True)) / temperature  # [batch, vocab]
+  shifted = logits - tf.reduce_max(logits, axis=-1, keepdims=True)  # [batch, vocab], max 0
+  if temperature < SMALLEST_NORMAL_FLOAT32:
+    # A subnormal temperature is flushed to 0 on CPUs (0 / 0 = NaN: no token, id -1). Its
+    # limit is exact: every maximum equally likely, nothing else.
+    scaled = tf.where(shifted < 0.0, -float("inf"), 0.0)
+  else:
+    scaled = shifted / temperature  # [batch, vocab]
   keep = _top_k_size(top_k, logits)
   if keep is None:
     probs = tf.nn.softmax(scaled)  # [batch, vocab]
@@ -170,9 +182,12 @@ def draw(
     return _first_above(probs, uniform)
   scaled, order = tf.math.top_k(scaled, k=keep)  # [batch, k], most likely first
   probs = tf.nn.softmax(scaled)  # renormalised over the k
-  if top_p < 1.0:  # the k are sorted: the nucleus is a prefix
+  if top_p < 1.0:  # the k are sorted: the nucleus is a prefix, and every token tied at its edge
     mass_before = tf.math.cumsum(probs, axis=-1, exclusive=True)  # [batch, k]
-    probs = tf.where(mass_before < top_p, probs, 0.0)
+    edge = tf.reduce_min(
+      tf.where(mass_before < top_p, probs, float("inf")), axis=-1, keepdims=True
+    )  # [batch, 1]: the smallest probability in the prefix (its first token is always in it)
+    probs = tf.where(probs >= edge, probs, 0.0)
   return tf.gather(order, _first_above(probs, uniform), batch_dims=1)
 
 
@@ -180,27 +195,21 @@ def draw(
 ChooseFn = Callable[[tf.Tensor, object], tf.Tensor]
 
 
-def sampling_choice(
-  seeds: tf.Tensor, max_steps, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> ChooseFn:
+def sampling_choice(seeds: tf.Tensor, max_steps, options: DecodeOptions) -> ChooseFn:
   """A token-choice function for `decoding.token_loop` that draws each row's token at step t
-  with the row's t-th number. The numbers of every step are computed here, once, before the
-  loop (a `[batch, max_steps]` table), so a step costs one gather and the draw.
+  with the row's t-th number, as `options` say (`draw`). The numbers of every step are computed
+  here, once, before the loop (a `[batch, max_steps]` table), so a step costs one gather and
+  the draw.
 
   Args:
     seeds: int `[batch]`, one seed per row.
     max_steps: at least the number of steps the search can take (a static int under XLA).
+    options: the sampling settings.
   """
   table = uniforms(seeds, max_steps)  # [batch, max_steps]
 
   def choose(logits, state):
-    return draw(
-      logits,
-      tf.gather(table, state.step, axis=1),
-      temperature=temperature,
-      top_k=top_k,
-      top_p=top_p,
-    )
+    return draw(logits, tf.gather(table, state.step, axis=1), options)
 
   return choose
 

@@ -4,7 +4,8 @@ Attention maps come from the same forward pass as the logits:
   logits, weights = model(source_ids, target_ids, return_attention=True)  # AttentionWeights
   logits, weights = classifier(ids, return_attention=True)  # weights.encoder only
 
-Decoding API (what `tfattn.decoding` drives, one token at a time):
+Decoding: `model.start_decoding(source_ids, options)` is what `tfattn.decoding`'s searches run
+(it encodes the source and projects it once); below it, one token at a time:
   memory = model.decoding_memory(*model.encode(source_ids))  # once per source
   cache = model.init_cache(batch_size, max_length=None)       # GrowingCache, or PaddedCache
   logits, cache = model.decode_step(last_tokens, step, cache, memory)  # a new cache each step
@@ -14,7 +15,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from tfattn import masking
+from tfattn import decoding, masking
 from tfattn.attention import (
   CrossAttention,
   GrowingCache,
@@ -24,6 +25,7 @@ from tfattn.attention import (
   SelfAttentionCache,
 )
 from tfattn.config import TransformerConfig
+from tfattn.decode_options import DecodeOptions
 from tfattn.layers import Embedding, FeedForward, LayerNorm, Linear, dropout
 from tfattn.position import LearnedPosition, SinusoidalPosition
 
@@ -461,17 +463,76 @@ class Transformer(tf.Module):
     states, cache = self.decoder.step(token_ids[:, tf.newaxis], step, cache, memory)
     return self._logits(states)[:, 0], cache  # [batch, target_vocab]
 
+  def start_decoding(
+    self,
+    source_ids: tf.Tensor,
+    options: DecodeOptions,
+    *,
+    beams: int = 1,
+    padded: bool = False,
+    use_cache: bool = True,
+  ) -> decoding.DecodingStart:
+    """How decoding `source_ids` starts: the source encoded and projected once, an empty cache
+    for `batch * beams` rows, the start token, and each example's limit from its own source
+    length (`decoding.example_limits`).
+
+    Args:
+      source_ids: int32 `[batch, s_len]`.
+      options: the decoding options (here: the length limits).
+      beams: rows per example (a beam search's beam size).
+      padded: the fixed-size `PaddedCache` that compiles under `jit_compile=True`.
+      use_cache: False re-runs the decoder on the whole prefix every step (the slow reference);
+        its "cache" is the tokens so far.
+    """
+    c = self.config
+    batch = tf.shape(source_ids)[0]
+    length, limits = decoding.source_lengths(self, source_ids, options)
+    memory, memory_bias = self.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
+    if beams > 1:
+      memory = decoding.tile_beams(memory, beams)  # [batch * beams, s_len, d_model]
+      memory_bias = decoding.tile_beams(memory_bias, beams)  # [batch * beams, 1, 1, s_len]
+    if use_cache:
+      projected = self.decoding_memory(memory, memory_bias)
+      cache = self.init_cache(batch * beams, length if padded else None)
+      cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
+
+      def step_fn(last_tokens, step, cache):
+        return self.decode_step(last_tokens, step, cache, projected)
+    else:
+      cache = tf.zeros([batch * beams, 0], tf.int32)  # the tokens before the newest
+      cache_shapes = tf.TensorShape([None, None])
+
+      def step_fn(last_tokens, step, tokens):
+        del step  # the prefix's length
+        prefix = tf.concat([tokens, last_tokens[:, tf.newaxis]], axis=1)  # [rows, step + 1]
+        return self.decode(prefix, memory, memory_bias)[:, -1], prefix
+
+    return decoding.DecodingStart(
+      step_fn=step_fn,
+      cache=cache,
+      first_tokens=tf.fill([batch], c.bos_id),
+      limits=limits,
+      length=length,
+      max_steps=max(c.max_length, options.max_decode_length or 0),
+      pad_id=c.pad_id,
+      eos_id=c.eos_id,
+      cache_shapes=cache_shapes,
+    )
+
 
 class AttentionEncoder(tf.Module):
   """Embedding + positions + one merged-head self-attention, nothing else: the single attention
   layer of Su Jianlin's IMDB experiment (`classifier_body="attention"`)."""
 
-  def __init__(self, config: TransformerConfig, embedding, name: str = "attention_encoder"):
+  def __init__(
+    self, config: TransformerConfig, embedding, rng=None, name: str = "attention_encoder"
+  ):
     """Creates the positions and the self-attention.
 
     Args:
       config: model sizes and position encoding.
       embedding: the `Embedding` to read token ids with.
+      rng: the model's `tf.random.Generator` for attention dropout (None: no dropout).
       name: module name.
     """
     super().__init__(name=name)
@@ -484,6 +545,7 @@ class AttentionEncoder(tf.Module):
         config.d_model,
         config.num_heads,
         config.attention_dropout_rate,
+        rng,
         seed=config.seed,
         name="self_attention",
       )
@@ -515,7 +577,7 @@ class EncoderClassifier(tf.Module):
       self.dropout_rng = tf.random.Generator.from_seed(config.seed)
       embedding = Embedding(config.source_vocab_size, config.d_model, config.seed, name="embedding")
       if config.classifier_body == "attention":
-        self.encoder = AttentionEncoder(config, embedding)
+        self.encoder = AttentionEncoder(config, embedding, self.dropout_rng)
       else:
         self.encoder = Encoder(config, embedding, self.dropout_rng)
       self.classifier = Linear(

@@ -6,6 +6,7 @@ decoder-only language model) is one class here, one in `tfattn/kinds.py` and one
 `serving/export.py`, each added to its registry.
 """
 
+import os
 import sys
 from typing import (
   Dict,
@@ -22,8 +23,10 @@ import numpy as np
 import tensorflow as tf
 
 from tfattn import flops, kinds, losses, text
-from tfattn.special_ids import PAD_ID
+from tfattn.language_model import perplexity_sums
+from tfattn.special_ids import END_ID, PAD_ID, START_ID
 from train import data, evaluation
+from train.task import LANGUAGE_MODEL_DEFAULTS, Task, strings_dataset
 
 
 class LossSums(NamedTuple):
@@ -239,7 +242,158 @@ class Classification(kinds.ClassifierModel):
     return flops.classifier_forward_flops(model_config, rows, source_length)
 
 
-TRAINING_KINDS = {kind.name: kind for kind in (Seq2Seq(), Classification())}
+class LanguageModeling(kinds.LanguageModelKind):
+  """Next-token cross-entropy over plain text (BOS + the text -> the text + EOS); judged by
+  perplexity on held-out text. Texts come as (text, anything) pairs, one a line (`text_task`)
+  or a TFDS text feature; long texts keep their first max_length - 1 tokens."""
+
+  def dataset(self, raw, tokenizers, *, training, truncate, **batching):
+    """Batches of {"source": int32 `[batch, length]`, the text's tokens}."""
+    del training, truncate  # the same batches train and evaluate; a text keeps its beginning
+    batching["max_length"] -= 1  # room for BOS (input) and EOS (target)
+    return data.classification_dataset(
+      raw.map(lambda text, _: (text, 0)), tokenizers["source"], truncate="right", **batching
+    )
+
+  @staticmethod
+  def inputs_and_targets(batch):
+    """(BOS + tokens, tokens + EOS), int32 `[batch, length + 1]` each, padded with 0."""
+    tokens = batch["source"]
+    rows, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
+    inputs = tf.concat([tf.fill([rows, 1], START_ID), tokens], 1)
+    ends = text.row_lengths(tokens)  # [batch]: where each row's EOS goes
+    targets = tf.concat([tokens, tf.fill([rows, 1], PAD_ID)], 1)
+    at_end = tf.equal(tf.range(length + 1)[tf.newaxis], ends[:, tf.newaxis])
+    return inputs, tf.where(at_end, END_ID, targets)
+
+  def loss_sums(self, model, batch, smoothing) -> LossSums:
+    inputs, targets = self.inputs_and_targets(batch)
+    logits = model(inputs, training=True)
+    token_losses, _ = losses.label_smoothed_cross_entropy(logits, targets, smoothing)
+    correct, count = losses.masked_accuracy(logits, targets)
+    return LossSums(tf.reduce_sum(token_losses), correct, count, count)
+
+  def batch_shape(self, batch):
+    shape = tf.shape(batch["source"])
+    return tf.stack([shape[0], 0, shape[1] + 1])  # no source; the text + BOS
+
+  def evaluate(self, model, dataset, tokenizers, config, max_examples):
+    """{"perplexity": exp(mean negative log-likelihood per token, EOS included),
+    "token_accuracy", "examples"}."""
+    del tokenizers, config  # judged on token ids
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def sums(source):
+      inputs, targets = self.inputs_and_targets({"source": source})
+      nll, count = perplexity_sums(model, inputs, targets)
+      return nll, count, losses.masked_accuracy(model(inputs), targets)[0]
+
+    nll = tokens = correct = 0.0
+    seen, limit = 0, _limit(max_examples)
+    for batch in dataset:
+      if seen >= limit:
+        break
+      source = batch["source"][: limit - seen]
+      batch_sums = [float(value) for value in sums(source)]
+      nll, tokens, correct = nll + batch_sums[0], tokens + batch_sums[1], correct + batch_sums[2]
+      seen += int(tf.shape(source)[0])
+    return {
+      "perplexity": float(np.exp(nll / max(tokens, 1.0))),
+      "token_accuracy": correct / max(tokens, 1.0),
+      "tokens": int(tokens),
+      "examples": seen,
+    }
+
+  def evaluation_note(self, config) -> str:
+    return " (perplexity)"
+
+  def parse_target(self, field: str) -> str:
+    return field  # unused: a text is its own target
+
+  def count_classes(self, targets) -> int:
+    del targets  # no classes
+    return 2
+
+  def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
+    """The last layer's causal self-attention over the first `MAP_PIECES` pieces of each text
+    (row i: the query that predicts piece i + 1)."""
+    inputs, _ = self.inputs_and_targets(batch)
+    _, weights = model(inputs, return_attention=True)
+    maps_ = weights.decoder[-1].numpy()  # [batch, heads, length + 1, length + 1]
+    layer = len(weights.decoder) - 1
+    maps = []
+    for i, pieces in enumerate(_pieces(tokenizers["source"], batch["source"])):
+      shown = ["<s>", *pieces][:MAP_PIECES]
+      maps.append(
+        AttentionMap(
+          maps_[i, :, : len(shown), : len(shown)],
+          shown,
+          shown,
+          f"causal self-attention, layer {layer}",
+        )
+      )
+    return maps
+
+  def forward_flops(self, model_config, rows, source_length, target_length) -> float:
+    del source_length  # the text's length is the target's: BOS + tokens
+    return flops.language_model_forward_flops(model_config, rows, target_length)
+
+
+def text_task(train_file, validation_file=None, test_file=None) -> Task:
+  """Plain UTF-8 text files, one text a line (blank lines skipped), one file per data role:
+  the language model's task (`--task=text`). Without a validation file, validation reads the
+  first training lines, which are not held out: the start says so."""
+  if not train_file:
+    raise ValueError("--task=text needs --train_file")
+  train_lines = _read_lines(train_file)
+  validation_lines = (
+    _read_lines(validation_file) if validation_file else train_lines[:UNHELD_VALIDATION_LINES]
+  )
+  test_lines = _read_lines(test_file) if test_file else None
+  note = (
+    ""
+    if validation_file
+    else f"validation reads the first {len(validation_lines)} training lines, which are not "
+    "held out: pass --validation_file for an honest number"
+  )
+
+  def examples(lines):
+    return lambda: strings_dataset([(line, "") for line in lines])
+
+  return Task(
+    "text",
+    kinds.LANGUAGE_MODEL,
+    examples(train_lines),
+    examples(validation_lines),
+    examples(test_lines) if test_lines else None,
+    defaults=dict(LANGUAGE_MODEL_DEFAULTS),
+    validation_note=note,
+  )
+
+
+def _read_lines(path):
+  """Every non-blank line of a UTF-8 file, checked now (a bad byte fails with its line)."""
+  if not os.path.isfile(path):
+    raise ValueError(f"text file {path} does not exist (or is not a file)")
+  lines = []
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, 1):
+      try:
+        line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
+      except UnicodeDecodeError as error:
+        raise ValueError(
+          f"{path}:{number}: not valid UTF-8 ({error.reason}); save it as UTF-8"
+        ) from None
+      if line.strip():
+        lines.append(line)
+  if not lines:
+    raise ValueError(f"{path}: no text")
+  return lines
+
+
+# Without --validation_file, validation reads this many training lines (not held out).
+UNHELD_VALIDATION_LINES = 1000
+TRAINING_KINDS = {kind.name: kind for kind in (Seq2Seq(), Classification(), LanguageModeling())}
 
 
 def of(task) -> TrainingKind:

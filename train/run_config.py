@@ -22,7 +22,7 @@ from train import recipes
 from train.distribute import STRATEGIES
 from train.files import write_json_atomically
 from train.kinds import TRAINING_KINDS
-from train.task import CLASSIFICATION, SEQ2SEQ
+from train.task import CLASSIFICATION, LANGUAGE_MODEL, SEQ2SEQ
 from train.tasks import TASK_NAMES, TFDS_TASKS
 from train.tokenizer import TOKENIZERS
 
@@ -41,6 +41,8 @@ EXPORT_DECODE_MODES = ("auto", "graph", "xla")
 BEST_BY = {
   CLASSIFICATION: ("accuracy",),
   SEQ2SEQ: ("bleu", "bleu_lowercase", "exact_match", "token_accuracy"),
+  # Higher is better for every metric here: perplexity (lower is better) is not offered.
+  LANGUAGE_MODEL: ("token_accuracy",),
 }
 # Model sizes an explicit --model preset keeps (the recipe's and task's are not applied).
 MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
@@ -71,7 +73,8 @@ class RunConfig:
   task: str = run_setting(
     "numbers",
     "What to learn. Built-in tasks are generated offline from --seed; TFDS tasks "
-    "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file.",
+    "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file, and "
+    "so does text (one text a line: a language model, docs/language_model.md).",
     choices=TASK_NAMES,
     resume=MUST_MATCH,
   )
@@ -82,7 +85,10 @@ class RunConfig:
     resume=MAY_CHANGE,
   )
   train_file: Optional[str] = run_setting(
-    None, "TSV training file: source<TAB>target, or text<TAB>label.", unset="", resume=MUST_MATCH
+    None,
+    "TSV training file: source<TAB>target, or text<TAB>label (--task=text: one text a line).",
+    unset="",
+    resume=MUST_MATCH,
   )
   validation_file: Optional[str] = run_setting(
     None,

@@ -12,7 +12,7 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
-from tfattn.kinds import CLASSIFICATION, SEQ2SEQ  # noqa: F401 (kind names, one owner)
+from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, SEQ2SEQ  # noqa: F401 (kind names, one owner)
 
 Examples = Callable[[], tf.data.Dataset]  # (source, target) strings | (text, int label)
 
@@ -108,5 +108,23 @@ CLASSIFICATION_DEFAULTS = dict(
   label_smoothing=0.0,
   lower_case=True,
   truncate="left",
+  vocab_examples=50_000,
+)
+# The language model (`--task=text`, tiny_shakespeare): a small GPT-style model on a few MB
+# of text; a recipe or explicit flags override.
+LANGUAGE_MODEL_DEFAULTS = dict(
+  model="small",
+  num_layers=4,
+  d_model=256,
+  dff=1024,
+  vocab_size=2000,
+  max_length=128,
+  batch_size=32,
+  train_steps=5000,
+  warmup_steps=500,
+  dropout=0.1,
+  schedule="cosine",
+  learning_rate=1e-3,
+  label_smoothing=0.0,
   vocab_examples=50_000,
 )

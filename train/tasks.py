@@ -3,6 +3,7 @@
 * Built-in, generated offline from `--seed` (`train/builtin_tasks.py`).
 * TensorFlow Datasets, one table entry each (`train/tfds_tasks.py`).
 * `tsv`: local files, one per data role (`train/tsv_tasks.py`).
+* `text`: plain text files, one text a line, for the language model (`train/kinds.py`).
 """
 
 from train.builtin_tasks import BUILTIN_TASKS, builtin_task
@@ -10,8 +11,8 @@ from train.task import CLASSIFICATION, SEQ2SEQ, Task  # noqa: F401 (the names us
 from train.tfds_tasks import TFDS_TASKS, tfds_task
 from train.tsv_tasks import tsv_task
 
-TSV = "tsv"
-TASK_NAMES = BUILTIN_TASKS + TFDS_TASKS + (TSV,)
+TSV, TEXT = "tsv", "text"
+TASK_NAMES = BUILTIN_TASKS + TFDS_TASKS + (TSV, TEXT)
 
 
 def get_task(config) -> Task:
@@ -26,4 +27,8 @@ def get_task(config) -> Task:
     )
   if name == TSV:
     return tsv_task(config.train_file, config.validation_file, config.test_file, config.tsv_kind)
+  if name == TEXT:
+    from train.kinds import text_task  # the language model's kind reads its own files
+
+    return text_task(config.train_file, config.validation_file, config.test_file)
   raise ValueError(f"unknown task {name!r}; choose one of {list(TASK_NAMES)}")

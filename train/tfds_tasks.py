@@ -11,11 +11,14 @@ import socket
 import threading
 from typing import Mapping, Optional, Tuple
 
+import tensorflow as tf
 from absl import logging
 
+from tfattn.kinds import LANGUAGE_MODEL
 from train.task import (
   CLASSIFICATION,
   CLASSIFICATION_DEFAULTS,
+  LANGUAGE_MODEL_DEFAULTS,
   SEQ2SEQ,
   TRANSLATION_DEFAULTS,
   Task,
@@ -37,6 +40,8 @@ class TfdsDataset:
     defaults: RunConfig values this dataset recommends.
     evaluated_before_roles: the split a run saved before the three data roles existed
       evaluated on (it resumes with its own train split and that one as validation).
+    separator: for a split that is one long text (tiny_shakespeare): each piece between
+      separators is one example (blank ones dropped); None: an example is a TFDS example.
   """
 
   name: str
@@ -49,6 +54,7 @@ class TfdsDataset:
   num_classes: int = 2
   defaults: Mapping = dataclasses.field(default_factory=dict)
   evaluated_before_roles: str = "validation"
+  separator: Optional[str] = None
 
 
 DATASETS = {
@@ -87,6 +93,18 @@ DATASETS = {
       "test",
       ("www.statmt.org", 80),
       defaults=TRANSLATION_DEFAULTS,
+    ),
+    # One text a split (90/5/5% of the plays); a speech (the text between blank lines) an example.
+    TfdsDataset(
+      "tiny_shakespeare",
+      LANGUAGE_MODEL,
+      ("text", "text"),
+      "train",
+      "validation",
+      "test",
+      ("raw.githubusercontent.com", 443),
+      defaults=LANGUAGE_MODEL_DEFAULTS,
+      separator="\n\n",
     ),
   )
 }
@@ -150,9 +168,21 @@ def _split(builder, dataset: TfdsDataset, split: str):
     raise ValueError(
       f"{dataset.name} has no split {split!r} ({error}); its splits: {sorted(builder.info.splits)}"
     ) from None
-  return lambda: builder.as_dataset(split=split, shuffle_files=False).map(
-    lambda example: (example[source], example[target])
-  )
+
+  def examples():
+    pairs = builder.as_dataset(split=split, shuffle_files=False).map(
+      lambda example: (example[source], example[target])
+    )
+    if dataset.separator is None:
+      return pairs
+    pieces = pairs.flat_map(
+      lambda text, _: tf.data.Dataset.from_tensor_slices(tf.strings.split(text, dataset.separator))
+    )
+    return pieces.filter(lambda piece: tf.strings.length(tf.strings.strip(piece)) > 0).map(
+      lambda piece: (piece, piece)
+    )
+
+  return examples
 
 
 def tfds_task(

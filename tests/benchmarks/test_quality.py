@@ -86,3 +86,36 @@ def test_choose_on_validation_then_judge_test_once(tmp_path):
     records = [json.loads(line) for line in f]
   assert "train_seconds" in records[0] and "judge_seconds" in records[1]
   assert records[0]["validation"] == records[1]["validation"]  # the same weights
+
+
+def _as_run_config(flags):
+  from train.run_config import RunConfig
+
+  values = dict(flag[2:].split("=", 1) for flag in flags)
+  if "eval_examples" in values:
+    values["eval_examples"] = int(values["eval_examples"])
+  return RunConfig(**values)
+
+
+def test_validation_only_never_gives_the_trainer_a_test_role_on_any_route(tmp_path):
+  """Issue 33: on the TFDS route --validation_only still judged test (25,000 reviews) and
+  validated on 1,000 of the 2,500 held-out ones. Each route's flags, through the trainer's own
+  task reading: no test role, and validation judged whole (counted from the data here)."""
+  import quality
+
+  from train import tasks
+
+  from tfds_helpers import prepare_fake_tfds
+
+  prepare_fake_tfds("imdb_reviews", tmp_path / "tfds")
+  _write_aclimdb(tmp_path / "aclImdb")
+  for source in (tmp_path / "tfds", tmp_path / "aclImdb"):
+    work = tmp_path / f"work-{source.name}"
+    work.mkdir()
+    flags = quality.imdb_data_flags(str(source), str(work))
+    judged = tasks.get_task(_as_run_config(flags))
+    chosen_flags = quality.without_test(flags)
+    chosen = tasks.get_task(_as_run_config(chosen_flags))
+    assert judged.test is not None and chosen.test is None, chosen_flags
+    held_out = sum(1 for _ in chosen.validation())
+    assert held_out > 0 and f"--eval_examples={held_out}" in chosen_flags, (held_out, flags)

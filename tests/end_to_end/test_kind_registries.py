@@ -12,7 +12,7 @@ from train import tasks
 def test_every_registry_holds_the_same_kinds():
   names = set(model_kinds.MODEL_KINDS)
   assert names == set(training_kinds.TRAINING_KINDS) == set(export.EXPORT_KINDS)
-  assert names == {model_kinds.SEQ2SEQ, model_kinds.CLASSIFICATION}
+  assert names == {model_kinds.SEQ2SEQ, model_kinds.CLASSIFICATION, model_kinds.LANGUAGE_MODEL}
 
 
 def test_each_kind_object_provides_its_layers_protocol():

@@ -1,5 +1,6 @@
 """Export: TF Serving layout, warm-up file, atomic versions, op preflight, reuse elsewhere."""
 
+import collections
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text as text
 
+import tfattn
 from serving import check, export, warmup
 from serving.client import ServingClient
 from serving.model_manager import ModelManager
@@ -551,3 +553,51 @@ def test_final_weights_are_those_the_run_judged(tmp_path, metrics, expected):
   else:
     assert found == [str(tmp_path / "checkpoints" / f"ckpt-{n}") for n in expected]
   assert export.final_weights(str(tmp_path / "unfinished")) is None
+
+
+def test_the_sample_signature_keeps_tokens_tied_at_the_nucleus_edge(tmp_path):
+  """Issue 33: with a top-k cut, the export's `sample` drew only the lower id of two tokens
+  tied at the top-p edge. A language model export, one token per prompt: its embedding is set so
+  that the first token's logits are 12 for x and 11.3 for y and z (equal rows: an exact tie),
+  and top_p ends inside y. numpy's distribution over {x, y, z} is the reference."""
+  from serving.modules import LanguageModelExport
+  from tfattn import masking
+  from tfattn import text as tfattn_text
+  from tfattn.language_model import LanguageModel
+  from train import tokenizer as vocabulary
+
+  words = tf.data.Dataset.from_tensor_slices(["red green blue cat dog fish sun moon"] * 20)
+  path = vocabulary.learn_and_write(vocabulary.SENTENCEPIECE, words, 40, str(tmp_path / "vocab"))
+  tok = tfattn_text.load_tokenizer(path)
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=tok.vocab_size, target_vocab_size=tok.vocab_size, max_length=16
+  )
+  model = LanguageModel(config)
+  texts = [
+    tok.detokenize(tf.constant([[i]]))[0].numpy().decode().strip() for i in range(4, tok.vocab_size)
+  ]
+  ids = [i + 4 for i, piece in enumerate(texts) if piece and texts.count(piece) == 1]
+  x, y, z = ids[:3]
+  start = tf.constant([[config.bos_id]])
+  states, _ = model.decoder(start, tf.zeros_like(start), masking.causal_bias(1))
+  h = states[0, -1]  # what the first step's logits read
+  direction = h / tf.reduce_sum(h * h)
+  table = model.decoder.embedding.table
+  for token, logit in ((x, 12.0), (y, 11.3), (z, 11.3)):
+    table[token].assign(logit * direction)
+  logits = model(start)[0, -1].numpy().astype(np.float64)
+  assert logits[y] == logits[z]
+  probs = np.exp(logits - logits.max())
+  kept = np.argsort(-probs, kind="stable")[:4]
+  assert set(kept[:3]) == {x, y, z}
+  top = probs[kept] / probs[kept].sum()
+  options = DecodeOptions(strategy="sample", top_k=4, top_p=float(top[0] + top[1] / 2))
+  expected = np.array([probs[x], probs[y], probs[z]]) / (probs[x] + 2 * probs[y])
+  module = LanguageModelExport(model, tok, options.replace(max_decode_length=1))
+  rows = 900
+  drawn = module.sample(tf.constant([""] * rows), tf.range(rows, dtype=tf.int64))["generation"]
+  counts = collections.Counter(t.decode().strip() for t in drawn.numpy())
+  observed = np.array([counts[texts[t - 4]] for t in (x, y, z)])
+  assert observed.sum() == rows, counts
+  statistic = ((observed - expected * rows) ** 2 / (expected * rows)).sum()
+  assert float(tf.math.igammac(1.0, statistic / 2.0)) > 1e-3, (observed, expected * rows)

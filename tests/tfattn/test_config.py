@@ -45,3 +45,36 @@ def test_a_transformer_without_decoder_layers_is_refused_where_it_is_built():
   with pytest.raises(ValueError, match="num_decoder_layers >= 1"):
     tfattn.Transformer(config)
   tfattn.EncoderClassifier(config)  # the classifier has no decoder: fine
+
+
+def test_every_field_is_a_declared_setting_checked_on_creation():
+  from tfattn import settings
+
+  declared = {field.name for field, _ in settings.declared(TransformerConfig)}
+  assert declared == set(TransformerConfig.__dataclass_fields__)
+  with pytest.raises(ValueError, match="pooling must be one of"):
+    TransformerConfig(pooling="max")
+  with pytest.raises(ValueError, match="num_heads must be positive, got 0"):
+    TransformerConfig(num_heads=0)
+
+
+def test_a_config_saved_before_later_fields_takes_their_declared_fallbacks():
+  """The fixture run's model_config.json without the fields added after the first runs: each
+  is filled from its declaration, not by a migration written for it."""
+  import json
+  import os
+
+  from tfattn import settings
+
+  path = os.path.join(
+    os.path.dirname(__file__), "..", "fixtures", "fda25e5", "run_seq2seq", "model_config.json"
+  )
+  with open(path) as f:
+    saved = json.load(f)
+  later = settings.fallbacks(TransformerConfig)
+  assert {"attention_dropout_rate", "feed_forward_dropout_rate", "classifier_body"} <= set(later)
+  older = {name: value for name, value in saved.items() if name not in later}
+  config = TransformerConfig.from_json(json.dumps(older))
+  assert config == TransformerConfig.from_json(json.dumps(saved))
+  assert all(getattr(config, name) == value for name, value in later.items())
+  assert config.d_model == saved["d_model"] == 32

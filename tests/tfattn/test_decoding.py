@@ -90,7 +90,7 @@ def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
     jit_compile=padded_decode,
   )
   beam = tf.function(
-    lambda s: decoding.beam_search(
+    lambda s: decoding.beam_decode(
       model, s, beam_size=3, max_decode_length=10, padded_decode=padded_decode
     ),
     input_signature=[spec],
@@ -98,7 +98,7 @@ def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
   )
   for result, expected in zip(greedy(source), reference):
     np.testing.assert_allclose(result, expected, atol=1e-4)
-  beam_reference = decoding.beam_search(model, source, beam_size=3, max_decode_length=10)
+  beam_reference = decoding.beam_decode(model, source, beam_size=3, max_decode_length=10)
   for result, expected in zip(beam(source), beam_reference):
     np.testing.assert_allclose(result, expected, atol=1e-4)
   # A new batch size and source length reuse the same trace.
@@ -113,7 +113,7 @@ def test_beam_size_one_equals_greedy(seed):
   model = _model(seed)
   source = random_ids(3, 6, VOCAB, seed + 10)
   greedy_ids, _, greedy_log_probs = decoding.greedy_decode(model, source, max_decode_length=12)
-  beam_ids, _, beam_log_probs = decoding.beam_search(
+  beam_ids, _, beam_log_probs = decoding.beam_decode(
     model, source, beam_size=1, alpha=0.0, max_decode_length=12
   )
   np.testing.assert_array_equal(beam_ids[:, 0], greedy_ids)
@@ -125,7 +125,7 @@ def test_beams_are_sorted_and_scores_are_recomputed_log_probs(seed):
   model = _model(seed)
   source = random_ids(2, 6, VOCAB, seed + 20)
   beam, alpha = 4, 0.6
-  ids, scores, log_probs = decoding.beam_search(
+  ids, scores, log_probs = decoding.beam_decode(
     model, source, beam_size=beam, alpha=alpha, max_decode_length=12
   )
   assert ids.shape == (2, beam, 12)
@@ -144,11 +144,11 @@ def test_batch_entries_are_independent():
   short = tf.constant([[5, 6, 7, 8, 0, 0, 0]])
   other = random_ids(1, 7, VOCAB, 6)
   long = tf.constant([[9, 10, 11, 12, 13, 14, 15]])
-  alone = decoding.beam_search(model, other, beam_size=3, max_decode_length=10)
-  with_short = decoding.beam_search(
+  alone = decoding.beam_decode(model, other, beam_size=3, max_decode_length=10)
+  with_short = decoding.beam_decode(
     model, tf.concat([short, other], 0), beam_size=3, max_decode_length=10
   )
-  with_long = decoding.beam_search(
+  with_long = decoding.beam_decode(
     model, tf.concat([long, other], 0), beam_size=3, max_decode_length=10
   )
   for a, b, c in zip(alone, with_short, with_long):
@@ -183,8 +183,8 @@ def test_default_length_limit_is_per_example():
   assert alone_greedy.shape[1] == 5 and batched_greedy.shape[1] == 11
   np.testing.assert_array_equal(batched_greedy[0, :5], alone_greedy[0])
   assert (batched_greedy[0, 5:].numpy() == 0).all()
-  alone_beam = decoding.beam_search(model, short[:, :2], beam_size=2, extra_decode_length=3)
-  batched_beam = decoding.beam_search(
+  alone_beam = decoding.beam_decode(model, short[:, :2], beam_size=2, extra_decode_length=3)
+  batched_beam = decoding.beam_decode(
     model, tf.concat([short, long], 0), beam_size=2, extra_decode_length=3
   )
   np.testing.assert_array_equal(batched_beam[0][0, :, :5], alone_beam[0][0])
@@ -198,7 +198,7 @@ def test_beam_search_returns_beam_size_real_hypotheses_when_it_stops_early(seed)
   model = _model(seed, eos_boost=6.0)
   source = random_ids(3, 6, VOCAB, seed + 30)
   beam, alpha = 4, 0.6
-  ids, scores, log_probs = decoding.beam_search(
+  ids, scores, log_probs = decoding.beam_decode(
     model, source, beam_size=beam, alpha=alpha, extra_decode_length=6
   )
   ids, scores = ids.numpy(), scores.numpy()
@@ -260,7 +260,7 @@ def test_decode_runs_the_strategy_its_options_name():
   )
   _assert_same_hypotheses(
     decoding.decode(model, source, options.replace(beam_size=3)),
-    decoding.first_beam(decoding.beam_search(model, source, beam_size=3, **lengths)),
+    decoding.first_beam(decoding.beam_decode(model, source, beam_size=3, **lengths)),
   )
   sample = options.replace(strategy="sample", top_k=5, seed=11)
   _assert_same_hypotheses(

@@ -23,31 +23,37 @@ _LOGITS = np.array([-1e9, -1e9, -1e9, 2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -1.5]
 
 class FixedLogitsModel:
   """Stands in for a `Transformer` in the decoding loop: every step's next-token logits are
-  `logits`, whatever the source and the tokens so far."""
+  `logits`, whatever the source and the tokens so far (its `DecodingStart` has no cache)."""
 
   def __init__(self, logits, max_length=64):
     self.config = types.SimpleNamespace(pad_id=0, bos_id=1, eos_id=2, max_length=max_length)
     self.logits = tf.constant(logits, tf.float32)  # [vocab]
 
-  def encode(self, source_ids):
-    batch = tf.shape(source_ids)[0]
-    return tf.zeros([batch, 1, 1]), tf.zeros([batch, 1, 1, 1])
+  def start_decoding(self, source_ids, options, beams=1, padded=False, use_cache=True):
+    del padded, use_cache  # no cache
+    length, limits = decoding.source_lengths(self, source_ids, options)
+    rows = tf.shape(source_ids)[0] * beams
 
-  def decoding_memory(self, memory, memory_bias):
-    return ()
+    def step_fn(last_tokens, step, cache):
+      return tf.tile(self.logits[tf.newaxis], [rows, 1]), cache
 
-  def init_cache(self, batch_size, max_length=None):
-    return ()
-
-  def decode_step(self, token_ids, step, cache, memory):
-    return tf.tile(self.logits[tf.newaxis], [tf.shape(token_ids)[0], 1]), cache
+    return decoding.DecodingStart(
+      step_fn=step_fn,
+      cache=(),
+      first_tokens=tf.fill([tf.shape(source_ids)[0]], 1),
+      limits=limits,
+      length=length,
+      max_steps=max(self.config.max_length, options.max_decode_length or 0),
+      pad_id=0,
+      eos_id=2,
+    )
 
 
 def _expected_probs(logits, temperature=1.0, top_k=0, top_p=1.0):
-  """numpy reference: softmax(logits / T), cut to the top k (ties: the lower id first, as
-  `tf.math.top_k`), then to the nucleus of p: the shortest prefix of the sorted tokens holding
-  p; without a top-k cut, every token tied with the prefix's last one too (`sampling._nucleus`
-  does not sort)."""
+  """numpy reference: softmax(logits / T), cut to the top k (ties at the k-th place: the lower
+  id first, as `tf.math.top_k`), then to the nucleus of p: the shortest prefix of the sorted
+  tokens holding p, and every token tied with the prefix's last one (with or without a top-k
+  cut)."""
   probs = np.exp((logits - logits.max()) / temperature)
   probs /= probs.sum()
   order = np.argsort(-probs, kind="stable")
@@ -57,8 +63,7 @@ def _expected_probs(logits, temperature=1.0, top_k=0, top_p=1.0):
   mass_before = np.cumsum(probs[order]) - probs[order]
   nucleus = np.zeros_like(keep)
   nucleus[order[mass_before < top_p]] = True
-  if not top_k:
-    nucleus |= probs >= probs[nucleus].min()
+  nucleus |= keep & (probs >= probs[nucleus].min())
   probs = np.where(nucleus & keep, probs, 0.0)
   return probs / probs.sum()
 
@@ -200,3 +205,68 @@ def test_source_seeds_ignore_padding_and_batch_mates():
   alone = sampling.source_seeds(tf.constant([[5, 6, 7]]), seed=3).numpy()
   assert seeds[0] == alone[0] and len(set(seeds)) == 3
   assert sampling.source_seeds(rows, seed=4).numpy()[0] != seeds[0]
+
+
+# Token 4 twice as likely as tokens 6 and 9, which tie; five tokens at e^-3 of those two.
+_TIED_LOGITS = np.array(
+  [-1e9, -1e9, -1e9, -3.0, np.log(2.0), -3.0, 0.0, -3.0, -3.0, 0.0, -3.0], np.float32
+)
+
+
+def _tie_at_the_nucleus_edge(top_k):
+  """A top_p that the first of the tied twins reaches and the second would pass: the nucleus
+  is then {4, 6, 9}, renormalised {4: 1/2, 6: 1/4, 9: 1/4} (computed here in numpy)."""
+  probs = np.exp(_TIED_LOGITS - _TIED_LOGITS.max())
+  if top_k:
+    probs[np.argsort(-probs, kind="stable")[top_k:]] = 0.0
+  probs /= probs.sum()
+  return float(probs[4] + probs[6] / 2)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("top_k", [0, 6])
+def test_tokens_tied_at_the_nucleus_edge_are_all_kept(top_k, jit_compile):
+  """Issue 33: with a top-k cut, token 9 (tied with 6) was never drawn: {4: .66, 6: .34}."""
+  top_p = _tie_at_the_nucleus_edge(top_k)
+  expected = _expected_probs(_TIED_LOGITS, top_k=top_k, top_p=top_p)
+  np.testing.assert_allclose(expected[[4, 6, 9]], [0.5, 0.25, 0.25], rtol=1e-6)
+  rows = 4000
+  logits = tf.tile(tf.constant(_TIED_LOGITS)[tf.newaxis], [rows, 1])
+  uniform = sampling.uniforms(tf.range(rows) * 7919, 1)[:, 0]
+  tokens = tf.function(
+    lambda x, u: sampling.draw(x, u, top_k=top_k, top_p=top_p), jit_compile=jit_compile
+  )(logits, uniform).numpy()
+  counts = np.bincount(tokens, minlength=len(_TIED_LOGITS))
+  assert counts[expected == 0].sum() == 0, counts
+  assert _chi_square_p_value(counts, expected) > 1e-3, (counts, expected * rows)
+
+
+@pytest.mark.parametrize(
+  "temperature,padded_decode", [(1e-39, False), (1e-45, True), (1e-37, False)]
+)
+def test_underflowing_temperatures_draw_the_most_likely_tokens(temperature, padded_decode):
+  """Issue 33: below float32's smallest normal, graph mode failed (id -1 gathered) and XLA
+  silently returned id -1. Now the limit T -> 0: the argmax, or one of several tied maxima."""
+  rows, steps = 64, 4
+  twin_maxima = _LOGITS.copy()
+  twin_maxima[7] = _LOGITS[3]
+  for logits, allowed in ((_LOGITS, {3}), (twin_maxima, {3, 7})):
+    model = FixedLogitsModel(logits)
+    decode = tf.function(
+      lambda s, seeds, model=model: decoding.sample_decode(
+        model,
+        s,
+        max_decode_length=steps,
+        temperature=temperature,
+        top_k=4,
+        seeds=seeds,
+        padded_decode=padded_decode,
+      ),
+      jit_compile=padded_decode,
+    )
+    hypotheses = decode(tf.ones([rows, 3], tf.int32), tf.range(rows))
+    ids = hypotheses.ids.numpy()
+    # Nothing else, and both tied maxima drawn (256 draws of a fair coin).
+    assert set(np.unique(ids)) == allowed and ids.shape == (rows, steps), np.unique(ids)
+    assert np.isfinite(hypotheses.log_probs.numpy()).all()
+    assert int(np.argmax(logits)) in allowed  # numpy's argmax is one of them

@@ -96,6 +96,20 @@ def test_dropout_is_active_only_in_training(tiny_config):
   )
 
 
+@pytest.mark.parametrize("body", ["transformer", "attention"])
+def test_attention_dropout_is_active_in_every_classifier_body(tiny_config, body):
+  """Issue 33: the attention body built its attention without the model's generator, so
+  attention dropout did nothing. With only attention dropout on, two training passes differ;
+  inference passes, and training passes at rate 0, do not."""
+  ids = random_ids(2, 7, 40, 12)
+  config = tiny_config.replace(classifier_body=body, dropout_rate=0.0)
+  model = tfattn.EncoderClassifier(config.replace(attention_dropout_rate=0.5))
+  assert float(tf.reduce_max(tf.abs(model(ids, training=True) - model(ids, training=True)))) > 1e-4
+  np.testing.assert_array_equal(model(ids), model(ids))
+  still = tfattn.EncoderClassifier(config)
+  np.testing.assert_array_equal(still(ids, training=True), still(ids, training=True))
+
+
 def test_shared_embeddings_and_untied_output(tiny_config):
   shared = tfattn.Transformer(tiny_config.replace(share_embeddings=True))
   untied = tfattn.Transformer(tiny_config.replace(tie_output_embedding=False))

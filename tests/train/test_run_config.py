@@ -47,6 +47,7 @@ def test_check_names_the_first_impossible_setting(changes, message):
 
 def test_keep_best_by_must_be_a_metric_of_the_kind():
   RunConfig(keep_best_by="bleu").check(kind="seq2seq")
+  RunConfig(keep_best_by="token_accuracy").check(kind="language_model")
   with pytest.raises(ValueError, match="not a classification metric"):
     RunConfig(keep_best_by="bleu").check(kind="classification")
 

@@ -18,11 +18,17 @@ from train.run_config import RunConfig
 from tfds_helpers import FAKE_ROWS, prepare_fake_tfds
 from train_helpers import free_ports, own_lines
 
+# Datasets of (source, target) or (text, label) examples; tiny_shakespeare (one text a split)
+# has its own test below.
+PAIRED = [name for name in tasks.TFDS_TASKS if tfds_tasks.DATASETS[name].separator is None]
+
 
 @pytest.mark.parametrize("name", tasks.TFDS_TASKS)
 def test_tfds_builders_import_and_describe_their_data(name, tmp_path):
   builder = tfds.builder(name, data_dir=str(tmp_path))
-  assert len(builder.info.supervised_keys) == 2
+  assert set(tfds_tasks.DATASETS[name].features) <= set(builder.info.features)
+  if name in PAIRED:
+    assert len(builder.info.supervised_keys) == 2
   assert not builder.is_prepared()
 
 
@@ -33,7 +39,7 @@ def _rows(dataset):
   )
 
 
-@pytest.mark.parametrize("name", tasks.TFDS_TASKS)
+@pytest.mark.parametrize("name", PAIRED)
 def test_tfds_tasks_read_locally_prepared_data_in_three_roles(name, tmp_path):
   prepare_fake_tfds(name, tmp_path / "tfds")
   task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds")))
@@ -208,3 +214,27 @@ def test_train_cli_without_tfds_data_offline_is_one_line_and_exit_2(tmp_path):
   assert "tfds build imdb_reviews" in errors[0]
   assert not os.path.exists(tmp_path / "run")  # a failed start leaves no run directory
   assert "Traceback" not in result.stderr
+
+
+def test_tiny_shakespeare_is_a_language_model_task_of_one_speech_an_example(tmp_path):
+  """Each TFDS split is one long text: the task yields its speeches (the pieces between blank
+  lines), split here in Python as the reference."""
+  name = "tiny_shakespeare"
+  prepare_fake_tfds(name, tmp_path / "tfds")
+  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds")))
+  assert task.kind == "language_model" and task.defaults["max_length"] == 128
+  for role in ("train", "validation", "test"):
+    (whole,) = FAKE_ROWS[name][role][0]
+    speeches = [piece for piece in whole.split("\n\n") if piece.strip()]
+    assert _rows(getattr(task, role)()) == sorted((s, s) for s in speeches)
+
+
+def test_a_text_file_is_a_language_model_task_of_one_line_an_example(tmp_path):
+  (tmp_path / "train.txt").write_text("the cat\n\n  \nthe dog runs\n", encoding="utf-8")
+  (tmp_path / "bad.txt").write_bytes(b"fine\n\xff\n")
+  task = tasks.get_task(RunConfig(task="text", train_file=str(tmp_path / "train.txt")))
+  assert task.kind == "language_model" and task.test is None
+  assert _rows(task.train()) == [("the cat", ""), ("the dog runs", "")]
+  assert "not held out" in task.validation_note
+  with pytest.raises(ValueError, match=r"bad\.txt:2: not valid UTF-8"):
+    tasks.get_task(RunConfig(task="text", train_file=str(tmp_path / "bad.txt")))

@@ -1,0 +1,123 @@
+"""The language model end to end, tiny and short: a one-column text file -> Trainer (a few
+steps) -> perplexity on validation and test -> export -> generate in-process, over REST and
+gRPC, and from another TF program that has no tfattn."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from serving import check, export, grpc_service
+from serving.client import GrpcServingClient, ServingClient
+from serving.model_manager import ModelManager
+from serving.server import make_server
+from serving.server_core import ServerCore
+from train.run_config import RunConfig
+from train.trainer import Trainer, prepare
+
+pytestmark = pytest.mark.slow  # trains, exports and serves
+
+_ISOLATED = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  the tokenizer's ops
+model = tf.saved_model.load(sys.argv[1])
+out = model.signatures["generate"](text=tf.constant(["the cat sees", ""]))
+print("RESULT " + json.dumps({
+  "generation": [t.decode() for t in out["generation"].numpy()],
+  "call": [t.decode() for t in model(tf.constant(["the cat sees", ""])).numpy()],
+}))
+"""
+
+
+def _write_text(path, lines):
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return str(path)
+
+
+def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
+  animals = ["cat", "dog", "bird", "fish"]
+  lines = [f"the {a} sees the {b} and the {a} runs" for a in animals for b in animals] * 4
+  config = RunConfig(
+    run_dir=str(tmp_path / "run"),
+    task="text",
+    train_file=_write_text(tmp_path / "train.txt", lines),
+    validation_file=_write_text(tmp_path / "validation.txt", lines[:6]),
+    test_file=_write_text(tmp_path / "test.txt", lines[6:10]),
+    model="tiny",
+    d_model=32,
+    dff=64,
+    num_heads=4,
+    num_layers=1,
+    vocab_size=60,
+    vocab_examples=100,
+    batch_size=8,
+    max_length=16,
+    train_steps=6,
+    warmup_steps=2,
+    log_every=3,
+    checkpoint_every=6,
+    decode=dict(strategy="beam", beam_size=2, max_decode_length=5),
+  )
+  metrics = Trainer(*prepare(config)).run()
+  for role, count in (("validation", 6), ("test", 4)):
+    judged = metrics[role]
+    assert judged["examples"] == count and judged["tokens"] > count
+    assert 1.0 < judged["perplexity"] < 60 * 1.5 and math.isfinite(judged["perplexity"])
+
+  path = export.export(config.run_dir, str(tmp_path / "models"), decode="graph")
+  assert check.problems(path) == []
+  loaded = tf.saved_model.load(path)
+  assert {"serving_default", "generate", "generate_nbest", "generate_ids", "attention"} == set(
+    loaded.signatures
+  )
+  prompts = tf.constant(["the cat sees", "", "the dog"])
+  generated = loaded.signatures["generate"](text=prompts)
+  assert generated["generation"].shape == (3,) and generated["log_prob"].shape == (3,)
+  nbest = loaded.signatures["generate_nbest"](text=prompts)
+  assert nbest["generation"].shape == (3, 2)
+  np.testing.assert_array_equal(nbest["generation"][:, 0], generated["generation"])
+  assert (np.diff(nbest["score"].numpy(), axis=1) <= 1e-6).all()
+  maps = loaded.signatures["attention"](text=prompts, layer=tf.constant([-1, -1, -1]))
+  assert maps["decoder_attention"].shape[:3] == (3, 1, 4)
+  assert maps["source_pieces"][0, 0].numpy() == b"[START]"
+  assert list(maps["source_length"].numpy()[1:2]) == [1]  # "" is START alone
+
+  manager = ModelManager("lm", str(tmp_path / "models"))
+  core = ServerCore([manager])
+  core.start()
+  grpc_server, ports = grpc_service.make_server(core, ["127.0.0.1:0"], 2)
+  rest = make_server(core, "127.0.0.1", 0)
+  threading.Thread(target=rest.serve_forever, daemon=True).start()
+  try:
+    over_rest = ServingClient("lm", port=rest.server_address[1]).predict(
+      instances=[{"text": "the cat sees"}], signature_name="generate"
+    )["predictions"]
+    grpc_client = GrpcServingClient("lm", port=ports["127.0.0.1:0"])
+    over_grpc = grpc_client.predict({"text": np.array([b"the cat sees"])}, "generate")
+    grpc_client.close()
+  finally:
+    rest.shutdown(0)
+    grpc_server.stop(0).wait()
+    core.stop()
+  expected = generated["generation"].numpy()[0].decode()
+  assert over_rest[0]["generation"] == expected
+  assert over_grpc["generation"][0].decode() == expected
+
+  result = subprocess.run(
+    [sys.executable, "-c", _ISOLATED, path],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, PYTHONPATH=""),
+    cwd="/",
+  )
+  assert result.returncode == 0, result.stderr[-4000:]
+  other = json.loads(result.stdout.split("RESULT ", 1)[1])
+  assert other["generation"][0] == expected and other["call"] == other["generation"]

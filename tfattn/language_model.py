@@ -1,0 +1,228 @@
+"""A decoder-only language model (GPT-style, Radford et al. 2018): causal self-attention and
+feed-forward layers over token embeddings and positions, the embedding tied to the output
+projection, as a `tf.Module`; and how its decoding starts from a prompt.
+
+  logits = model(ids)                                  # [batch, length, vocab], ids start with BOS
+  logits, weights = model(ids, return_attention=True)  # weights.decoder: one map a layer
+  found = decoding.decode(model, prompt_ids, options)  # the continuation of each prompt
+
+Decoding reads the prompt once (`start_decoding` prefills every layer's key/value cache in one
+pass) and then one token a step, in graph mode (growing cache) or under XLA (padded cache).
+Prompts of one batch differ in length: they are left-aligned to end in the same column, each row
+with its own positions and its padding masked out, so a prompt generates the same continuation
+whatever its batch-mates.
+
+The config's sizes: `target_vocab_size` (= `source_vocab_size`) tokens, `num_decoder_layers`
+layers, `max_length` positions (the prompt and its continuation together).
+"""
+
+import tensorflow as tf
+
+from tfattn import decoding, masking
+from tfattn.attention import GrowingCache, PaddedCache
+from tfattn.config import TransformerConfig
+from tfattn.decode_options import DecodeOptions
+from tfattn.layers import Embedding, dropout
+from tfattn.transformer import AttentionWeights, EncoderLayer, _Stack
+
+
+class CausalLayer(EncoderLayer):
+  """Self-attention (causal by its bias) then feed-forward, each in residual wiring; with a
+  cached decoding step and a prefill of a whole prompt."""
+
+  def step(self, x, step, cache, key_bias):
+    """x `[rows, 1, d_model]` at cache slot `step`; key_bias `[rows, 1, 1, keys]` -> (like x,
+    the cache with slot `step` written). No dropout."""
+    attended, cache = self.self_attention.step(
+      self._sublayer_input(x, self.self_attention_norm), step, cache, bias=key_bias
+    )
+    x = self._add_residual(x, attended, self.self_attention_norm, training=False)
+    return self._feed_forward_block(x, False), cache
+
+  def prefill(self, x, bias, cache):
+    """x `[batch, length, d_model]`, bias `[batch, 1, length, length]` -> (like x, the cache
+    holding slots 0..length-1). No dropout."""
+    attended, cache = self.self_attention.prefill(
+      self._sublayer_input(x, self.self_attention_norm), bias, cache
+    )
+    x = self._add_residual(x, attended, self.self_attention_norm, training=False)
+    return self._feed_forward_block(x, False), cache
+
+
+class CausalStack(_Stack):
+  """Embedding + positions (each row its own) + dropout, `CausalLayer`s, a final norm when
+  pre-norm."""
+
+  def embed(self, ids, positions, training=False):
+    """ids, positions int `[batch, length]` -> `[batch, length, d_model]`."""
+    x = self.embedding(ids, self.compute_dtype)
+    x += tf.cast(self.position.at(positions), self.compute_dtype)
+    return dropout(x, self.config.dropout_rate, self._rng, training)
+
+  def __call__(self, ids, positions, bias, training=False):
+    """-> (`[batch, length, d_model]`, one float32 `[batch, heads, length, length]` self-
+    attention map a layer)."""
+    x = self.embed(ids, positions, training)
+    weights = []
+    for layer in self.layers:
+      x, layer_weights = layer(x, bias, training, return_attention=True)
+      weights.append(layer_weights)
+    return self._finish(x), tuple(weights)
+
+
+def _key_bias(shift, keys):
+  """`[rows, 1, 1, keys]`: key slots before each row's `shift` (its left padding) masked."""
+  padding = tf.cast(tf.range(keys)[tf.newaxis] < shift[:, tf.newaxis], tf.float32)
+  return (padding * masking.large_negative())[:, tf.newaxis, tf.newaxis, :]
+
+
+def _alignment(shift, columns):
+  """Rows left-padded by `shift` `[rows]` over `columns` -> (positions int32 `[rows, columns]`,
+  each row's own from 0 at its first real token; bias `[rows, 1, columns, columns]`, causal with
+  the padding keys masked)."""
+  positions = tf.maximum(tf.range(columns)[tf.newaxis] - shift[:, tf.newaxis], 0)
+  return positions, masking.combine(masking.causal_bias(columns), _key_bias(shift, columns))
+
+
+class LanguageModel(tf.Module):
+  """Decoder-only Transformer: p(token | the tokens before it); returns float32 logits."""
+
+  def __init__(self, config: TransformerConfig, name: str = "language_model"):
+    """Creates every variable from the config.
+
+    Args:
+      config: sizes and options; `target_vocab_size` tokens, `num_decoder_layers` >= 1 layers.
+      name: module name, the root of the variable names.
+    """
+    super().__init__(name=name)
+    if config.num_decoder_layers < 1:
+      raise ValueError("A LanguageModel needs num_decoder_layers >= 1")
+    self.config = config
+    c = config
+    with self.name_scope:
+      self.dropout_rng = tf.random.Generator.from_seed(c.seed)
+      embedding = Embedding(c.target_vocab_size, c.d_model, c.seed, name="embedding")
+      self.decoder = CausalStack(
+        c, embedding, self.dropout_rng, CausalLayer, c.num_decoder_layers, name="decoder"
+      )
+
+  def _logits(self, states):
+    """`[..., d_model]` -> float32 `[..., vocab]` through the tied embedding."""
+    return tf.cast(self.decoder.embedding.logits(states), tf.float32)
+
+  def __call__(self, ids: tf.Tensor, training: bool = False, return_attention: bool = False):
+    """Next-token logits of every position.
+
+    Args:
+      ids: int `[batch, length]`: BOS, the tokens, then padding (padding is never attended
+        to by a real token: it comes after them).
+      training: apply dropout.
+      return_attention: a Python bool; also return the `AttentionWeights` (`decoder` only).
+    Returns:
+      float32 `[batch, length, vocab]`, or (logits, `AttentionWeights`).
+    """
+    length = tf.shape(ids)[1]
+    positions = tf.tile(tf.range(length)[tf.newaxis], [tf.shape(ids)[0], 1])
+    states, weights = self.decoder(ids, positions, masking.causal_bias(length), training)
+    logits = self._logits(states)
+    return (logits, AttentionWeights(decoder=weights)) if return_attention else logits
+
+  def _left_aligned(self, ids, shift):
+    """Right-padded `[rows, columns]` -> the same rows moved right by `shift` `[rows]`."""
+    index = tf.range(tf.shape(ids)[1])[tf.newaxis] - shift[:, tf.newaxis]  # [rows, columns]
+    moved = tf.gather(ids, tf.maximum(index, 0), batch_dims=1)
+    return tf.where(index >= 0, moved, self.config.pad_id)
+
+  def start_decoding(
+    self,
+    prompt_ids: tf.Tensor,
+    options: DecodeOptions,
+    *,
+    beams: int = 1,
+    padded: bool = False,
+    use_cache: bool = True,
+  ) -> decoding.DecodingStart:
+    """How continuing `prompt_ids` starts: BOS + each prompt left-aligned to one column, all but
+    its last token prefilled into the cache at once, the last one read by the first step.
+
+    Each row generates up to `options.max_decode_length` tokens (unset: its
+    `extra_decode_length`), and never past position `max_length`.
+
+    Args:
+      prompt_ids: int32 `[batch, p_len]`, right-padded (a row of padding: no prompt).
+      options: the decoding options (here: the length limits).
+      beams: rows per example (a beam search's beam size).
+      padded: the fixed-size cache that compiles under `jit_compile=True`.
+      use_cache: False runs the whole sequence every step (the slow reference).
+    """
+    c = self.config
+    batch = tf.shape(prompt_ids)[0]
+    context = tf.concat([tf.fill([batch, 1], c.bos_id), tf.cast(prompt_ids, tf.int32)], 1)
+    lengths = 1 + tf.reduce_sum(tf.cast(tf.not_equal(prompt_ids, c.pad_id), tf.int32), 1)
+    columns = tf.shape(context)[1]  # context: BOS, prompt, padding
+    shift = columns - lengths  # [batch]: each row's left padding
+    left = self._left_aligned(context, shift)  # [batch, columns]: padding, BOS, prompt
+    positions, bias = _alignment(shift, columns)
+    length = min(options.max_decode_length or options.extra_decode_length, c.max_length)
+    # The last generated token is never read: positions up to max_length - 1 are.
+    limits = tf.clip_by_value(c.max_length + 1 - lengths, 1, length)  # [batch]
+    shift = decoding.tile_beams(shift, beams) if beams > 1 else shift  # [rows]
+    if use_cache:
+      heads, depth, dtype = c.num_heads, c.depth, tf.as_dtype(c.compute_dtype)
+      slots = columns - 1 + length
+      empty = (
+        PaddedCache.empty(batch, heads, depth, dtype, slots)
+        if padded
+        else GrowingCache.empty(batch, heads, depth, dtype)
+      )
+      x = self.decoder.embed(left[:, :-1], positions[:, :-1])  # the prompt before its last token
+      cache = []
+      for layer in self.decoder.layers:
+        x, layer_cache = layer.prefill(x, bias[:, :, :-1, :-1], empty)
+        cache.append(layer_cache)
+      cache = tuple(cache)
+      if beams > 1:
+        cache = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), cache)
+      cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
+
+      def step_fn(last_tokens, step, cache):
+        column = columns - 1 + step  # the slot of `last_tokens`
+        x = self.decoder.embed(last_tokens[:, tf.newaxis], (column - shift)[:, tf.newaxis])
+        key_bias = _key_bias(shift, slots if padded else column + 1)
+        new_cache = []
+        for layer, layer_cache in zip(self.decoder.layers, cache):
+          x, layer_cache = layer.step(x, column, layer_cache, key_bias)
+          new_cache.append(layer_cache)
+        return self._logits(self.decoder._finish(x))[:, 0], tuple(new_cache)
+    else:
+      cache = left[:, :-1]  # the tokens before the newest
+      if beams > 1:
+        cache = decoding.tile_beams(cache, beams)
+      cache_shapes = tf.TensorShape([None, None])
+
+      def step_fn(last_tokens, step, tokens):
+        del step  # the sequence's length
+        sequence = tf.concat([tokens, last_tokens[:, tf.newaxis]], 1)  # [rows, columns + step]
+        states, _ = self.decoder(sequence, *_alignment(shift, tf.shape(sequence)[1]))
+        return self._logits(states[:, -1]), sequence
+
+    return decoding.DecodingStart(
+      step_fn=step_fn,
+      cache=cache,
+      first_tokens=left[:, -1],
+      limits=limits,
+      length=length,
+      max_steps=length,
+      pad_id=c.pad_id,
+      eos_id=c.eos_id,
+      cache_shapes=cache_shapes,
+    )
+
+
+def perplexity_sums(model: LanguageModel, ids: tf.Tensor, targets: tf.Tensor, pad_id: int = 0):
+  """(summed negative log-likelihood, counted tokens) of `targets` `[batch, length]` (the next
+  token of each of `ids`' positions; padding not counted), float32 scalars."""
+  log_probs = tf.nn.log_softmax(model(ids))
+  token = tf.gather(log_probs, targets, batch_dims=2)  # [batch, length]
+  mask = tf.cast(tf.not_equal(targets, pad_id), tf.float32)
+  return -tf.reduce_sum(token * mask), tf.reduce_sum(mask)
