@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from train_helpers import REPO, environment, free_ports, snapshot
+from train_helpers import REPO, environment, free_ports, own_lines, snapshot
 
 # (id, argv after `python -m`, setup name or None, expected message fragment, exit status)
 # "{tmp}" is the test's temporary directory; "{run}" the prepared run directory.
@@ -221,7 +221,9 @@ def _run_program(argv):
   return subprocess.run(
     [sys.executable, "-m", *argv],
     cwd=REPO,
-    env=environment(),
+    # TensorFlow's C++ logging fully on: its lines (oneDNN notices on some CPUs) are there,
+    # and the program's own output must still be one line.
+    env=environment(TF_CPP_MIN_LOG_LEVEL="0"),
     capture_output=True,
     text=True,
     timeout=180,
@@ -262,7 +264,7 @@ def test_user_mistake_is_one_line_and_changes_nothing(outcomes, case_id, argv, s
   result, message, tmp, before, after = outcomes[case_id]
   program = argv[0]
   assert result.returncode == status, result.stderr[-3000:]
-  lines = result.stderr.splitlines()
+  lines = own_lines(result.stderr)
   errors = [line for line in lines if line.startswith(f"{program}: error: ")]
   assert errors and errors == lines[-1:], result.stderr[-3000:]  # one line, the last one
   assert message in errors[0]
