@@ -25,6 +25,7 @@ from tfattn import flops, losses
 from train import performance
 
 CONFIGS = {
+  "tiny": dict(d_model=32, num_heads=4, dff=64, num_layers=1, vocab=200),  # checks, not figures
   "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),
   "base": dict(d_model=512, num_heads=8, dff=2048, num_layers=6, vocab=32000),
 }
