@@ -70,13 +70,18 @@ def loop_end(step: int, config: RunConfig) -> int:
 
 
 class _StopRequest:
-  """Turns SIGTERM and Ctrl-C (SIGINT) into a flag the loop checks, so the run saves a
-  checkpoint before exiting; a second Ctrl-C exits at once, without saving."""
+  """Turns SIGTERM and Ctrl-C (SIGINT) into a flag the loop checks between loops, so the run
+  saves a checkpoint before exiting; a second Ctrl-C exits at once, without saving."""
 
   _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-  def __init__(self):
+  def __init__(self, steps_per_loop: int = 1):
     self.requested = False
+    self._when = (
+      "when the current loop of up to %d steps ends" % steps_per_loop
+      if steps_per_loop > 1
+      else "after this step"
+    )
     self._previous = {signum: signal.signal(signum, self._handle) for signum in self._SIGNALS}
 
   def _handle(self, signum, frame):
@@ -84,7 +89,9 @@ class _StopRequest:
     if self.requested and signum == signal.SIGINT:
       logging.warning("second %s: exiting without a checkpoint", name)
       os._exit(130)  # the conventional status of a Ctrl-C'd program
-    logging.warning("%s received: saving a checkpoint and stopping (Ctrl-C again: exit now)", name)
+    logging.warning(
+      "%s received: saving a checkpoint %s and stopping (Ctrl-C again: exit now)", name, self._when
+    )
     self.requested = True
 
   def restore(self):
@@ -353,7 +360,7 @@ class Trainer:
       if self.is_chief
       else tf.summary.create_noop_writer()
     )
-    stop = _StopRequest()
+    stop = _StopRequest(c.steps_per_loop)
     if self.step < c.train_steps:
       logging.info(
         "training from step %d to %d (the first step builds the graph)", self.step, c.train_steps
