@@ -258,15 +258,13 @@ def _train_loops(trainer, loops):
   return totals, _state(trainer)
 
 
+@pytest.mark.slow  # builds a Trainer and traces its loop (~14 s), as this file's other tests
 @pytest.mark.parametrize(
   "overrides",
   [
     {},
     # Gradient accumulation, token batching and XLA length buckets, all inside the loop.
-    pytest.param(
-      dict(grad_accum_steps=2, batch_tokens=96, batch_size=None, jit_compile=True),
-      marks=pytest.mark.slow,
-    ),
+    dict(grad_accum_steps=2, batch_tokens=96, batch_size=None, jit_compile=True),
   ],
   ids=["plain", "accumulated_token_batches_xla"],
 )
