@@ -314,7 +314,9 @@ def run_pass(args):
     left = deadline - time.time()
     if name in args.skip:
       steps[name] = {"status": "skipped: --skip"}
-    elif name == "replicas" and not steps.get("device", {}).get("result", {}).get("gpus"):
+    elif name == "replicas" and steps["device"]["status"] != "ok":
+      steps[name] = {"status": "skipped: the device step did not run"}
+    elif name == "replicas" and not steps["device"]["result"]["gpus"]:
       steps[name] = {"status": NO_GPU}
     elif left < 5:
       steps[name] = {"status": "skipped: the pass's time budget is spent"}
