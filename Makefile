@@ -45,3 +45,8 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) runs models
+
+# The GPU pass (issue 31): one JSON and one markdown report under gpu_pass/, within 8 minutes on
+# a GPU once TensorFlow is installed. QUICK=1: the tiniest sizes (checks the pass on a CPU).
+gpu-pass: venv
+	$(PY) benchmarks/gpu_pass.py --out_dir=gpu_pass $(if $(QUICK),--quick)

@@ -47,15 +47,19 @@ def _random_texts(tokenizer, vocab_size, count, seed=0):
   return [t.decode() for t in tokenizer.detokenize(tf.ragged.constant(ids).to_tensor()).numpy()]
 
 
-def compare_exports(args):
-  """Exports the run twice (graph, xla), loads both here, replays their warm-up records, and
-  times serving_default on consecutive batches of the texts, interleaving the two exports."""
+def compare_exports(args, batch_sizes=(1, 32)):
+  """Exports the run twice (graph, xla), loads both as the server does (`Servable`: TF
+  Serving's session loader), replays their warm-up records, and times serving_default on
+  consecutive batches of the texts, interleaving the two exports. Returns {batch size: {mode:
+  {"p50_ms", "p99_ms", "rows_per_second"}}}."""
   import statistics
   import tempfile
   import time
 
   from serving import export
   from serving.model_manager import Servable
+  from tfattn import text
+  from tfattn.run_dir import RunDir
 
   base = tempfile.mkdtemp(prefix="decode-speed-")
   options = DecodeOptions(beam_size=args.beam)
@@ -65,56 +69,63 @@ def compare_exports(args):
       os.path.join(base, mode),
       options=options,
       decode=mode,
-      warmup_batch_sizes=(1, 32),
+      warmup_batch_sizes=tuple(batch_sizes),
     )
     for mode in ("graph", "xla")
   }
-  signatures, tokenizer = {}, None
+  servables = {}
   for mode, path in paths.items():
-    servable = Servable(mode, 1, path)
-    servable.warm_up()  # as the server does before a version is AVAILABLE
-    signatures[mode] = servable.signatures["serving_default"]
-    tokenizer = servable.model.source_tokenizer
+    servables[mode] = Servable(mode, 1, path)
+    servables[mode].warm_up()  # as the server does before a version is AVAILABLE
   if args.texts_file:
     texts = common.read_texts(args.texts_file)
   else:
+    tokenizer = text.load_tokenizer(text.tokenizer_path(RunDir(args.run_dir).vocab, "source"))
     with open(os.path.join(paths["graph"], export.EXPORT_INFO_FILE)) as f:
       vocab_size = json.load(f)["model_config"]["source_vocab_size"]
     texts = _random_texts(tokenizer, vocab_size, 512)
   print(
-    f"\nexports of {args.run_dir} (beam {args.beam}), serving_default in-process, "
-    f"{len(texts)} texts in consecutive batches, ~{args.seconds:.0f} s per batch size"
+    f"\nexports of {args.run_dir} (beam {args.beam}), serving_default in-process (TF "
+    f"Serving's session loader), {len(texts)} texts in consecutive batches, "
+    f"~{args.seconds:.0f} s per batch size"
   )
   print(f"{'batch':>5} {'decode':>6} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>8}")
-  for batch in (1, 32):
+  results = {}
+  for batch in batch_sizes:
     batches = [
-      tf.constant((texts * (batch // len(texts) + 2))[i : i + batch])
+      np.array((texts * (batch // len(texts) + 2))[i : i + batch], dtype=object)
       for i in range(0, len(texts), batch)
     ]
-    latencies = {mode: [] for mode in signatures}
+    latencies = {mode: [] for mode in servables}
     deadline, i = time.time() + args.seconds, 0
     while time.time() < deadline or i < 2:
-      for mode, signature in signatures.items():  # the same batch for both, in turn
+      for mode, servable in servables.items():  # the same batch for both, in turn
         start = time.perf_counter()
-        signature(text=batches[i % len(batches)])["translation"].numpy()
+        servable.run(
+          "serving_default", {"text": batches[i % len(batches)]}, output_names=["translation"]
+        )
         latencies[mode].append(time.perf_counter() - start)
       i += 1
     summary = {}
     for mode, values in latencies.items():
       values.sort()
-      summary[mode] = (
-        statistics.median(values) * 1000,
-        values[min(len(values) - 1, int(0.99 * len(values)))] * 1000,
-        batch * len(values) / sum(values),
-      )
+      summary[mode] = {
+        "p50_ms": statistics.median(values) * 1000,
+        "p99_ms": values[min(len(values) - 1, int(0.99 * len(values)))] * 1000,
+        "rows_per_second": batch * len(values) / sum(values),
+      }
       print(
-        f"{batch:>5} {mode:>6} {summary[mode][0]:8.1f} {summary[mode][1]:8.1f} "
-        f"{summary[mode][2]:8.1f}"
+        f"{batch:>5} {mode:>6} {summary[mode]['p50_ms']:8.1f} {summary[mode]['p99_ms']:8.1f} "
+        f"{summary[mode]['rows_per_second']:8.1f}"
       )
     print(
-      f"batch {batch}: XLA p50 {summary['graph'][0] / summary['xla'][0]:.2f}x lower, "
-      f"rows/s {summary['xla'][2] / summary['graph'][2]:.2f}x ({i} batches each)"
+      f"batch {batch}: XLA p50 {summary['graph']['p50_ms'] / summary['xla']['p50_ms']:.2f}x "
+      f"lower, rows/s "
+      f"{summary['xla']['rows_per_second'] / summary['graph']['rows_per_second']:.2f}x "
+      f"({i} batches each)"
     )
+    results[batch] = summary
+  return results
 
 
 def _define_flags():

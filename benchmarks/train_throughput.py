@@ -2,7 +2,7 @@
 TensorFlow tutorial writes it, same config, same training step, measured side by side.
 
   python benchmarks/train_throughput.py [--config small|base] [--dtype float32|bfloat16]
-      [--steps 5] [--batch 64] [--length 64]
+      [--steps 5] [--batch 64] [--length 64] [--models tfattn,keras_mha] [--xla on]
 
 Prints target tokens/s of both, the ratio, with and without XLA, and model FLOP utilisation:
 analytic training FLOPs (`tfattn.flops`, tested against the graph's matmuls) over a matmul
@@ -25,6 +25,7 @@ from tfattn import flops, losses
 from train import performance
 
 CONFIGS = {
+  "tiny": dict(d_model=32, num_heads=4, dff=64, num_layers=1, vocab=200),  # checks, not figures
   "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),
   "base": dict(d_model=512, num_heads=8, dff=2048, num_layers=6, vocab=32000),
 }
@@ -170,6 +171,10 @@ def make_step(model_fn, variables, optimizer, jit):
   return step
 
 
+MODELS = ("tfattn", "tfattn_ffd", "keras_mha")
+XLA_MODES = ("off", "on")
+
+
 def _define_flags():
   from absl import flags
 
@@ -179,19 +184,35 @@ def _define_flags():
   flags.DEFINE_integer("rounds", 3, "Interleaved rounds (the median is reported).", lower_bound=1)
   flags.DEFINE_integer("batch", 64, "Batch size.", lower_bound=1)
   flags.DEFINE_integer("length", 64, "Source and target length.", lower_bound=1)
+  flags.DEFINE_list(
+    "models",
+    list(MODELS),
+    "Models to measure, a comma list: tfattn, tfattn_ffd (+ dropout on the feed-forward hidden "
+    "layer), keras_mha (the peer). Each model and XLA mode is one compile: ask only for what "
+    "you need.",
+  )
+  flags.DEFINE_list("xla", list(XLA_MODES), "XLA modes, a comma list: off, on.")
 
 
-def main(argv):
-  del argv  # cli.run refuses positional arguments
-  from absl import flags
-
-  args = flags.FLAGS
-  c = CONFIGS[args.config]
+def measure(
+  config_name="small",
+  dtype="float32",
+  steps=3,
+  rounds=3,
+  batch_size=64,
+  length=64,
+  models=MODELS,
+  xla_modes=XLA_MODES,
+  peak_seconds=2.0,
+):
+  """Times the training step of each (model, XLA mode) asked for, interleaved. Returns a dict:
+  "device", "config", "peak_flops" (the measured matmul peak in `dtype`), "step_flops", and
+  "variants": [{"model", "xla", "seconds_per_step", "target_tokens_per_second", "mfu"}]."""
+  c = CONFIGS[config_name]
   rng = np.random.default_rng(0)
   batch = [
-    tf.constant(rng.integers(3, c["vocab"], [args.batch, args.length]), tf.int32) for _ in range(3)
+    tf.constant(rng.integers(3, c["vocab"], [batch_size, length]), tf.int32) for _ in range(3)
   ]
-
   config = tfattn.TransformerConfig.preset(
     "small",
     source_vocab_size=c["vocab"],
@@ -202,28 +223,101 @@ def main(argv):
     num_encoder_layers=c["num_layers"],
     num_decoder_layers=c["num_layers"],
     dropout_rate=0.1,
-    max_length=args.length,
-    compute_dtype=args.dtype,
+    max_length=length,
+    compute_dtype=dtype,
   )
-  ours = tfattn.Transformer(config)
-  # The same model with tensor2tensor's extra dropout on the feed-forward hidden layer (our
-  # placement before the paper's became the default): what that dropout costs.
-  ours_t2t = tfattn.Transformer(dataclasses.replace(config, feed_forward_dropout_rate=0.1))
-  if args.dtype == "bfloat16":
-    keras.mixed_precision.set_global_policy("mixed_bfloat16")
-  peer = KerasTransformer(c["num_layers"], c["d_model"], c["num_heads"], c["dff"], c["vocab"])
-  peer((batch[0], batch[1]))  # build
-  models = {
-    "tfattn": (lambda s, t: ours(s, t, training=True), ours.trainable_variables),
-    "tfattn_ffd": (lambda s, t: ours_t2t(s, t, training=True), ours_t2t.trainable_variables),
-    "keras_mha": (lambda s, t: peer((s, t), training=True), peer.trainable_variables),
+  builders = {
+    "tfattn": lambda: tfattn.Transformer(config),
+    # The same model with tensor2tensor's extra dropout on the feed-forward hidden layer (our
+    # placement before the paper's became the default): what that dropout costs.
+    "tfattn_ffd": lambda: tfattn.Transformer(
+      dataclasses.replace(config, feed_forward_dropout_rate=0.1)
+    ),
+    "keras_mha": lambda: _keras_peer(c, dtype, batch),
   }
-  step_flops = flops.training_flops(
-    flops.seq2seq_forward_flops(config, args.batch, args.length, args.length)
-  )
+  model_fns = {}
+  for name in models:  # only the models asked for are built
+    model = builders[name]()
+    if name == "keras_mha":
+      model_fns[name] = (lambda s, t, m=model: m((s, t), training=True), model.trainable_variables)
+    else:
+      model_fns[name] = (lambda s, t, m=model: m(s, t, training=True), model.trainable_variables)
+  step_flops = flops.training_flops(flops.seq2seq_forward_flops(config, batch_size, length, length))
   device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
-  peak = performance.measure_matmul_peak(device, args.dtype, seconds=2.0)
-  print(f"device: {common.device_description()}")
+  peak = performance.measure_matmul_peak(device, dtype, seconds=peak_seconds)
+  timed = {}
+  for xla in xla_modes:
+    for name, (model_fn, variables) in model_fns.items():
+      optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+      optimizer.build(variables)
+      step = make_step(model_fn, variables, optimizer, xla == "on")
+      timed[name, xla] = lambda step=step: step(*batch).numpy()
+  seconds = common.interleaved_medians(timed, rounds, steps)
+  return {
+    "device": common.device_description(),
+    "config": dict(name=config_name, dtype=dtype, batch=batch_size, length=length, **c),
+    "peak_flops": peak,
+    "step_flops": step_flops,
+    "rounds": rounds,
+    "steps": steps,
+    "variants": [
+      {
+        "model": name,
+        "xla": xla,
+        "seconds_per_step": value,
+        "target_tokens_per_second": batch_size * length / value,
+        "mfu": step_flops / value / peak,
+      }
+      for (name, xla), value in seconds.items()
+    ],
+  }
+
+
+def _keras_peer(c, dtype, batch):
+  """The peer under Keras' mixed_bfloat16 policy when asked for bfloat16 (variables float32),
+  built on the first batch; the global policy is restored after."""
+  previous = keras.mixed_precision.global_policy()
+  if dtype == "bfloat16":
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    peer = KerasTransformer(c["num_layers"], c["d_model"], c["num_heads"], c["dff"], c["vocab"])
+    peer((batch[0], batch[1]))  # build
+  finally:
+    keras.mixed_precision.set_global_policy(previous)
+  return peer
+
+
+def ratios(result):
+  """{"XLA on": tfattn / keras_mha tokens/s, ...} for the XLA modes where both were measured."""
+  by = {(v["model"], v["xla"]): v["target_tokens_per_second"] for v in result["variants"]}
+  return {
+    f"XLA {xla}": by["tfattn", xla] / by["keras_mha", xla]
+    for xla in XLA_MODES
+    if ("tfattn", xla) in by and ("keras_mha", xla) in by
+  }
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  from absl import flags
+
+  args = flags.FLAGS
+  models, xla_modes = args.models, args.xla
+  unknown = sorted(set(models) - set(MODELS)) + sorted(set(xla_modes) - set(XLA_MODES))
+  if unknown:
+    raise cli.UsageError(f"unknown --models or --xla values {unknown}: see --help")
+  result = measure(
+    args.config,
+    args.dtype,
+    args.steps,
+    args.rounds,
+    args.batch,
+    args.length,
+    models=list(dict.fromkeys(models)),
+    xla_modes=list(dict.fromkeys(xla_modes)),
+  )
+  c, peak, step_flops = result["config"], result["peak_flops"], result["step_flops"]
+  print(f"device: {result['device']}")
   print(
     f"config: {args.config} ({c['num_layers']}+{c['num_layers']} layers, d_model "
     f"{c['d_model']}, {c['num_heads']} heads, dff {c['dff']}, vocab {c['vocab']}), "
@@ -231,40 +325,29 @@ def main(argv):
     f"interleaved rounds of {args.steps} steps"
   )
   print(
-    f"measured {args.dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s; "
+    f"measured {args.dtype} matmul peak: {performance.format_flops(peak)}; "
     f"training FLOPs/step: {step_flops / 1e9:.1f} GFLOP\n"
   )
-  steps = {}
-  for jit in (False, True):
-    for name, (model_fn, variables) in models.items():
-      optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-      optimizer.build(variables)
-      step = make_step(model_fn, variables, optimizer, jit)
-      steps[name, jit] = lambda step=step: step(*batch).numpy()
-  seconds = common.interleaved_medians(steps, args.rounds, args.steps)
   print(
     f"{'model':<10} {'XLA':<5} {'s/step':>8} {'target tok/s':>13} {'MFU':>6}   "
     "(tfattn_ffd: + dropout on the feed-forward hidden layer)"
   )
   tokens = {}
-  for (name, jit), value in seconds.items():
-    tokens[name, jit] = args.batch * args.length / value
+  for v in result["variants"]:
+    tokens[v["model"], v["xla"]] = v["target_tokens_per_second"]
     print(
-      f"{name:<10} {'on' if jit else 'off':<5} {value:8.3f} {tokens[name, jit]:13.0f} "
-      f"{step_flops / value / peak:6.2f}"
+      f"{v['model']:<10} {v['xla']:<5} {v['seconds_per_step']:8.3f} "
+      f"{v['target_tokens_per_second']:13.0f} {performance.format_mfu(v['mfu']):>6}"
     )
   print()
-  for jit in (False, True):
-    print(
-      f"ratio tfattn / keras_mha, XLA {'on ' if jit else 'off'}: "
-      f"{tokens['tfattn', jit]:.0f} / {tokens['keras_mha', jit]:.0f} tok/s = "
-      f"{tokens['tfattn', jit] / tokens['keras_mha', jit]:.2f}x"
-    )
-  for jit in (False, True):
-    print(
-      f"cost of feed-forward hidden dropout, XLA {'on ' if jit else 'off'}: tfattn_ffd / "
-      f"tfattn = {tokens['tfattn_ffd', jit] / tokens['tfattn', jit]:.2f}x tok/s"
-    )
+  for name, ratio in ratios(result).items():
+    print(f"ratio tfattn / keras_mha, {name}: {ratio:.2f}x")
+  for xla in XLA_MODES:
+    if ("tfattn_ffd", xla) in tokens and ("tfattn", xla) in tokens:
+      print(
+        f"cost of feed-forward hidden dropout, XLA {xla}: tfattn_ffd / tfattn = "
+        f"{tokens['tfattn_ffd', xla] / tokens['tfattn', xla]:.2f}x tok/s"
+      )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,17 @@ from absl import logging
 STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
 
 
+# The automatic --steps_per_loop. On a GPU a step is ~1 ms of device work behind ~16 ms of host
+# time when the host reads every step (issue 31): many steps per call. On the CPU the device is
+# the host, so what a loop saves is the per-call overhead; the value measured best on a 2-core
+# CPU (WORKSPACE_NOTES, issue 31). Loops still end at every log, checkpoint and evaluation step.
+GPU_STEPS_PER_LOOP = 1000
+CPU_STEPS_PER_LOOP = 50
+# Memory left to TensorFlow's own use and other processes when a GPU is split.
+_SPLIT_GPU_SHARE = 0.9
+_FALLBACK_GPU_MB = 16384
+
+
 def split_cpu(replicas):
   """Splits the host CPU into `replicas` logical devices (before TF initialises its devices),
   so mirrored training can be run and tested on a machine without GPUs."""
@@ -20,9 +31,64 @@ def split_cpu(replicas):
   )
 
 
-def make_strategy(name="auto", cpu_replicas=0):
+def check_gpu_replicas(replicas):
+  """Raises ValueError, before anything is built, when --gpu_replicas asks for a split that
+  this machine cannot make."""
+  if replicas <= 1:
+    return
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus:
+    raise ValueError(
+      f"--gpu_replicas={replicas} splits a GPU, but TensorFlow sees none on this machine; "
+      "use --cpu_replicas to split the CPU"
+    )
+  if len(gpus) > 1:
+    raise ValueError(
+      f"--gpu_replicas={replicas} splits one GPU, but this machine has {len(gpus)}: "
+      "mirrored training already uses them all (leave --gpu_replicas unset)"
+    )
+
+
+def _gpu_memory_mb():
+  """The first GPU's memory in MiB, from nvidia-smi (TensorFlow cannot tell before it
+  initialises the device, and the split must come before that); None if unknown."""
+  import subprocess
+
+  try:
+    answer = subprocess.run(
+      ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0"],
+      capture_output=True,
+      text=True,
+      timeout=20,
+    )
+    return int(answer.stdout.split()[0]) if answer.returncode == 0 else None
+  except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+    return None
+
+
+def split_gpu(replicas):
+  """Splits the one GPU into `replicas` logical GPUs, each with an equal share of its memory
+  (before TF initialises its devices): mirrored training, all-reduce included, on a one-GPU
+  machine."""
+  check_gpu_replicas(replicas)
+  if replicas <= 1:
+    return
+  total = _gpu_memory_mb()
+  if total is None:
+    logging.warning("GPU memory unknown (no nvidia-smi): %d MiB per logical GPU", _FALLBACK_GPU_MB)
+    each = _FALLBACK_GPU_MB
+  else:
+    each = int(total * _SPLIT_GPU_SHARE / replicas)
+  gpu = tf.config.list_physical_devices("GPU")[0]
+  tf.config.set_logical_device_configuration(
+    gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=each) for _ in range(replicas)]
+  )
+  logging.info("split the GPU into %d logical GPUs of %d MiB each", replicas, each)
+
+
+def make_strategy(name="auto", cpu_replicas=0, gpu_replicas=0):
   """auto: multi-worker when TF_CONFIG names several workers, mirrored over all GPUs (or the
-  split CPU), else a single device."""
+  split CPU or GPU), else a single device."""
   if name not in STRATEGIES:
     raise ValueError(f"--strategy must be one of {STRATEGIES}, got {name!r}")
   tf_config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
@@ -30,9 +96,11 @@ def make_strategy(name="auto", cpu_replicas=0):
   if name == "multi_worker" or (name == "auto" and multi_worker):
     if not tf_config:
       raise ValueError("--strategy=multi_worker needs the TF_CONFIG environment variable")
+    split_gpu(gpu_replicas)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
   else:
     split_cpu(cpu_replicas)
+    split_gpu(gpu_replicas)
     gpus = tf.config.list_logical_devices("GPU")
     devices = (
       [d.name for d in gpus] if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
@@ -45,6 +113,13 @@ def make_strategy(name="auto", cpu_replicas=0):
     "strategy %s with %d replica(s)", type(strategy).__name__, strategy.num_replicas_in_sync
   )
   return strategy
+
+
+def default_steps_per_loop(steps_per_loop):
+  """An unset --steps_per_loop: many on a GPU, what measured best on a CPU."""
+  if steps_per_loop is not None:
+    return steps_per_loop
+  return GPU_STEPS_PER_LOOP if tf.config.list_physical_devices("GPU") else CPU_STEPS_PER_LOOP
 
 
 def _gpus_support_bfloat16(gpus):

@@ -1,15 +1,21 @@
 """Throughput and model FLOP utilisation (MFU) for the progress line: analytic training FLOPs
 (`tfattn.flops`) over a matmul peak measured once, at start, on the training device."""
 
+import statistics
 import time
 
 import tensorflow as tf
 from absl import logging
 
+# Timed calls of the peak measurement: at least this many, the median taken.
+_PEAK_REPEATS = 7
 
-def measure_matmul_peak(device, dtype, size=None, seconds=0.5):
-  """FLOP/s of one square matmul of `dtype` on `device`, best of a few timed runs: the
-  denominator of MFU (what this device and TensorFlow reach, not a data-sheet number)."""
+
+def measure_matmul_peak(device, dtype, size=None, seconds=0.5, repeats=_PEAK_REPEATS):
+  """FLOP/s of one square matmul of `dtype` on `device`: the median of at least `repeats`
+  timed calls (and as many more as fit in `seconds`, up to 50), so one call slowed by another
+  process does not decide it. The denominator of MFU (what this device and TensorFlow reach,
+  not a data-sheet number); always > 0."""
   on_gpu = "GPU" in device.upper()
   size = size or (8192 if on_gpu else 1024)
   with tf.device(device):
@@ -25,18 +31,35 @@ def measure_matmul_peak(device, dtype, size=None, seconds=0.5):
       return tf.reduce_sum(tf.cast(x[:1, :1], tf.float32))
 
     chain(a, b).numpy()  # trace and warm up
-    best, deadline = float("inf"), time.perf_counter() + seconds
-    for _ in range(20):
+    samples, deadline = [], time.perf_counter() + seconds
+    while len(samples) < repeats or (time.perf_counter() < deadline and len(samples) < 50):
       start = time.perf_counter()
       chain(a, b).numpy()
-      best = min(best, time.perf_counter() - start)
-      if time.perf_counter() > deadline:
-        break
-  return 4 * 2 * size**3 / best
+      samples.append(time.perf_counter() - start)
+  # A clock too coarse for the call would give 0 s: never divide by it.
+  return 4 * 2 * size**3 / max(statistics.median(samples), 1e-9)
+
+
+def format_flops(flops_per_second: float) -> str:
+  """'312 TFLOP/s', '45.3 GFLOP/s': three significant digits in a unit that fits."""
+  for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
+    if flops_per_second >= scale:
+      return f"{flops_per_second / scale:.3g} {unit}"
+  return f"{flops_per_second / 1e6:.3g} MFLOP/s"
+
+
+def format_mfu(mfu: float) -> str:
+  """Three significant digits, so a small model's MFU is not printed as 0.000: '0.412',
+  '0.0031', '4.7e-05'."""
+  return f"{mfu:.2g}" if mfu < 1e-4 else f"{mfu:.3g}" if mfu < 0.01 else f"{mfu:.3f}"
 
 
 class Meter:
-  """Sums tokens and FLOPs between progress lines; reports tokens/s and MFU."""
+  """Sums tokens and FLOPs between progress lines; reports tokens/s and MFU.
+
+  MFU never exceeds 1: when the model reaches more FLOP/s than the measured peak (the peak was
+  measured while another process held the device), the peak is raised to what the model
+  reached, once said in the log."""
 
   def __init__(self, peak_flops):
     self.peak_flops = peak_flops
@@ -52,20 +75,40 @@ class Meter:
   def read(self):
     """(tokens per second, MFU) since the last reset."""
     elapsed = max(time.time() - self.start, 1e-9)
-    return self.tokens / elapsed, self.flops / elapsed / self.peak_flops
+    reached = self.flops / elapsed
+    if reached > self.peak_flops:
+      logging.info(
+        "the model reached %s, above the measured matmul peak (%s, measured under load?): "
+        "the MFU denominator is now %s",
+        format_flops(reached),
+        format_flops(self.peak_flops),
+        format_flops(reached),
+      )
+      self.peak_flops = reached
+    return self.tokens / elapsed, reached / self.peak_flops
 
 
 def meter_for(strategy: tf.distribute.Strategy, compute_dtype: str) -> Meter:
   """A Meter whose peak is the matmul peak measured on the first training device (times the
-  local GPUs; split CPU "replicas" share one CPU)."""
+  local GPUs; split CPU "replicas" share one CPU, and so do logical GPUs of one card)."""
   device = strategy.extended.worker_devices[0]
   peak = measure_matmul_peak(device, compute_dtype)
-  devices = len(strategy.extended.worker_devices) if "GPU" in device.upper() else 1
+  devices = 1
+  if "GPU" in device.upper():
+    devices = len({_physical_gpu(d) for d in strategy.extended.worker_devices})
   logging.info(
-    "%s matmul peak on %s: %.1f TFLOP/s (x%d devices: the MFU denominator)",
+    "%s matmul peak on %s: %s (x%d devices: the MFU denominator)",
     compute_dtype,
     device,
-    peak / 1e12,
+    format_flops(peak),
     devices,
   )
   return Meter(peak * devices)
+
+
+def _physical_gpu(logical_device: str) -> str:
+  """The physical GPU a logical one lives on (--gpu_replicas splits one card into several)."""
+  physical = tf.config.list_physical_devices("GPU")
+  if len(physical) == 1:
+    return physical[0].name
+  return logical_device

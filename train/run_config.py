@@ -18,7 +18,7 @@ import tfattn
 from tfattn import settings
 from tfattn.config import PRESETS
 from tfattn.decode_options import DecodeOptions
-from train import recipes
+from train import distribute, recipes
 from train.distribute import STRATEGIES
 from train.files import write_json_atomically
 from train.kinds import TRAINING_KINDS
@@ -280,6 +280,23 @@ class RunConfig:
     minimum=0,
     resume=FOLLOWS_MACHINE,
   )
+  gpu_replicas: int = run_setting(
+    0,
+    "Split the one GPU into N logical GPUs (mirrored training, and its tests, on a one-GPU "
+    "machine).",
+    minimum=0,
+    resume=FOLLOWS_MACHINE,
+  )
+  steps_per_loop: Optional[int] = run_setting(
+    None,
+    "Optimizer steps per host call (Orbit's steps_per_loop, Keras' steps_per_execution): the "
+    "host reads the loss and batch shapes once per loop, so the device is not left waiting. "
+    "Loops end early at log, checkpoint and evaluation steps; Ctrl-C saves at the end of the "
+    "current loop. The weights do not depend on it.",
+    above=0,
+    unset=f"{distribute.GPU_STEPS_PER_LOOP} on a GPU, {distribute.CPU_STEPS_PER_LOOP} on a CPU",
+    resume=FOLLOWS_MACHINE,
+  )
   # Book-keeping, evaluation, export.
   checkpoint_every: Optional[int] = run_setting(
     None, "Steps between checkpoints.", above=0, fallback=500, resume=MAY_CHANGE
@@ -432,6 +449,8 @@ class RunConfig:
         f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose "
         f"one of {list(BEST_BY[kind])}"
       )
+    if self.cpu_replicas > 1 and self.gpu_replicas > 1:
+      raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):
         if getattr(self, name) is not None:

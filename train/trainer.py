@@ -6,6 +6,7 @@ What it writes, where: `tfattn/run_dir.py` (RunDir). The vocabularies are learne
 evaluation.
 """
 
+import collections
 import dataclasses
 import os
 import shutil
@@ -35,14 +36,52 @@ def make_schedule(config: RunConfig, d_model):
   )
 
 
+def _zero_sums() -> kinds.LossSums:
+  return kinds.LossSums(*[tf.constant(0.0)] * 4)
+
+
+class _Interval:
+  """What the steps since the last progress line add up to, on the host: the loss, correct and
+  counted positions (summed over every step, read once per loop) and the wall time."""
+
+  def __init__(self, step: int):
+    self.start_step, self.start_time = step, time.time()
+    self.loss = self.correct = self.count = 0.0
+
+  def add(self, sums):
+    """`sums`: one loop's (loss, correct, count, tokens) as floats."""
+    self.loss += sums[0]
+    self.correct += sums[1]
+    self.count += sums[2]
+
+  def steps_per_second(self, step: int) -> float:
+    return (step - self.start_step) / max(time.time() - self.start_time, 1e-9)
+
+
+def loop_end(step: int, config: RunConfig) -> int:
+  """Where the loop that starts after `step` ends: `steps_per_loop` steps on, or earlier at the
+  next log, checkpoint or evaluation step or the last step, so that each of those sees the
+  weights of its own step."""
+  ends = [config.train_steps, step + config.steps_per_loop]
+  for every in (config.log_every, config.checkpoint_every, config.eval_every):
+    if every:
+      ends.append((step // every + 1) * every)
+  return min(ends)
+
+
 class _StopRequest:
-  """Turns SIGTERM and Ctrl-C (SIGINT) into a flag the loop checks, so the run saves a
-  checkpoint before exiting; a second Ctrl-C exits at once, without saving."""
+  """Turns SIGTERM and Ctrl-C (SIGINT) into a flag the loop checks between loops, so the run
+  saves a checkpoint before exiting; a second Ctrl-C exits at once, without saving."""
 
   _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-  def __init__(self):
+  def __init__(self, steps_per_loop: int = 1):
     self.requested = False
+    self._when = (
+      "when the current loop of up to %d steps ends" % steps_per_loop
+      if steps_per_loop > 1
+      else "after this step"
+    )
     self._previous = {signum: signal.signal(signum, self._handle) for signum in self._SIGNALS}
 
   def _handle(self, signum, frame):
@@ -50,7 +89,9 @@ class _StopRequest:
     if self.requested and signum == signal.SIGINT:
       logging.warning("second %s: exiting without a checkpoint", name)
       os._exit(130)  # the conventional status of a Ctrl-C'd program
-    logging.warning("%s received: saving a checkpoint and stopping (Ctrl-C again: exit now)", name)
+    logging.warning(
+      "%s received: saving a checkpoint %s and stopping (Ctrl-C again: exit now)", name, self._when
+    )
     self.requested = True
 
   def restore(self):
@@ -65,12 +106,18 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
 
   Returns (resolved config, task, strategy), the arguments of `Trainer`."""
   config.check()
+  distribute.check_gpu_replicas(config.gpu_replicas)
   task = get_task(config)
   config = config.resolved_for(task)
   jit_compile, precision = distribute.resolve_device_defaults(
     config.jit_compile, config.mixed_precision
   )
-  config = dataclasses.replace(config, jit_compile=jit_compile, mixed_precision=precision)
+  config = dataclasses.replace(
+    config,
+    jit_compile=jit_compile,
+    mixed_precision=precision,
+    steps_per_loop=distribute.default_steps_per_loop(config.steps_per_loop),
+  )
   logging.info("effective configuration:\n%s", config.describe())
   if task.validation_note:
     logging.warning("%s", task.validation_note)
@@ -79,7 +126,11 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
-  return config, task, distribute.make_strategy(config.strategy, config.cpu_replicas)
+  return (
+    config,
+    task,
+    distribute.make_strategy(config.strategy, config.cpu_replicas, config.gpu_replicas),
+  )
 
 
 class Trainer:
@@ -111,7 +162,7 @@ class Trainer:
     self._build_model_and_optimizer()
     self._build_datasets()
     self._build_checkpoints()
-    self._train_step = self._make_train_step()
+    self._train_loop = self._make_train_loop()
     self.meter = performance.meter_for(strategy, self.model_config.compute_dtype)
     self._batch_shapes = set()
 
@@ -200,15 +251,19 @@ class Trainer:
       )
     return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate, **kwargs)
 
-  def _make_train_step(self):
-    """One optimizer step over `grad_accum_steps` micro-batches.
+  def _make_train_loop(self):
+    """`train_loop(iterator, steps)`: `steps` optimizer steps in one call (Orbit's
+    steps_per_loop, Keras' steps_per_execution), so the host does not wait for the device after
+    every step. Returns the loss sums of all those steps, added on the device, and the padded
+    (rows, source length, target length) of every micro-batch, int32 `[steps * micro, 3]`.
 
-    Each replica differentiates the mean loss of its slice of each micro-batch (compiled with
-    XLA when jit_compile is on), weights those gradients by the slice's token count and
-    divides the sum by the *global* token count of the whole step: summing replica gradients
-    then gives exactly the gradient of the mean token loss over every micro-batch of every
-    replica, whatever the batch shapes. All-reduce and the optimizer update stay outside XLA
-    (tf.distribute's collectives cannot be compiled into the program)."""
+    Each optimizer step runs over `grad_accum_steps` micro-batches. Each replica differentiates
+    the mean loss of its slice of each micro-batch (compiled with XLA when jit_compile is on),
+    weights those gradients by the slice's token count and divides the sum by the *global*
+    token count of the whole step: summing replica gradients then gives exactly the gradient of
+    the mean token loss over every micro-batch of every replica, whatever the batch shapes.
+    All-reduce and the optimizer update stay outside XLA (tf.distribute's collectives cannot be
+    compiled into the program)."""
     clip_norm = self.config.clip_norm
     variables = self.model.trainable_variables
     optimizer = self.optimizer
@@ -216,7 +271,7 @@ class Trainer:
     local_replicas = self.local_replicas
     micro_batches = self.config.grad_accum_steps
     smoothing = self.config.label_smoothing
-    kind, model = self.kind, self.model
+    kind, model, strategy = self.kind, self.model, self.strategy
 
     def gradients(batch):
       with tf.GradientTape() as tape:
@@ -231,7 +286,7 @@ class Trainer:
     def replica_step(worker_batches):
       replica = tf.distribute.get_replica_context()
       local_id = replica.replica_id_in_sync_group % local_replicas
-      summed, totals = None, kinds.LossSums(*[tf.constant(0.0)] * 4)
+      summed, totals = None, _zero_sums()
       for worker_batch in worker_batches:
         rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
         batch = {
@@ -252,23 +307,27 @@ class Trainer:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         grads = [g / replica.num_replicas_in_sync for g in grads]
       optimizer.apply_gradients(zip(grads, variables))
-      return totals._replace(loss=totals.loss / global_count)
+      return totals
 
     @tf.function
-    def train_step(iterator):
-      batches = [iterator.get_next() for _ in range(micro_batches)]
-      per_replica = self.strategy.run(replica_step, args=(batches,))
-      totals = kinds.LossSums(
-        *[
-          self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-          for value in per_replica
-        ]
-      )
-      # Padded (rows, source length, target length) of each micro-batch: FLOPs and the XLA
-      # program count are derived from them.
-      return totals, tf.stack([kind.batch_shape(b) for b in batches])
+    def train_loop(iterator, steps):
+      totals = _zero_sums()
+      shapes = tf.TensorArray(tf.int32, size=steps * micro_batches, element_shape=[3])
+      for step in tf.range(steps):
+        batches = [iterator.get_next() for _ in range(micro_batches)]
+        per_replica = strategy.run(replica_step, args=(batches,))
+        totals = kinds.LossSums(
+          *[
+            total + strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+            for total, value in zip(totals, per_replica)
+          ]
+        )
+        # FLOPs and the XLA program count are derived from these, read once per loop.
+        for index, batch in enumerate(batches):
+          shapes = shapes.write(step * micro_batches + index, kind.batch_shape(batch))
+      return totals, shapes.stack()
 
-    return train_step
+    return train_loop
 
   def evaluate(self, dataset=None, max_examples: Optional[int] = -1) -> Dict:
     """Metrics of the model as it is on `dataset` (default: validation) over `max_examples`
@@ -298,27 +357,35 @@ class Trainer:
       if self.is_chief
       else tf.summary.create_noop_writer()
     )
-    stop = _StopRequest()
+    stop = _StopRequest(c.steps_per_loop)
     if self.step < c.train_steps:
       logging.info(
         "training from step %d to %d (the first step builds the graph)", self.step, c.train_steps
       )
     try:
-      interval_start, interval_step = time.time(), self.step
+      interval = _Interval(self.step)
       self.meter.reset()
       while self.step < c.train_steps and not stop.requested:
-        sums, shapes = self._train_step(self.iterator)
         step = self.step
-        shapes = [tuple(int(x) for x in row) for row in shapes.numpy()]
+        sums, shapes = self._train_loop(self.iterator, tf.constant(loop_end(step, c) - step))
+        # The one host read of the loop: its sums and batch shapes.
+        sums, shapes = (
+          [float(x) for x in sums],
+          collections.Counter(tuple(int(x) for x in row) for row in shapes.numpy()),
+        )
+        step = self.step
+        interval.add(sums)
         self._note_batch_shapes(shapes)
         self.meter.add(
-          float(sums.tokens), kinds.step_training_flops(self.kind, self.model_config, shapes)
+          sums[3],
+          sum(
+            count * kinds.step_training_flops(self.kind, self.model_config, [shape])
+            for shape, count in shapes.items()
+          ),
         )
         if step % c.log_every == 0 or step == c.train_steps:
-          self._log_progress(
-            writer, step, sums, (step - interval_step) / max(time.time() - interval_start, 1e-9)
-          )
-          interval_start, interval_step = time.time(), step
+          self._log_progress(writer, step, interval)
+          interval = _Interval(step)
           self.meter.reset()
         if step % c.checkpoint_every == 0:
           self._save()
@@ -335,21 +402,24 @@ class Trainer:
       stop.restore()
       writer.flush()
 
-  def _log_progress(self, writer, step, sums, steps_per_second):
+  def _log_progress(self, writer, step, interval: "_Interval"):
+    """One progress line (and train_log.jsonl record) for the steps since the last one: their
+    token-weighted mean loss and accuracy, speed and MFU."""
     c = self.config
+    steps_per_second = interval.steps_per_second(step)
     tokens_per_second, mfu = self.meter.read()
     eta = (c.train_steps - step) / max(steps_per_second, 1e-9)
     record = {
       "step": step,
-      "loss": float(sums.loss),
-      "accuracy": float(sums.correct) / max(float(sums.count), 1.0),
+      "loss": interval.loss / max(interval.count, 1.0),
+      "accuracy": interval.correct / max(interval.count, 1.0),
       "learning_rate": float(self.optimizer.learning_rate),
       "steps_per_second": steps_per_second,
       "tokens_per_second": tokens_per_second,
       "mfu": mfu,
     }
     logging.info(
-      "step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  MFU %.3f  ETA %dm%02ds",
+      "step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  MFU %s  ETA %dm%02ds",
       step,
       c.train_steps,
       record["loss"],
@@ -357,7 +427,7 @@ class Trainer:
       record["learning_rate"],
       steps_per_second,
       tokens_per_second,
-      mfu,
+      performance.format_mfu(mfu),
       eta // 60,
       eta % 60,
     )

@@ -56,6 +56,7 @@ def test_the_policies_split_the_settings_as_the_readme_says():
     "test_split",
   } <= may
   assert {"strategy", "cpu_replicas", "mixed_precision", "jit_compile", "run_dir"} <= machine
+  assert {"gpu_replicas", "steps_per_loop"} <= machine  # the weights do not depend on them
 
 
 def test_resume_takes_the_saved_configuration():

@@ -58,9 +58,13 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
 
 
 def test_sigterm_and_ctrl_c_save_a_checkpoint_and_exit_cleanly(tmp_path):
+  """SIGTERM after a step; Ctrl-C in a run of 7-step loops: saved at the end of its loop."""
   signals = {"sigterm": signal.SIGTERM, "ctrl_c": signal.SIGINT}
+  loops = {"sigterm": ["--steps_per_loop=1"], "ctrl_c": ["--steps_per_loop=7", "--log_every=14"]}
   processes = {
-    name: start_train(tmp_path / name, "--train_steps=100000", "--checkpoint_every=100000")
+    name: start_train(
+      tmp_path / name, "--train_steps=100000", "--checkpoint_every=100000", *loops[name]
+    )
     for name in signals
   }
   for name, signum in signals.items():
@@ -69,6 +73,11 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_and_exit_cleanly(tmp_path):
     saved = latest_variables(tmp_path / name)
     step = int(saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"])
     assert 3 <= step < 100000, name
+    output = processes[name].stdout.read()
+    if name == "ctrl_c":
+      assert step % 7 == 0, step  # a loop boundary
+      assert "saving a checkpoint when the current loop of up to 7 steps ends" in output
+    assert f"stopped at step {step}; run again" in output
 
 
 def test_two_workers_train_with_multi_worker_mirrored_strategy(tmp_path):

@@ -1,5 +1,6 @@
 """The trainer's optimizer step: gradient accumulation over micro-batches of different shapes,
-and the XLA-compiled step, against the plain step on the same data."""
+and the XLA-compiled step, against the plain step on the same data; K steps in one loop against
+K loops of one step; where loops end."""
 
 import dataclasses
 
@@ -8,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from train.run_config import RunConfig
-from train.trainer import Trainer, prepare
+from train.trainer import Trainer, loop_end, prepare
 
 _SMALL = RunConfig(
   task="copy",
@@ -67,8 +68,8 @@ def _first_step_gradients(tmp_path, name, batches, **overrides):
     {k: tf.ragged.constant([b[k].tolist() for b in batches]) for k in batches[0]}
   )
   dataset = dataset.map(lambda b: {k: tf.cast(v.to_tensor(), tf.int32) for k, v in b.items()})
-  (loss, _, count, _), shapes = trainer._train_step(iter(dataset))
-  return float(loss), float(count), shapes.numpy(), [v.numpy() for v in captured]
+  (loss, _, count, _), shapes = trainer._train_loop(iter(dataset), tf.constant(1))
+  return float(loss) / float(count), float(count), shapes.numpy(), [v.numpy() for v in captured]
 
 
 @pytest.mark.slow
@@ -213,3 +214,74 @@ def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(avera
   assert all(set(steps) == {2, 4, 6} for steps in images.values())
   with open(tmp / "best_models" / "1" / export.EXPORT_INFO_FILE) as f:
     assert json.load(f)["checkpoints"] == [f"best-{best_step}"]
+
+
+def test_loops_end_at_every_log_checkpoint_and_evaluation_step_and_the_last():
+  config = dataclasses.replace(
+    _SMALL, train_steps=1000, steps_per_loop=50, log_every=100, checkpoint_every=120, eval_every=0
+  )
+  ends, step = [], 0
+  while step < config.train_steps:
+    step = loop_end(step, config)
+    ends.append(step)
+  assert ends[:6] == [50, 100, 120, 170, 200, 240]
+  assert set(range(100, 1001, 100)) | set(range(120, 1000, 120)) <= set(ends)
+  assert ends[-1] == 1000 and all(b - a <= 50 for a, b in zip([0, *ends], ends))
+  assert loop_end(990, dataclasses.replace(config, eval_every=7)) == 994
+  assert loop_end(0, dataclasses.replace(config, steps_per_loop=1)) == 1
+
+
+@pytest.fixture
+def deterministic_ops():
+  """TF op determinism for one test, then off again (it is process-wide)."""
+  from tensorflow.python.framework import config as tf_config
+
+  was_enabled = tf_config.is_op_determinism_enabled()
+  tf.config.experimental.enable_op_determinism()
+  yield
+  if not was_enabled:
+    tf_config.disable_op_determinism()
+
+
+def _state(trainer):
+  return [v.numpy() for v in [*trainer.model.variables, *trainer.optimizer.variables]]
+
+
+def _train_loops(trainer, loops):
+  """Calls the train loop once per entry of `loops` (steps in that call); returns the summed
+  loss sums and the weights (model and optimizer) after."""
+  totals = np.zeros(4)
+  for steps in loops:
+    sums, shapes = trainer._train_loop(trainer.iterator, tf.constant(steps))
+    assert shapes.shape == (steps * trainer.config.grad_accum_steps, 3)
+    totals += [float(x) for x in sums]
+  return totals, _state(trainer)
+
+
+@pytest.mark.slow  # builds a Trainer and traces its loop (~14 s), as this file's other tests
+@pytest.mark.parametrize(
+  "overrides",
+  [
+    {},
+    # Gradient accumulation, token batching and XLA length buckets, all inside the loop.
+    dict(grad_accum_steps=2, batch_tokens=96, batch_size=None, jit_compile=True),
+  ],
+  ids=["plain", "accumulated_token_batches_xla"],
+)
+def test_k_steps_in_one_loop_give_the_weights_of_k_loops_of_one_step(
+  tmp_path, deterministic_ops, overrides
+):
+  """From one saved state (weights, optimizer, data position, dropout generator): 4 steps in
+  one call, then back to that state and 4 calls of one step."""
+  config = dataclasses.replace(_SMALL, run_dir=str(tmp_path / "run"), dropout=0.1, **overrides)
+  trainer = Trainer(*prepare(config))
+  start = trainer.checkpoint.write(str(tmp_path / "start"))
+  one_loop = _train_loops(trainer, [4])
+  assert trainer.step == 4
+  trainer.checkpoint.read(start).assert_consumed()
+  assert trainer.step == 0
+  single = _train_loops(trainer, [1, 1, 1, 1])
+  np.testing.assert_allclose(one_loop[0], single[0], rtol=1e-6)  # loss, correct, count, tokens
+  assert one_loop[0][2] > 0
+  for a, b in zip(one_loop[1], single[1]):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -53,6 +53,20 @@ MISTAKES = [
     "Unknown command line flag 'batchsize'",
     2,
   ),
+  (
+    "train-gpu-replicas-without-gpu",
+    ["train", "--gpu_replicas=2", "--run_dir={tmp}/new"],
+    None,
+    "--gpu_replicas=2 splits a GPU, but TensorFlow sees none on this machine",
+    2,
+  ),
+  (
+    "train-steps-per-loop-0",
+    ["train", "--steps_per_loop=0", "--run_dir={tmp}/new"],
+    None,
+    "--steps_per_loop must be positive, got 0",
+    2,
+  ),
   ("train-positional", ["train", "numbers"], None, "unexpected arguments ['numbers']", 2),
   ("train-unknown-recipe", ["train", "--recipe=imdb"], None, "--recipe", 2),
   (
