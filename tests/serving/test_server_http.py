@@ -22,6 +22,27 @@ NAME = "half_plus_two"
 READ_TIMEOUT = 2  # seconds
 
 
+def _read_response(sock):
+  """One whole HTTP response (headers, then Content-Length bytes of body): the body may come in
+  a segment of its own."""
+  data = b""
+  while b"\r\n\r\n" not in data:
+    chunk = sock.recv(65536)
+    assert chunk, f"connection closed mid-response: {data!r}"
+    data += chunk
+  head, _, body = data.partition(b"\r\n\r\n")
+  length = next(
+    int(line.split(b":", 1)[1])
+    for line in head.split(b"\r\n")
+    if line.lower().startswith(b"content-length:")
+  )
+  while len(body) < length:
+    chunk = sock.recv(65536)
+    assert chunk, "connection closed mid-body"
+    body += chunk
+  return head + b"\r\n\r\n" + body
+
+
 @pytest.fixture(scope="module")
 def core(tmp_path_factory):
   core = ServerCore([ModelManager(NAME, str(_half_plus_two(tmp_path_factory.mktemp("hp2"))))])
@@ -143,10 +164,10 @@ def test_a_request_that_arrives_in_time_is_answered_however_it_is_split(serve):
       sock.sendall(piece)
       time.sleep(0.6)
     sock.sendall(b"Host: x\r\n\r\n")  # 1.2 s after the first byte: in time
-    assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+    assert _read_response(sock).startswith(b"HTTP/1.1 200 OK")
     time.sleep(1.0)  # idle, under the timeout: the next request's clock starts afresh
     sock.sendall(f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+    assert _read_response(sock).startswith(b"HTTP/1.1 200 OK")
 
 
 def test_the_waitress_attributes_the_adapter_names_exist_in_the_pinned_version(core):
