@@ -7,6 +7,9 @@ PY := $(VENV)/bin/python
 RUN_DIR ?= runs/default
 MODEL_BASE ?= models/tfattn
 PORT ?= 8501
+# Test processes side by side (pytest-xdist); each test file runs whole in one of them, so a
+# module's fixtures are built once.
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint venv bench clean
 
@@ -28,11 +31,11 @@ run: venv
 	$(PY) -m serving.demo --run_dir=$(RUN_DIR) --model_base_path=$(MODEL_BASE) --port=$(PORT)
 
 test: venv lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
 
 # The unit tests only (no subprocess, no training run): under a minute.
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 lint: venv
 	$(PY) -m ruff check .
