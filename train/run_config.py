@@ -119,6 +119,14 @@ class RunConfig:
     unset="",
     resume=MAY_CHANGE,
   )
+  bad_lines: str = run_setting(
+    "fail",
+    "TSV files: a bad line (not UTF-8, not 2 tab-separated fields, a bad label) stops the run "
+    "naming file:line (fail), or is dropped and counted on stderr (skip). Training files are "
+    "checked as they stream: their first 1000 lines before the run starts.",
+    choices=("fail", "skip"),
+    resume=MAY_CHANGE,
+  )
   tsv_kind: str = run_setting(
     SEQ2SEQ,
     "What the TSV's second column is: the target text (seq2seq) or an integer label "
@@ -183,6 +191,14 @@ class RunConfig:
     resume=MUST_MATCH,
   )
   vocab_size: Optional[int] = run_setting(None, "Vocabulary size.", above=0, resume=MUST_MATCH)
+  shared_vocabulary: Optional[bool] = run_setting(
+    None,
+    "Seq2seq: one vocabulary learned from source and target text together, and one embedding "
+    "table for the encoder input, the decoder input and the output layer (the paper's "
+    "three-way tying).",
+    fallback=False,
+    resume=MUST_MATCH,
+  )
   vocab_examples: Optional[int] = run_setting(
     None, "Training examples the vocabulary is learned from.", above=0, resume=MUST_MATCH
   )
@@ -426,6 +442,8 @@ class RunConfig:
         f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose "
         f"one of {list(BEST_BY[kind])}"
       )
+    if kind is not None and self.shared_vocabulary and kind != SEQ2SEQ:
+      raise ValueError(f"--shared_vocabulary is for seq2seq tasks (one side), not {kind}")
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):
         if getattr(self, name) is not None:
@@ -445,6 +463,7 @@ class RunConfig:
       seed=self.seed,
       dropout_rate=self.dropout,
       feed_forward_dropout_rate=self.feed_forward_dropout,
+      share_embeddings=bool(self.shared_vocabulary),
     )
     if self.classifier_body is not None:
       overrides["classifier_body"] = self.classifier_body

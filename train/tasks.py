@@ -25,5 +25,12 @@ def get_task(config) -> Task:
       name, config.data_dir, config.train_split, config.validation_split, config.test_split
     )
   if name == TSV:
-    return tsv_task(config.train_file, config.validation_file, config.test_file, config.tsv_kind)
+    return tsv_task(
+      config.train_file,
+      config.validation_file,
+      config.test_file,
+      config.tsv_kind,
+      seed=config.seed,
+      bad_lines=config.bad_lines,
+    )
   raise ValueError(f"unknown task {name!r}; choose one of {list(TASK_NAMES)}")

@@ -152,9 +152,8 @@ class Trainer:
     plain tf.data iterator (unlike tf.distribute's) is checkpointable: exact resume."""
     c = self.config
     num_workers = self.strategy.num_replicas_in_sync // self.local_replicas
-    train_raw = self.task.train()
-    if num_workers > 1:
-      train_raw = train_raw.shard(num_workers, self.strategy.cluster_resolver.task_id)
+    worker = self.strategy.cluster_resolver.task_id if num_workers > 1 else 0
+    train_raw = self.task.train_for_worker(num_workers, worker)  # streamed files: by file
     self.train_dataset = self._dataset(
       train_raw,
       training=True,
