@@ -107,18 +107,35 @@ class LineChecker:
     bad_lines: FAIL or SKIP.
   """
 
-  def __init__(self, kind, bad_lines: str = FAIL):
+  def __init__(self, kind, bad_lines: str = FAIL, num_classes: Optional[int] = None):
     if bad_lines not in BAD_LINE_POLICIES:
       raise ValueError(f"--bad_lines must be one of {BAD_LINE_POLICIES}, got {bad_lines!r}")
-    self.kind, self.bad_lines = kind, bad_lines
-    # Counts the lines skipped by this process (not restored on resume).
-    self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_lines")
+    self.kind, self.bad_lines, self.num_classes = kind, bad_lines, num_classes
+    # Counts the lines skipped by this process (not restored on resume). Made with the first
+    # pipeline: TensorFlow must not start before a multi-worker strategy is built.
+    self.skipped = None
+
+  def ready(self) -> "LineChecker":
+    """Creates the skip counter (eagerly, outside any dataset function)."""
+    if self.skipped is None:
+      self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_lines")
+    return self
 
   def __call__(self, path, numbers, lines):
     """(path, int64 `[n]` line numbers, `[n]` lines) -> (`[m]` sources, `[m]` targets)."""
     codes, pairs, counts = _codes(lines, self.kind.tsv_target_ok)
+    rule = self.kind.tsv_target_rule
+    if self.num_classes is not None:  # a label the model has no class for
+      labels = self.kind.tsv_target(tf.where(tf.equal(codes, _OK), pairs[:, 1], "0"))
+      codes = tf.where(
+        tf.logical_and(tf.equal(codes, _OK), labels >= self.num_classes), _TARGET, codes
+      )
+      rule = (
+        f"{rule} and below {self.num_classes}, the classes counted in the first lines of the "
+        "training files and in the validation and test files (put an example of every class there)"
+      )
     bad = codes > _BLANK
-    messages = _messages(path, numbers, codes, pairs, counts, self.kind.tsv_target_rule)
+    messages = _messages(path, numbers, codes, pairs, counts, rule)
     if self.bad_lines == FAIL:
       first = tf.boolean_mask(messages, bad)[:1]
       check = tf.debugging.Assert(
@@ -223,7 +240,7 @@ def examples(
     compression = "GZIP" if files[0].endswith(".gz") else ""
     read = lambda path: _tfrecord_file(path, kind.name, compression)  # noqa: E731
   else:
-    checker = checker or LineChecker(kind, bad_lines)
+    checker = (checker or LineChecker(kind, bad_lines)).ready()
     read = lambda path: _tsv_file(path, checker)  # noqa: E731
   return names.interleave(
     read,

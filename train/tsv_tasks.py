@@ -10,7 +10,7 @@ and test files are small: they are read whole and checked before training.
 
 import json
 import os
-from typing import List, Optional
+from typing import Optional
 
 import tensorflow as tf
 from absl import logging
@@ -73,17 +73,6 @@ def workers_in_tf_config() -> int:
   return max(len(cluster.get("worker", [])) + len(cluster.get("chief", [])), 1)
 
 
-def _max_label(dataset) -> int:
-  labels = dataset.map(lambda _, label: label).batch(1 << 16)
-  return int(
-    streams.run_stream(
-      lambda: labels.reduce(
-        tf.constant(-1, tf.int64), lambda most, batch: tf.maximum(most, tf.reduce_max(batch))
-      )
-    )
-  )
-
-
 def tsv_task(
   train_file: str,
   validation_file: Optional[str] = None,
@@ -119,7 +108,12 @@ def tsv_task(
     else f"validation reads the first {len(validation_pairs)} training lines, which are not "
     "held out: pass --validation_file for an honest number"
   )
-  checker = streams.LineChecker(kind_object, bad_lines)
+  targets = [y for _, y in head + validation_pairs + (test_pairs or [])]
+  num_classes = kind_object.count_classes(targets)
+  # Labels past the heads are checked against these classes as they stream.
+  checker = streams.LineChecker(
+    kind_object, bad_lines, num_classes if kind == CLASSIFICATION else None
+  )
 
   def train():
     return streams.examples(train_files, kind_object, bad_lines, seed, checker)
@@ -136,16 +130,13 @@ def tsv_task(
     )
     return streams.examples(mine, kind_object, bad_lines, seed, checker)
 
-  targets: List = [y for _, y in validation_pairs + (test_pairs or [])]
-  if kind == CLASSIFICATION:  # one pass over the labels, in the pipeline
-    targets.append(_max_label(streams.examples(train_files, kind_object, bad_lines)))
   return Task(
     "tsv",
     kind,
     train,
     lambda: strings_dataset(validation_pairs),
     (lambda: strings_dataset(test_pairs)) if test_pairs else None,
-    num_classes=kind_object.count_classes(targets or [0]),
+    num_classes=num_classes,
     defaults=dict(DEFAULTS.get(kind, {})),
     validation_note=note,
     train_shard=train_shard,

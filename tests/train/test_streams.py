@@ -87,18 +87,18 @@ def test_skipped_bad_lines_are_named_and_counted(tmp_path, capfd):
   assert path + ":4: not valid UTF-8" in printed and "(2 so far)" in printed
 
 
-def test_classification_labels_are_checked_in_the_pipeline_and_counted_whole(tmp_path, monkeypatch):
-  path = _write(tmp_path / "train.tsv", [b"good\t1", b"fine\t+4", b"bad\t0", b"odd\tx7"])
+def test_classification_labels_are_checked_in_the_pipeline(tmp_path, monkeypatch, capfd):
+  path = _write(tmp_path / "train.tsv", [b"good\t1", b"fine\t+2", b"bad\t0", b"odd\tx7", b"new\t5"])
   with pytest.raises(ValueError, match=r"train.tsv:4: label 'x7' is not an integer"):
     get_task(RunConfig(task="tsv", train_file=path, tsv_kind="classification"))
   monkeypatch.setattr(tsv_tasks, "HEAD_LINES", 2)  # past the head, the pipeline's words
-  with pytest.raises(ValueError, match=r"train.tsv:4: the label must be an integer >= 0, got 'x7'"):
-    get_task(RunConfig(task="tsv", train_file=path, tsv_kind="classification"))
-  task = get_task(
-    RunConfig(task="tsv", train_file=path, tsv_kind="classification", bad_lines="skip")
-  )
-  assert task.num_classes == 5  # label 4 is past the head: one pass over the labels saw it
-  assert _pairs(task.train()) == [("good", 1), ("fine", 4), ("bad", 0)]
+  task = get_task(RunConfig(task="tsv", train_file=path, tsv_kind="classification"))
+  assert task.num_classes == 3  # counted on the checked head (labels 1 and 2)
+  with pytest.raises(ValueError, match=r"train.tsv:4: the label must be an integer >= 0"):
+    streams.run_stream(lambda: _pairs(task.train()))
+  config = RunConfig(task="tsv", train_file=path, tsv_kind="classification", bad_lines="skip")
+  assert _pairs(get_task(config).train()) == [("good", 1), ("fine", 2), ("bad", 0)]
+  assert "train.tsv:5: the label must be an integer >= 0 and below 3" in capfd.readouterr().err
 
 
 def test_tfrecord_files_stream_tf_examples(tmp_path):
@@ -191,3 +191,42 @@ def test_a_shared_vocabulary_serves_both_sides_and_ties_the_embeddings(shards, t
   assert model_config.share_embeddings and model_config.tie_output_embedding
   with pytest.raises(ValueError, match="--shared_vocabulary is for seq2seq"):
     RunConfig(shared_vocabulary=True).check(kind="classification")
+
+
+@pytest.mark.slow
+def test_two_workers_on_loopback_read_their_own_files(tmp_path):
+  import subprocess
+
+  from train_helpers import REPO, environment, free_ports, logged_steps, train_command
+
+  for shard, letter in enumerate("ab"):
+    _write(
+      tmp_path / f"part-{shard}.tsv",
+      [f"{letter}{i}\t{letter.upper()}{i}".encode() for i in range(64)],
+    )
+  cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+  processes = []
+  for index in range(2):
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+    processes.append(
+      subprocess.Popen(
+        train_command(
+          tmp_path / "run",
+          "--task=tsv",
+          f"--train_file={tmp_path}/part-*.tsv",
+          "--train_steps=3",
+          "--strategy=multi_worker",
+        ),
+        cwd=REPO,
+        env=environment(TF_CONFIG=tf_config),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+      )
+    )
+  outputs = [p.communicate(timeout=300)[0] for p in processes]
+  for process, output in zip(processes, outputs):
+    assert process.returncode == 0, output[-4000:]
+  for index, output in enumerate(outputs):
+    assert f"worker {index} of 2 reads 1 of the 2 training files: part-{index}.tsv" in output
+  assert [r["step"] for r in logged_steps(tmp_path / "run")] == [1, 2, 3]
