@@ -224,10 +224,11 @@ class RunConfig:
     above=0,
     resume=MUST_MATCH,
   )
-  grad_accum_steps: int = run_setting(
-    1,
+  grad_accum_steps: Optional[int] = run_setting(
+    None,
     "Micro-batches per optimizer step (gradient accumulation): a large effective batch on one GPU.",
     above=0,
+    fallback=1,
     resume=MUST_MATCH,
   )
   train_steps: Optional[int] = run_setting(

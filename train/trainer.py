@@ -504,4 +504,6 @@ def final_metrics(result: Dict) -> List[str]:
         if not isinstance(v, dict) and not k.endswith("_signature")
       }
       lines.append(f"{role}: {shown}")
+      if "bleu_signature" in result[role]:  # how the BLEU was computed, for comparisons
+        lines.append(f"{role} sacreBLEU signature: {result[role]['bleu_signature']}")
   return lines
