@@ -495,6 +495,8 @@ class RunConfig:
     values = dict(values)
     # Saved before the field existed: the feed-forward hidden layer dropped at `dropout`.
     values.setdefault("feed_forward_dropout", values.get("dropout"))
+    # Saved before the field existed: one vocabulary per side.
+    values.setdefault("shared_vocabulary", False)
     # Saved before DecodeOptions: evaluation's beam and alpha were their own settings.
     if "decode" not in values:
       values["decode"] = DecodeOptions.of_run(values).to_dict()

@@ -182,6 +182,10 @@ class Trainer:
       else None
     )
 
+  def _restart_data(self):
+    """A fresh training iterator, in the checkpoint too (see `resume.restore_latest`)."""
+    self.iterator = self.checkpoint.data = iter(self.train_dataset)
+
   @property
   def step(self):
     return int(self.optimizer.iterations.numpy())
@@ -292,7 +296,9 @@ class Trainer:
     mean of the last `average_checkpoints`, or the best on validation (`keep_best_by`), on
     validation and (once) on test. Returns eval.json's contents; None when stopped early."""
     c = self.config
-    restored = self.manager.restore_or_initialize()
+    restored = resume.restore_latest(
+      self.manager, self._restart_data, model=self.model, optimizer=self.optimizer
+    )
     if restored:
       logging.info("resumed from %s at step %d", restored, self.step)
     writer = (
