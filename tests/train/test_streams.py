@@ -60,7 +60,7 @@ def test_streamed_examples_are_every_line_in_a_seeded_file_order(shards):
   everything = sorted((f"s{shard}-{i}", f"t{shard}-{i}") for shard in range(3) for i in range(40))
   in_order = _pairs(streams.examples(shards, SEQ2SEQ))
   assert sorted(in_order) == everything  # the blank line is skipped
-  assert in_order[:16] == [(f"s0-{i}", f"t0-{i}") for i in range(16)]  # blocks of 16 lines
+  assert in_order[:40] == [(f"s0-{i}", f"t0-{i}") for i in range(40)]  # blocks of 1024 lines
   seeded = _pairs(streams.examples(shards, SEQ2SEQ, seed=3))
   assert seeded == _pairs(streams.examples(shards, SEQ2SEQ, seed=3))
   assert sorted(seeded) == everything
