@@ -1,8 +1,8 @@
 """Does training on our own files scale with the corpus? Writes a seeded synthetic
 German/English-shaped TSV of N lines (about 250 bytes a line, as WMT) into a temporary folder,
 trains a few steps on it with `python -m train --task=tsv` (a fresh process per size), and prints
-side by side: the process's peak RSS, the seconds the vocabularies took (sampling pass
-included), the seconds from the vocabularies to the first step, and steps/s.
+side by side: the process's peak RSS, the seconds the vocabularies took (and of them the
+pass that samples the corpus), the seconds from the vocabularies to the first step, and steps/s.
 
   python benchmarks/data_scale.py [--lines=300000,3000000] [--train_steps=30]
 
@@ -118,9 +118,11 @@ def measure(corpus, validation, run_dir, train_steps, extra):
     if m
   ]
   steady = rates[len(rates) // 2 :] or rates  # after the graph is built
+  sampled = [re.search(r"vocabulary sample: \d+ of \d+ .*\(([\d.]+) s\)", line) for line in lines]
   return {
     "peak RSS (MB)": usage.ru_maxrss / 1024,
     "vocabulary (s)": vocab_done[-1] - vocab_start[0],
+    "  of which the sampling pass (s)": next(float(m.group(1)) for m in sampled if m),
     "first step after vocabulary (s)": first_step[0] - vocab_done[-1],
     "process start to first step (s)": first_step[0] - _clock(started),
     "steps/s": float(np.median(steady)),
