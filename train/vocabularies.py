@@ -71,15 +71,15 @@ def reservoir_sample(examples: tf.data.Dataset, size: int, seed: int) -> List[np
   return [column[: min(seen, size)] for column in columns]
 
 
-def _texts(task, sides: Sequence[str], config) -> Dict[str, tf.data.Dataset]:
-  """{side: the scalar strings its vocabulary is learned from}, bounded by vocab_examples."""
+def _texts(task, sides: Sequence[str], config) -> Dict:
+  """{side: the strings its vocabulary is learned from (a dataset, or an array of bytes)},
+  bounded by vocab_examples."""
   if task.vocabulary_sample == RESERVOIR:
     sample = streams.run_stream(
       lambda: reservoir_sample(task.train(), config.vocab_examples, config.seed)
     )
-    return {
-      side: tf.data.Dataset.from_tensor_slices(list(sample[i])) for i, side in enumerate(sides)
-    }
+    # The arrays themselves: a tensor copy of the sample would add to the peak memory.
+    return {side: sample[i] for i, side in enumerate(sides)}
   return {
     side: task.train().map(lambda *pair, i=i: pair[i]).take(config.vocab_examples)
     for i, side in enumerate(sides)
@@ -106,10 +106,12 @@ def learn_or_load(task, sides: Sequence[str], config, layout: RunDir) -> Dict:
     )
     if config.shared_vocabulary:
       # Source and target lines alternate, so the learner sees both languages evenly.
-      both = tf.data.Dataset.zip(tuple(texts[side] for side in sides)).map(
-        lambda *strings: tf.stack(strings)
-      )
-      shared = learn(both.unbatch(), sides[0], config.vocab_examples * len(sides))
+      columns = [texts[side] for side in sides]
+      if isinstance(columns[0], tf.data.Dataset):
+        both = tf.data.Dataset.zip(tuple(columns)).map(lambda *s: tf.stack(s)).unbatch()
+      else:
+        both = np.stack(columns, axis=1).reshape(-1)
+      shared = learn(both, sides[0], config.vocab_examples * len(sides))
       with open(shared, "rb") as f:
         model = f.read()
       for side in sides[1:]:
