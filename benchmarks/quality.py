@@ -146,7 +146,15 @@ def multi30k_data_flags(source, work_dir):
   ]
 
 
-DATA_FLAGS = {"imdb": imdb_data_flags, "multi30k": multi30k_data_flags}
+def wmt14_data_flags(data_dir, work_dir):
+  """A TFDS data_dir holding a prepared wmt14_translate/de-en (read English->German)."""
+  del work_dir  # TFDS reads it in place
+  return ["--task=wmt14_translate/en-de", f"--data_dir={data_dir}"]
+
+
+DATA_FLAGS = {"imdb": imdb_data_flags, "multi30k": multi30k_data_flags, "wmt14": wmt14_data_flags}
+# Recipes that take days on a GPU run only when named in --recipes.
+ON_REQUEST = ("wmt14",)
 
 
 def train(run_dir, flags, log_path):
@@ -254,7 +262,12 @@ def _define_flags():
 
   flags.DEFINE_string("imdb", None, "aclImdb folder, folder with train/test.tsv, or TFDS dir.")
   flags.DEFINE_string("multi30k", None, "Folder with the Multi30k task-1 raw files.")
-  flags.DEFINE_list("recipes", list(RECIPES), "Recipes to train and judge.")
+  flags.DEFINE_string("wmt14", None, "TFDS data_dir with wmt14_translate/de-en prepared.")
+  flags.DEFINE_list(
+    "recipes",
+    [name for name, recipe in RECIPES.items() if recipe.dataset not in ON_REQUEST],
+    "Recipes to train and judge (wmt14_base, days on a GPU, only when named).",
+  )
   flags.DEFINE_string(
     "work_dir",
     os.path.join(REPO, "runs", "quality"),

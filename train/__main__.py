@@ -85,6 +85,24 @@ def _export(config):
     )
 
 
+def _train(trainer):
+  """trainer.run(); a bad line met in a streamed file (--bad_lines=fail) ends in one line."""
+  import tensorflow as tf
+
+  from train import streams
+
+  try:
+    return trainer.run()
+  except tf.errors.InvalidArgumentError as error:
+    message = streams.bad_line_message(error)
+    if message is None:
+      raise
+    raise cli.RunError(
+      f"{message}; the checkpoints saved so far are kept: fix the line, or pass "
+      "--bad_lines=skip, and run again to resume"
+    ) from None
+
+
 def main(argv):
   del argv  # cli.run refuses positional arguments
   from train.trainer import final_metrics
@@ -96,7 +114,7 @@ def main(argv):
     raise cli.UsageError(str(error)) from None
   _check_directory("export_base_path", config.export_base_path)
   trainer = _make_trainer(config)
-  result = trainer.run()
+  result = _train(trainer)
   if result is None:
     return
   print("\n".join(final_metrics(result)))

@@ -102,6 +102,14 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def count_classes(self, targets: Sequence) -> int:
     """The model's `num_classes` for these targets (2 where there are none)."""
 
+  tsv_target_rule: str  # what `tsv_target_ok` asks of a TSV line's second column, in words
+
+  def tsv_target_ok(self, fields: tf.Tensor) -> tf.Tensor:
+    """In-graph `parse_target` check: `[n]` second columns -> bool `[n]`."""
+
+  def tsv_target(self, fields: tf.Tensor) -> tf.Tensor:
+    """`[n]` checked second columns -> `[n]` targets (strings, or int64 labels)."""
+
   def attention_maps(self, model, batch: Dict, tokenizers: Dict) -> List[AttentionMap]:
     """The last layer's attention of each example of an evaluation batch, for TensorBoard."""
 
@@ -147,6 +155,14 @@ class Seq2Seq(kinds.Seq2SeqModel):
 
   def parse_target(self, field: str) -> str:
     return field
+
+  tsv_target_rule = "any text"
+
+  def tsv_target_ok(self, fields):
+    return tf.ones_like(fields, tf.bool)
+
+  def tsv_target(self, fields):
+    return fields
 
   def count_classes(self, targets) -> int:
     del targets  # no classes
@@ -217,6 +233,14 @@ class Classification(kinds.ClassifierModel):
 
   def count_classes(self, targets) -> int:
     return max(max(targets) + 1, 2)
+
+  tsv_target_rule = "the label must be an integer >= 0"
+
+  def tsv_target_ok(self, fields):
+    return tf.strings.regex_full_match(tf.strings.strip(fields), r"\+?[0-9]{1,18}")
+
+  def tsv_target(self, fields):
+    return tf.strings.to_number(tf.strings.strip(fields), tf.int64)
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
     """Self-attention over the input, its first `MAP_PIECES` pieces (a long review's full map

@@ -73,3 +73,29 @@ def check_resumable(run_dir: str, resolved: RunConfig) -> None:
       f"{run_dir} holds a run started with other settings ({'; '.join(changed)})"
       ": resume without those flags, or pass a new --run_dir"
     )
+
+
+def restore_latest(manager, restart_data, **without_data) -> Optional[str]:
+  """`manager.restore_or_initialize()`, whose checkpoint holds the input position (`data`).
+  A run saved by another input pipeline (before training files streamed, or with the other
+  --bad_lines) cannot restore that position: `restart_data()` gives the checkpoint a fresh
+  input iterator, the other objects (`without_data`: model, optimizer) are restored, and a
+  warning says the data starts a new pass. Returns the restored path, or None for a new run."""
+  import tensorflow as tf
+  from absl import logging
+
+  try:
+    return manager.restore_or_initialize()
+  except tf.errors.OpError as error:
+    if "restore dataset iterator" not in str(error):
+      raise
+  path = manager.latest_checkpoint
+  restart_data()
+  tf.train.Checkpoint(**without_data).read(path).expect_partial()
+  logging.warning(
+    "%s holds the position of another input pipeline (a run saved before training files "
+    "streamed, or --bad_lines changed): the weights and optimizer resume, the data starts a "
+    "new pass (not an exact resume)",
+    path,
+  )
+  return path

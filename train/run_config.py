@@ -125,6 +125,14 @@ class RunConfig:
     unset="",
     resume=MAY_CHANGE,
   )
+  bad_lines: str = run_setting(
+    "fail",
+    "TSV files: a bad line (not UTF-8, not 2 tab-separated fields, a bad label) stops the run "
+    "naming file:line (fail), or is dropped and counted on stderr (skip). Training files are "
+    "checked as they stream: their first 1000 lines before the run starts.",
+    choices=("fail", "skip"),
+    resume=MAY_CHANGE,
+  )
   tsv_kind: str = run_setting(
     SEQ2SEQ,
     "What the TSV's second column is: the target text (seq2seq) or an integer label "
@@ -189,6 +197,14 @@ class RunConfig:
     resume=MUST_MATCH,
   )
   vocab_size: Optional[int] = run_setting(None, "Vocabulary size.", above=0, resume=MUST_MATCH)
+  shared_vocabulary: Optional[bool] = run_setting(
+    None,
+    "Seq2seq: one vocabulary learned from source and target text together, and one embedding "
+    "table for the encoder input, the decoder input and the output layer (the paper's "
+    "three-way tying).",
+    fallback=False,
+    resume=MUST_MATCH,
+  )
   vocab_examples: Optional[int] = run_setting(
     None, "Training examples the vocabulary is learned from.", above=0, resume=MUST_MATCH
   )
@@ -214,10 +230,11 @@ class RunConfig:
     above=0,
     resume=MUST_MATCH,
   )
-  grad_accum_steps: int = run_setting(
-    1,
+  grad_accum_steps: Optional[int] = run_setting(
+    None,
     "Micro-batches per optimizer step (gradient accumulation): a large effective batch on one GPU.",
     above=0,
+    fallback=1,
     resume=MUST_MATCH,
   )
   train_steps: Optional[int] = run_setting(
@@ -451,6 +468,8 @@ class RunConfig:
       )
     if self.cpu_replicas > 1 and self.gpu_replicas > 1:
       raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")
+    if kind is not None and self.shared_vocabulary and kind != SEQ2SEQ:
+      raise ValueError(f"--shared_vocabulary is for seq2seq tasks (one side), not {kind}")
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):
         if getattr(self, name) is not None:
@@ -470,6 +489,7 @@ class RunConfig:
       seed=self.seed,
       dropout_rate=self.dropout,
       feed_forward_dropout_rate=self.feed_forward_dropout,
+      share_embeddings=bool(self.shared_vocabulary),
     )
     if self.classifier_body is not None:
       overrides["classifier_body"] = self.classifier_body
@@ -511,6 +531,8 @@ class RunConfig:
     values = dict(values)
     # Saved before the field existed: the feed-forward hidden layer dropped at `dropout`.
     values.setdefault("feed_forward_dropout", values.get("dropout"))
+    # Saved before the field existed: one vocabulary per side.
+    values.setdefault("shared_vocabulary", False)
     # Saved before DecodeOptions: evaluation's beam and alpha were their own settings.
     if "decode" not in values:
       values["decode"] = DecodeOptions.of_run(values).to_dict()

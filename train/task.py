@@ -30,6 +30,11 @@ class Task:
     num_classes: classification only.
     defaults: RunConfig values this task recommends (a recipe or explicit flags override).
     validation_note: said at start when the validation examples are not held out.
+    train_shard: `(num_workers, index) -> examples` of worker `index` (a share of the files);
+      None: each worker keeps every num_workers-th example of `train`.
+    vocabulary_sample: how the vocabularies sample the training examples: "first" (the first
+      `vocab_examples`) or "reservoir" (a seeded uniform sample of one pass over all of them,
+      for streamed files and large sorted corpora).
   """
 
   name: str
@@ -40,6 +45,16 @@ class Task:
   num_classes: int = 2
   defaults: Dict = dataclasses.field(default_factory=dict)
   validation_note: str = ""
+  train_shard: Optional[Callable[[int, int], tf.data.Dataset]] = None
+  vocabulary_sample: str = "first"
+
+  def train_for_worker(self, num_workers: int, index: int) -> tf.data.Dataset:
+    """The training examples worker `index` of `num_workers` reads."""
+    if num_workers == 1:
+      return self.train()
+    if self.train_shard is not None:
+      return self.train_shard(num_workers, index)
+    return self.train().shard(num_workers, index)
 
 
 def strings_dataset(pairs) -> tf.data.Dataset:

@@ -26,7 +26,14 @@ def get_task(config) -> Task:
       name, config.data_dir, config.train_split, config.validation_split, config.test_split
     )
   if name == TSV:
-    return tsv_task(config.train_file, config.validation_file, config.test_file, config.tsv_kind)
+    return tsv_task(
+      config.train_file,
+      config.validation_file,
+      config.test_file,
+      config.tsv_kind,
+      seed=config.seed,
+      bad_lines=config.bad_lines,
+    )
   if name == TEXT:
     from train.kinds import text_task  # the language model's kind reads its own files
 

@@ -42,6 +42,10 @@ class TfdsDataset:
       evaluated on (it resumes with its own train split and that one as validation).
     separator: for a split that is one long text (tiny_shakespeare): each piece between
       separators is one example (blank ones dropped); None: an example is a TFDS example.
+    builder: the TFDS builder it reads, when the task's name differs (the other direction
+      of a translation pair); default: `name`.
+    vocabulary_sample: "first" or "reservoir" (see `train.task.Task`): large corpora stored
+      in order (WMT: one sub-corpus after another) are sampled over the whole split.
   """
 
   name: str
@@ -55,6 +59,12 @@ class TfdsDataset:
   defaults: Mapping = dataclasses.field(default_factory=dict)
   evaluated_before_roles: str = "validation"
   separator: Optional[str] = None
+  builder: str = ""
+  vocabulary_sample: str = "first"
+
+  @property
+  def builder_name(self) -> str:
+    return self.builder or self.name
 
 
 DATASETS = {
@@ -106,6 +116,19 @@ DATASETS = {
       defaults=LANGUAGE_MODEL_DEFAULTS,
       separator="\n\n",
     ),
+    # The paper's direction, English->German, read from the same TFDS data (recipe wmt14_base).
+    TfdsDataset(
+      "wmt14_translate/en-de",
+      SEQ2SEQ,
+      ("en", "de"),
+      "train",
+      "validation",
+      "test",
+      ("www.statmt.org", 80),
+      defaults=TRANSLATION_DEFAULTS,
+      builder="wmt14_translate/de-en",
+      vocabulary_sample="reservoir",
+    ),
   )
 }
 TFDS_TASKS = tuple(DATASETS)
@@ -143,18 +166,19 @@ def prepared_builder(dataset: TfdsDataset, data_dir=None):
       f"tensorflow-datasets cannot be imported ({error}); "
       "reinstall with `pip install -r requirements.txt`"
     ) from None
-  builder = tfds.builder(dataset.name, data_dir=data_dir)
+  builder = tfds.builder(dataset.builder_name, data_dir=data_dir)
   if builder.is_prepared():
     return builder
   where = data_dir or f"{tfds.core.constants.DATA_DIR} (the default --data_dir)"
   host, port = dataset.download_host
   if not reachable(host, port):
     raise DataUnavailableError(
-      f"{dataset.name} is not prepared in {where} and {host} cannot be reached to download it:"
-      f" on a connected machine run `tfds build {dataset.name} --data_dir=DIR`, copy DIR here "
+      f"{dataset.builder_name} is not prepared in {where} and {host} cannot be reached to "
+      f"download it: on a connected machine run `tfds build {dataset.builder_name} "
+      "--data_dir=DIR`, copy DIR here "
       f"and pass --data_dir=DIR"
     )
-  logging.info("downloading and preparing %s into %s (once)", dataset.name, where)
+  logging.info("downloading and preparing %s into %s (once)", dataset.builder_name, where)
   builder.download_and_prepare()
   return builder
 
@@ -214,6 +238,7 @@ def tfds_task(
     test,
     num_classes=dataset.num_classes,
     defaults=dict(dataset.defaults),
+    vocabulary_sample=dataset.vocabulary_sample,
   )
 
 

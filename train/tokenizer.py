@@ -6,6 +6,7 @@ SentencePiece (default): the `sentencepiece` package's trainer, configured to be
 """
 
 import io
+import itertools
 import time
 
 import tensorflow as tf
@@ -21,7 +22,10 @@ _BYTE_FALLBACK_MIN_VOCAB = 512
 
 
 def _strings(texts, max_examples):
-  for value in texts.take(max_examples).as_numpy_iterator():
+  """The first `max_examples` of a dataset of scalar strings, or of a sequence of bytes."""
+  if isinstance(texts, tf.data.Dataset):
+    texts = texts.take(max_examples).as_numpy_iterator()
+  for value in itertools.islice(texts, max_examples):
     yield value.decode("utf-8")
 
 
@@ -63,6 +67,8 @@ def learn_wordpiece(texts, vocab_size, max_examples=200_000):
   """Learns a (case-folded) WordPiece vocabulary; returns the list of tokens."""
   from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
 
+  if not isinstance(texts, tf.data.Dataset):
+    texts = tf.data.Dataset.from_tensor_slices(list(texts))
   words = (
     texts.take(max_examples)
     .batch(1024)
@@ -80,7 +86,8 @@ def learn_wordpiece(texts, vocab_size, max_examples=200_000):
 def learn_and_write(
   kind, texts, vocab_size, path_without_suffix, lower_case=False, max_examples=200_000
 ):
-  """Learns a vocabulary of `kind` and writes it atomically; returns the file's path."""
+  """Learns a vocabulary of `kind` from `texts` (a dataset of scalar strings, or a sequence of
+  UTF-8 bytes) and writes it atomically; returns the file's path."""
   if kind not in TOKENIZERS:
     raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {kind!r}")
   started = time.time()

@@ -200,9 +200,8 @@ class Trainer:
     plain tf.data iterator (unlike tf.distribute's) is checkpointable: exact resume."""
     c = self.config
     num_workers = self.strategy.num_replicas_in_sync // self.local_replicas
-    train_raw = self.task.train()
-    if num_workers > 1:
-      train_raw = train_raw.shard(num_workers, self.strategy.cluster_resolver.task_id)
+    worker = self.strategy.cluster_resolver.task_id if num_workers > 1 else 0
+    train_raw = self.task.train_for_worker(num_workers, worker)  # streamed files: by file
     self.train_dataset = self._dataset(
       train_raw,
       training=True,
@@ -230,6 +229,10 @@ class Trainer:
       if self.config.keep_best_by and self.is_chief
       else None
     )
+
+  def _restart_data(self):
+    """A fresh training iterator, in the checkpoint too (see `resume.restore_latest`)."""
+    self.iterator = self.checkpoint.data = iter(self.train_dataset)
 
   @property
   def step(self):
@@ -349,7 +352,9 @@ class Trainer:
     mean of the last `average_checkpoints`, or the best on validation (`keep_best_by`), on
     validation and (once) on test. Returns eval.json's contents; None when stopped early."""
     c = self.config
-    restored = self.manager.restore_or_initialize()
+    restored = resume.restore_latest(
+      self.manager, self._restart_data, model=self.model, optimizer=self.optimizer
+    )
     if restored:
       logging.info("resumed from %s at step %d", restored, self.step)
     writer = (
@@ -572,4 +577,6 @@ def final_metrics(result: Dict) -> List[str]:
         if not isinstance(v, dict) and not k.endswith("_signature")
       }
       lines.append(f"{role}: {shown}")
+      if "bleu_signature" in result[role]:  # how the BLEU was computed, for comparisons
+        lines.append(f"{role} sacreBLEU signature: {result[role]['bleu_signature']}")
   return lines

@@ -25,7 +25,7 @@ PAIRED = [name for name in tasks.TFDS_TASKS if tfds_tasks.DATASETS[name].separat
 
 @pytest.mark.parametrize("name", tasks.TFDS_TASKS)
 def test_tfds_builders_import_and_describe_their_data(name, tmp_path):
-  builder = tfds.builder(name, data_dir=str(tmp_path))
+  builder = tfds.builder(tfds_tasks.DATASETS[name].builder_name, data_dir=str(tmp_path))
   assert set(tfds_tasks.DATASETS[name].features) <= set(builder.info.features)
   if name in PAIRED:
     assert len(builder.info.supervised_keys) == 2
@@ -41,10 +41,12 @@ def _rows(dataset):
 
 @pytest.mark.parametrize("name", PAIRED)
 def test_tfds_tasks_read_locally_prepared_data_in_three_roles(name, tmp_path):
-  prepare_fake_tfds(name, tmp_path / "tfds")
-  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds")))
-  rows = FAKE_ROWS[name]
   spec = tfds_tasks.DATASETS[name]
+  prepare_fake_tfds(spec.builder_name, tmp_path / "tfds")
+  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds")))
+  rows = FAKE_ROWS[spec.builder_name]
+  if spec.builder:  # the other direction of the builder's pairs
+    rows = {split: [(b, a) for a, b in pairs] for split, pairs in rows.items()}
   assert task.kind == spec.kind and task.num_classes == spec.num_classes
   train, validation, test = (_rows(role()) for role in (task.train, task.validation, task.test))
   assert test == sorted(rows["test"])
