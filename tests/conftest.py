@@ -1,14 +1,16 @@
 """Shared fixtures: quiet TensorFlow, small models, a run directory and its export. The project
 is installed (`pip install -e .`, and pyproject.toml's pytest `pythonpath`): no sys.path edits."""
 
+import cli
+
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+cli.start_tensorflow_quietly()  # each test process (xdist worker) starts TensorFlow quietly
 
-import pytest
-import tensorflow as tf
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
-import tfattn
+import tfattn  # noqa: E402
 
 # On Ampere and later GPUs TensorFlow runs float32 matmuls in TF32 (10-bit mantissa, ~1e-3
 # relative error); tests compare float32 computations with float32 or float64 references at
