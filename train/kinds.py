@@ -125,7 +125,27 @@ def _limit(max_examples: Optional[int]) -> int:
   return sys.maxsize if max_examples is None else max_examples
 
 
-class Seq2Seq(kinds.Seq2SeqModel):
+class _TextTargets:
+  """A target that is text (any text): the TSV side of the seq2seq and language-model kinds,
+  which have no classes."""
+
+  tsv_target_rule = "any text"
+
+  def parse_target(self, field: str) -> str:
+    return field
+
+  def tsv_target_ok(self, fields):
+    return tf.ones_like(fields, tf.bool)
+
+  def tsv_target(self, fields):
+    return fields
+
+  def count_classes(self, targets) -> int:
+    del targets  # no classes
+    return 2
+
+
+class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
   """Teacher-forced token loss with label smoothing; decoded as the run's DecodeOptions say;
   sacreBLEU and exact match."""
 
@@ -153,20 +173,6 @@ class Seq2Seq(kinds.Seq2SeqModel):
       model, dataset, tokenizers["target"], _limit(max_examples), config.decode_options()
     )
 
-  def parse_target(self, field: str) -> str:
-    return field
-
-  tsv_target_rule = "any text"
-
-  def tsv_target_ok(self, fields):
-    return tf.ones_like(fields, tf.bool)
-
-  def tsv_target(self, fields):
-    return fields
-
-  def count_classes(self, targets) -> int:
-    del targets  # no classes
-    return 2
 
   def evaluation_note(self, config) -> str:
     options = config.decode_options()
@@ -266,7 +272,7 @@ class Classification(kinds.ClassifierModel):
     return flops.classifier_forward_flops(model_config, rows, source_length)
 
 
-class LanguageModeling(kinds.LanguageModelKind):
+class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
   """Next-token cross-entropy over plain text (BOS + the text -> the text + EOS); judged by
   perplexity on held-out text. Texts come as (text, anything) pairs, one a line (`text_task`)
   or a TFDS text feature; long texts keep their first max_length - 1 tokens."""
@@ -331,12 +337,6 @@ class LanguageModeling(kinds.LanguageModelKind):
   def evaluation_note(self, config) -> str:
     return " (perplexity)"
 
-  def parse_target(self, field: str) -> str:
-    return field  # unused: a text is its own target
-
-  def count_classes(self, targets) -> int:
-    del targets  # no classes
-    return 2
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
     """The last layer's causal self-attention over the first `MAP_PIECES` pieces of each text
