@@ -173,7 +173,6 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
       model, dataset, tokenizers["target"], _limit(max_examples), config.decode_options()
     )
 
-
   def evaluation_note(self, config) -> str:
     options = config.decode_options()
     return {"greedy": " (greedy)", "beam": f" (beam {options.beam_size})", "sample": " (sampling)"}[
@@ -336,7 +335,6 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
 
   def evaluation_note(self, config) -> str:
     return " (perplexity)"
-
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
     """The last layer's causal self-attention over the first `MAP_PIECES` pieces of each text
