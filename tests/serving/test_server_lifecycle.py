@@ -20,7 +20,7 @@ from serving.server import make_server
 from serving.server_core import ServerCore
 
 NAME = "half_plus_two"
-STOPS = 20
+STOPS = 12  # 6 SIGINT, 6 SIGTERM
 AT_ONCE = 4  # servers run side by side (each mostly waits: its start-up, then its load)
 
 
@@ -79,7 +79,7 @@ def _stop_under_load(base, signum):
   return status, process.log_tail(), answered[0]
 
 
-@pytest.mark.slow  # runs 20 servers in subprocesses (about a minute)
+@pytest.mark.slow  # runs STOPS servers in subprocesses, AT_ONCE at a time
 def test_sigint_and_sigterm_under_load_exit_0_every_time(tmp_path):
   base = _half_plus_two(tmp_path)
   signals = [signal.SIGINT, signal.SIGTERM] * (STOPS // 2)
