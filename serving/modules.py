@@ -91,32 +91,22 @@ class _Exportable(tf.Module):
     return [] if compiled_only else [("serving_default", {"text": _text_array(texts)})]
 
 
-class Seq2SeqExport(_Exportable):
-  """Signatures: serving_default (text -> translation, score, log_prob), translate_nbest (text
-  -> every beam's translation, score and log_prob, best first), translate_ids, encode, score,
-  and in an export whose options sample, `sample` (text and a seed per row -> translation,
-  score, log_prob).
+class _DecodingExport(_Exportable):
+  """What the exports that decode share (seq2seq, language model): the searches `options` ask
+  for, in graph mode or, with decode="xla", compiled with XLA over length buckets; a `sample`
+  signature where the options sample; their warm-up requests. A subclass supplies `_answers`
+  (hypotheses -> the signature's outputs) and names its n-best signature."""
 
-  Every signature decodes as `options` say (beam size, alpha, length limits, sampling settings);
-  translate_nbest always runs a beam search of options.beam_size. In a sampling export,
-  serving_default and translate_ids draw with `decoding.source_seeds` (options.seed mixed with a
-  fingerprint of each source's tokens): the same text gets the same answer whatever else is in
-  its request or its server-side batch, and the evaluation of the run drew the same samples.
-
-  decode="graph" runs the key/value-cached searches as graph-mode `tf.while_loop`s;
-  decode="xla" pads the source to a length bucket and runs the padded-cache searches compiled
-  with XLA (`jit_compile=True`): one program per (search, bucket, batch size), the same answers.
-  Searches that are the same computation share one compiled function (serving_default of a beam
-  export is translate_nbest's first beam; `sample` is serving_default with the caller's seeds).
-  """
+  NBEST_SIGNATURE = ""  # the signature that returns every beam
 
   def __init__(
-    self, model, source_tokenizer, target_tokenizer, options: DecodeOptions, decode="graph"
+    self, model, tokenizer, options: DecodeOptions, decode, *, truncate, name, max_length=None
   ):
-    super().__init__(model, source_tokenizer, name="seq2seq_export")
+    super().__init__(model, tokenizer, truncate, name=name)
     if decode not in DECODE_MODES:
       raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
-    self.target_tokenizer = target_tokenizer
+    if max_length is not None:
+      self.max_length = max_length
     self.options = options
     self.decode_mode = decode  # graph mode decodes any length as it comes: no length buckets
     # A beam export's best hypothesis is the n-best search's first: one search, one program.
@@ -135,23 +125,109 @@ class Seq2SeqExport(_Exportable):
 
   # --- The searches ---
 
-  def _search_best_padded(self, source_ids, seeds):
-    """The best hypothesis a row of a bucket-padded `[batch, bucket]` source, compiled with XLA
+  def _search_best_padded(self, ids, seeds):
+    """The best hypothesis a row of a bucket-padded `[batch, bucket]` input, compiled with XLA
     as `_best_padded`: every shape inside is static for a given (batch, bucket)."""
-    return decoding.decode(self.model, source_ids, self.options, seeds=seeds, padded_decode=True)
+    return decoding.decode(self.model, ids, self.options, seeds=seeds, padded_decode=True)
 
-  def _search_nbest_padded(self, source_ids):
-    """Every beam of a bucket-padded source, compiled with XLA as `_nbest_padded`."""
-    return decoding.nbest(self.model, source_ids, self.options, padded_decode=True)
+  def _search_nbest_padded(self, ids):
+    """Every beam of a bucket-padded input, compiled with XLA as `_nbest_padded`."""
+    return decoding.nbest(self.model, ids, self.options, padded_decode=True)
 
-  def _padded(self, search, source_ids, *args) -> decoding.Hypotheses:
-    """Runs `search` on the source padded to its length bucket. Limits come from each example's
-    own length, so columns past the unpadded buffer size are padding: trimming them gives
-    exactly the graph mode's output shape."""
-    length = tf.shape(source_ids)[1]
+  def _padded(self, search, ids, *args) -> decoding.Hypotheses:
+    """Runs `search` on the input padded to its length bucket, then `_trimmed`."""
+    length = tf.shape(ids)[1]
     buckets = tf.constant(self.length_buckets)
     bucket = tf.reduce_min(tf.boolean_mask(buckets, buckets >= length))
-    found = search(tf.pad(source_ids, [[0, 0], [0, bucket - length]]), *args)
+    return self._trimmed(search(tf.pad(ids, [[0, 0], [0, bucket - length]]), *args), ids)
+
+  def _trimmed(self, found: decoding.Hypotheses, ids) -> decoding.Hypotheses:
+    """A padded search's hypotheses in the graph mode's output shape (as they are, unless the
+    output length depends on the input's)."""
+    del ids
+    return found
+
+  def _nbest(self, ids) -> decoding.Hypotheses:
+    """int32 `[batch, length]` -> every beam: ids `[batch, beam, out_length]`, scores and
+    log_probs `[batch, beam]`, best first."""
+    if self.decode_mode == "xla":
+      return self._padded(self._nbest_padded, ids)
+    return decoding.nbest(self.model, ids, self.options)
+
+  def _best(self, ids, seeds=None) -> decoding.Hypotheses:
+    """int32 `[batch, length]` -> the best hypothesis a row as the options say: ids
+    `[batch, out_length]`, scores and log_probs `[batch]`. Sampling draws with `seeds` (int64
+    `[batch]`), else with the input's own (`decoding.source_seeds`)."""
+    if self._best_is_first_beam:
+      return decoding.first_beam(self._nbest(ids))
+    if seeds is None:
+      seeds = decoding.source_seeds(self.model, ids, self.options)
+    if self.decode_mode == "graph":
+      return decoding.decode(self.model, ids, self.options, seeds=seeds)
+    if seeds is None:  # the compiled search takes seeds whether it samples or not
+      seeds = tf.zeros([tf.shape(ids)[0]], tf.int64)
+    return self._padded(self._best_padded, ids, seeds)
+
+  def _answers(self, found: decoding.Hypotheses) -> dict:
+    raise NotImplementedError
+
+  def _sample(self, text, seed):
+    """Raw text `[batch]` and int64 seeds `[batch]` -> the signature's outputs `[batch]`: row i
+    drawn with seed[i] (the same seed and text, the same answer)."""
+    check = tf.debugging.assert_equal(
+      tf.shape(seed),
+      tf.shape(text),
+      message="seed must hold one int64 per text (a [batch] tensor like text)",
+    )
+    with tf.control_dependencies([check]):
+      seed = tf.identity(seed)
+    return self._answers(self._best(self._source_ids(text), seed))
+
+  def warmup_requests(self, texts, compiled_only=False):
+    """[(signature name, inputs)]: one request with `texts` for each text signature, or with
+    `compiled_only`, one for each distinct XLA program (serving_default's search and, unless it
+    is the same one, the n-best signature's; `sample` shares serving_default's)."""
+    texts = _text_array(texts)
+    requests = [("serving_default", {"text": texts})]
+    if not (compiled_only and self._best_is_first_beam):
+      requests.append((self.NBEST_SIGNATURE, {"text": texts}))
+    if self.options.strategy == SAMPLE and not compiled_only:
+      requests.append(("sample", {"text": texts, "seed": np.arange(len(texts), dtype=np.int64)}))
+    return requests
+
+
+class Seq2SeqExport(_DecodingExport):
+  """Signatures: serving_default (text -> translation, score, log_prob), translate_nbest (text
+  -> every beam's translation, score and log_prob, best first), translate_ids, encode, score,
+  and in an export whose options sample, `sample` (text and a seed per row -> translation,
+  score, log_prob).
+
+  Every signature decodes as `options` say (beam size, alpha, length limits, sampling settings);
+  translate_nbest always runs a beam search of options.beam_size. In a sampling export,
+  serving_default and translate_ids draw with `decoding.source_seeds` (options.seed mixed with a
+  fingerprint of each source's tokens): the same text gets the same answer whatever else is in
+  its request or its server-side batch, and the evaluation of the run drew the same samples.
+
+  decode="graph" runs the key/value-cached searches as graph-mode `tf.while_loop`s;
+  decode="xla" pads the source to a length bucket and runs the padded-cache searches compiled
+  with XLA (`jit_compile=True`): one program per (search, bucket, batch size), the same answers.
+  Searches that are the same computation share one compiled function (serving_default of a beam
+  export is translate_nbest's first beam; `sample` is serving_default with the caller's seeds).
+  """
+
+  NBEST_SIGNATURE = "translate_nbest"
+
+  def __init__(
+    self, model, source_tokenizer, target_tokenizer, options: DecodeOptions, decode="graph"
+  ):
+    super().__init__(
+      model, source_tokenizer, options, decode, truncate="right", name="seq2seq_export"
+    )
+    self.target_tokenizer = target_tokenizer
+
+  def _trimmed(self, found, source_ids):
+    """Limits come from each example's own length, so columns past the unpadded buffer size are
+    padding: trimming them gives exactly the graph mode's output shape."""
     width = decoding.decode_length(
       self.model,
       source_ids,
@@ -160,30 +236,9 @@ class Seq2SeqExport(_Exportable):
     )
     return found._replace(ids=found.ids[..., :width])
 
-  def _nbest(self, source_ids) -> decoding.Hypotheses:
-    """int32 `[batch, length]` -> every beam: ids `[batch, beam, out_length]`, scores and
-    log_probs `[batch, beam]`, best first."""
-    if self.decode_mode == "xla":
-      return self._padded(self._nbest_padded, source_ids)
-    return decoding.nbest(self.model, source_ids, self.options)
-
-  def _best(self, source_ids, seeds=None) -> decoding.Hypotheses:
-    """int32 `[batch, length]` -> the best hypothesis a row as the options say: ids
-    `[batch, min(length + extra, max_length)]`, scores and log_probs `[batch]`. Sampling draws
-    with `seeds` (int64 `[batch]`), else with the source's own (`decoding.source_seeds`)."""
-    if self._best_is_first_beam:
-      return decoding.first_beam(self._nbest(source_ids))
-    if seeds is None:
-      seeds = decoding.source_seeds(self.model, source_ids, self.options)
-    if self.decode_mode == "graph":
-      return decoding.decode(self.model, source_ids, self.options, seeds=seeds)
-    if seeds is None:  # the compiled search takes seeds whether it samples or not
-      seeds = tf.zeros([tf.shape(source_ids)[0]], tf.int64)
-    return self._padded(self._best_padded, source_ids, seeds)
-
   # --- Signatures ---
 
-  def _translations(self, found: decoding.Hypotheses):
+  def _answers(self, found: decoding.Hypotheses):
     """{"translation": detokenized text, "score", "log_prob"} of `[batch]` or `[batch, beam]`
     hypotheses."""
     ids = found.ids
@@ -195,25 +250,13 @@ class Seq2SeqExport(_Exportable):
   def serve_text(self, text):
     """Raw text `[batch]` -> {"translation": string `[batch]`, "score": float32 `[batch]`,
     "log_prob": float32 `[batch]`}."""
-    return self._translations(self._best(self._source_ids(text)))
+    return self._answers(self._best(self._source_ids(text)))
 
   @tf.function(input_signature=[TEXT])
   def translate_nbest(self, text):
     """Raw text `[batch]` -> every beam, best first: {"translation": string `[batch, beam]`,
     "score": float32 `[batch, beam]`, "log_prob": float32 `[batch, beam]`}."""
-    return self._translations(self._nbest(self._source_ids(text)))
-
-  def _sample(self, text, seed):
-    """Raw text `[batch]` and int64 seeds `[batch]` -> {"translation", "score", "log_prob"}
-    `[batch]`: row i drawn with seed[i] (the same seed and text, the same answer)."""
-    check = tf.debugging.assert_equal(
-      tf.shape(seed),
-      tf.shape(text),
-      message="seed must hold one int64 per text (a [batch] tensor like text)",
-    )
-    with tf.control_dependencies([check]):
-      seed = tf.identity(seed)
-    return self._translations(self._best(self._source_ids(text), seed))
+    return self._answers(self._nbest(self._source_ids(text)))
 
   @tf.function(input_signature=[IDS])
   def translate_ids(self, source_ids):
@@ -268,18 +311,6 @@ class Seq2SeqExport(_Exportable):
       signatures["sample"] = self.sample
     return signatures
 
-  def warmup_requests(self, texts, compiled_only=False):
-    """[(signature name, inputs)]: one request with `texts` for each text signature, or with
-    `compiled_only`, one for each distinct XLA program (serving_default's search and, unless it
-    is the same one, translate_nbest's; `sample` shares serving_default's)."""
-    texts = _text_array(texts)
-    requests = [("serving_default", {"text": texts})]
-    if not (compiled_only and self._best_is_first_beam):
-      requests.append(("translate_nbest", {"text": texts}))
-    if self.options.strategy == SAMPLE and not compiled_only:
-      requests.append(("sample", {"text": texts, "seed": np.arange(len(texts), dtype=np.int64)}))
-    return requests
-
 
 class ClassifierExport(_Exportable):
   """Signatures: serving_default (text -> label, probabilities), classify_ids, encode."""
@@ -325,7 +356,7 @@ class ClassifierExport(_Exportable):
     }
 
 
-class LanguageModelExport(_Exportable):
+class LanguageModelExport(_DecodingExport):
   """Signatures: serving_default and `generate` (text, the prompt -> "generation", its
   continuation, with "score" and "log_prob"), generate_nbest (every beam, best first),
   generate_ids (prompt ids -> continuation ids), in an export whose options sample `sample`
@@ -341,55 +372,21 @@ class LanguageModelExport(_Exportable):
 
   encode = None  # no encoder: the base's `encode` signature does not apply
 
+  NBEST_SIGNATURE = "generate_nbest"
+
   def __init__(self, model, tokenizer, options: DecodeOptions, decode="graph"):
-    super().__init__(model, tokenizer, truncate="left", name="language_model_export")
-    if decode not in DECODE_MODES:
-      raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
-    self.max_length = model.config.max_length - 1  # a prompt's pieces: BOS takes one position
-    self.options = options
-    self.decode_mode = decode
-    self._best_is_first_beam = options.strategy == BEAM and options.beam_size > 1
-    if decode == "xla":
-      self.length_buckets = tuple(shapes.length_buckets(self.max_length, SMALLEST_SOURCE_BUCKET))
-      self._nbest_padded = tf.function(
-        lambda ids: decoding.nbest(self.model, ids, self.options, padded_decode=True),
-        input_signature=[IDS],
-        jit_compile=True,
-      )
-      if not self._best_is_first_beam:
-        self._best_padded = tf.function(
-          lambda ids, seeds: decoding.decode(
-            self.model, ids, self.options, seeds=seeds, padded_decode=True
-          ),
-          input_signature=[IDS, SEEDS],
-          jit_compile=True,
-        )
-    if options.strategy == SAMPLE:
-      self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS])
+    # A prompt's pieces: BOS takes one position.
+    super().__init__(
+      model,
+      tokenizer,
+      options,
+      decode,
+      truncate="left",
+      name="language_model_export",
+      max_length=model.config.max_length - 1,
+    )
 
-  def _bucketed(self, search, ids, *args):
-    length = tf.shape(ids)[1]
-    buckets = tf.constant(self.length_buckets)
-    bucket = tf.reduce_min(tf.boolean_mask(buckets, buckets >= length))
-    return search(tf.pad(ids, [[0, 0], [0, bucket - length]]), *args)
-
-  def _nbest(self, ids) -> decoding.Hypotheses:
-    if self.decode_mode == "xla":
-      return self._bucketed(self._nbest_padded, ids)
-    return decoding.nbest(self.model, ids, self.options)
-
-  def _best(self, ids, seeds=None) -> decoding.Hypotheses:
-    if self._best_is_first_beam:
-      return decoding.first_beam(self._nbest(ids))
-    if seeds is None:
-      seeds = decoding.source_seeds(self.model, ids, self.options)
-    if self.decode_mode == "graph":
-      return decoding.decode(self.model, ids, self.options, seeds=seeds)
-    if seeds is None:  # the compiled search takes seeds whether it samples or not
-      seeds = tf.zeros([tf.shape(ids)[0]], tf.int64)
-    return self._bucketed(self._best_padded, ids, seeds)
-
-  def _generations(self, found: decoding.Hypotheses):
+  def _answers(self, found: decoding.Hypotheses):
     ids = found.ids
     rows = tf.reshape(ids, [-1, tf.shape(ids)[-1]])  # [batch (* beam), length]
     text = tf.reshape(self.source_tokenizer.detokenize(rows), tf.shape(ids)[:-1])
@@ -399,24 +396,13 @@ class LanguageModelExport(_Exportable):
   def generate(self, text):
     """Prompts `[batch]` -> {"generation": string `[batch]`, "score", "log_prob": float32
     `[batch]`}."""
-    return self._generations(self._best(self._source_ids(text)))
+    return self._answers(self._best(self._source_ids(text)))
 
   @tf.function(input_signature=[TEXT])
   def generate_nbest(self, text):
     """Prompts `[batch]` -> every beam, best first: {"generation": string `[batch, beam]`,
     "score", "log_prob": float32 `[batch, beam]`}."""
-    return self._generations(self._nbest(self._source_ids(text)))
-
-  def _sample(self, text, seed):
-    """Prompts and int64 seeds `[batch]` -> {"generation", "score", "log_prob"} `[batch]`."""
-    check = tf.debugging.assert_equal(
-      tf.shape(seed),
-      tf.shape(text),
-      message="seed must hold one int64 per text (a [batch] tensor like text)",
-    )
-    with tf.control_dependencies([check]):
-      seed = tf.identity(seed)
-    return self._generations(self._best(self._source_ids(text), seed))
+    return self._answers(self._nbest(self._source_ids(text)))
 
   @tf.function(input_signature=[IDS])
   def generate_ids(self, source_ids):
@@ -451,14 +437,3 @@ class LanguageModelExport(_Exportable):
     if self.options.strategy == SAMPLE:
       signatures["sample"] = self.sample
     return signatures
-
-  def warmup_requests(self, texts, compiled_only=False):
-    """One request with `texts` for each text signature, or with `compiled_only`, one for each
-    distinct XLA program (generate's search and, unless it is the same, generate_nbest's)."""
-    texts = _text_array(texts)
-    requests = [("serving_default", {"text": texts})]
-    if not (compiled_only and self._best_is_first_beam):
-      requests.append(("generate_nbest", {"text": texts}))
-    if self.options.strategy == SAMPLE and not compiled_only:
-      requests.append(("sample", {"text": texts, "seed": np.arange(len(texts), dtype=np.int64)}))
-    return requests
