@@ -94,6 +94,29 @@ def own_lines(text):
   return [line for line in text.splitlines() if line.strip() and not _OTHER_LIBRARIES.match(line)]
 
 
+def run_workers(run_dir, *flags, count=2):
+  """Trains with MultiWorkerMirroredStrategy: `count` processes on loopback, one TF_CONFIG
+  each; asserts each succeeded and returns their outputs (stdout and stderr together)."""
+  cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(count)]}
+  processes = [
+    subprocess.Popen(
+      train_command(run_dir, *flags, "--strategy=multi_worker"),
+      cwd=REPO,
+      env=environment(
+        TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+      ),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for index in range(count)
+  ]
+  outputs = [process.communicate(timeout=300)[0] for process in processes]
+  for process, output in zip(processes, outputs):
+    assert process.returncode == 0, output[-4000:]
+  return outputs
+
+
 def snapshot(directory):
   """{relative path: (mtime_ns, sha256)} of every file under `directory` (symlinked folders
   not followed): equal before and after means no file was added, removed or rewritten."""

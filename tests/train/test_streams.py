@@ -195,38 +195,16 @@ def test_a_shared_vocabulary_serves_both_sides_and_ties_the_embeddings(shards, t
 
 @pytest.mark.slow
 def test_two_workers_on_loopback_read_their_own_files(tmp_path):
-  import subprocess
-
-  from train_helpers import REPO, environment, free_ports, logged_steps, train_command
+  from train_helpers import logged_steps, run_workers
 
   for shard, letter in enumerate("ab"):
     _write(
       tmp_path / f"part-{shard}.tsv",
       [f"{letter}{i}\t{letter.upper()}{i}".encode() for i in range(64)],
     )
-  cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-  processes = []
-  for index in range(2):
-    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-    processes.append(
-      subprocess.Popen(
-        train_command(
-          tmp_path / "run",
-          "--task=tsv",
-          f"--train_file={tmp_path}/part-*.tsv",
-          "--train_steps=3",
-          "--strategy=multi_worker",
-        ),
-        cwd=REPO,
-        env=environment(TF_CONFIG=tf_config),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-      )
-    )
-  outputs = [p.communicate(timeout=300)[0] for p in processes]
-  for process, output in zip(processes, outputs):
-    assert process.returncode == 0, output[-4000:]
+  outputs = run_workers(
+    tmp_path / "run", "--task=tsv", f"--train_file={tmp_path}/part-*.tsv", "--train_steps=3"
+  )
   for index, output in enumerate(outputs):
     assert f"worker {index} of 2 reads 1 of the 2 training files: part-{index}.tsv" in output
   assert [r["step"] for r in logged_steps(tmp_path / "run")] == [1, 2, 3]

@@ -11,12 +11,12 @@ from train_helpers import (
   REPO,
   assert_same_variables,
   environment,
-  free_ports,
   kill,
   latest_variables,
   logged_steps,
   run_train,
   run_trains,
+  run_workers,
   start_train,
   train_command,
   wait_for_step,
@@ -81,24 +81,7 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_and_exit_cleanly(tmp_path):
 
 
 def test_two_workers_train_with_multi_worker_mirrored_strategy(tmp_path):
-  ports = free_ports(2)
-  cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
-  processes = []
-  for index in range(2):
-    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-    processes.append(
-      subprocess.Popen(
-        train_command(tmp_path, "--train_steps=3", "--strategy=multi_worker"),
-        cwd=REPO,
-        env=environment(TF_CONFIG=tf_config),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-      )
-    )
-  outputs = [p.communicate(timeout=300)[0] for p in processes]
-  for process, output in zip(processes, outputs):
-    assert process.returncode == 0, output[-4000:]
+  outputs = run_workers(tmp_path, "--train_steps=3")
   assert "with 2 replica(s)" in outputs[0]  # MultiWorkerMirroredStrategy, 2 workers
   assert [r["step"] for r in logged_steps(tmp_path)] == [1, 2, 3]
   assert not (tmp_path / "tmp_workers" / "worker_1").exists() or not any(
