@@ -8,7 +8,7 @@ RUN_DIR ?= runs/default
 MODEL_BASE ?= models/tfattn
 PORT ?= 8501
 # Test processes side by side (pytest-xdist); each test file runs whole in one of them, so a
-# module's fixtures are built once.
+# module's fixtures are built once, and the longest files start first (tests/conftest.py).
 TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint venv bench clean
@@ -31,11 +31,11 @@ run: venv
 	$(PY) -m serving.demo --run_dir=$(RUN_DIR) --model_base_path=$(MODEL_BASE) --port=$(PORT)
 
 test: venv lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
 # The unit tests only (no subprocess, no training run): under a minute.
 test-fast: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" tests
 
 lint: venv
 	$(PY) -m ruff check .

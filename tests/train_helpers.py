@@ -29,6 +29,9 @@ SMALL_RUN = [
   "--test_examples=16",
   "--warmup_steps=10",
   "--decode_strategy=greedy",
+  # No attention pictures (matplotlib draws them in ~1 s of a run); the runs that check them
+  # ask for them.
+  "--attention_images=0",
 ]
 
 

@@ -7,17 +7,23 @@ import time
 import tensorflow as tf
 from absl import logging
 
-# Timed calls of the peak measurement: at least this many, the median taken.
+# Timed calls of the peak measurement: at least this many, the median taken. A GPU call takes
+# milliseconds; a CPU call ~0.1 s of a run's start (three keep one slowed call from deciding).
 _PEAK_REPEATS = 7
+_CPU_PEAK_REPEATS = 3
 
 
-def measure_matmul_peak(device, dtype, size=None, seconds=0.5, repeats=_PEAK_REPEATS):
+def measure_matmul_peak(device, dtype, size=None, seconds=None, repeats=None):
   """FLOP/s of one square matmul of `dtype` on `device`: the median of at least `repeats`
   timed calls (and as many more as fit in `seconds`, up to 50), so one call slowed by another
   process does not decide it. The denominator of MFU (what this device and TensorFlow reach,
-  not a data-sheet number); always > 0."""
+  not a data-sheet number); always > 0. By default a GPU is timed for 0.5 s, a CPU 3 calls."""
   on_gpu = "GPU" in device.upper()
   size = size or (8192 if on_gpu else 1024)
+  if seconds is None:
+    seconds = 0.5 if on_gpu else 0.0
+  if repeats is None:
+    repeats = _PEAK_REPEATS if on_gpu else _CPU_PEAK_REPEATS
   with tf.device(device):
     a = tf.random.stateless_normal([size, size], seed=[1, 2], dtype=tf.float32)
     a = tf.cast(a, dtype)

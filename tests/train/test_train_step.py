@@ -122,6 +122,7 @@ def averaging_runs(tmp_path_factory):
       "--train_steps=6",
       "--eval_every=2",
       "--keep_best_by=token_accuracy",
+      "--attention_images=3",
       f"--export_base_path={tmp / 'best_models'}",
     ),
   )
