@@ -4,15 +4,17 @@ program extends it with batches, loss and evaluation (`train/kinds.py`: `Trainin
 export with its serving module (`serving/export.py`: `ExportKind`); each layer keeps a registry
 by name, and a test checks that the three registries hold the same kinds. Nothing tests a
 kind's name.
+
+This module imports no TensorFlow (the models do, when one is built): the training program
+reads the kind names while it parses its flags, before TensorFlow loads.
 """
 
-from typing import Dict, Protocol, Tuple, runtime_checkable
-
-import tensorflow as tf
+from typing import TYPE_CHECKING, Dict, Protocol, Tuple, runtime_checkable
 
 from tfattn.config import TransformerConfig
-from tfattn.language_model import LanguageModel
-from tfattn.transformer import EncoderClassifier, Transformer
+
+if TYPE_CHECKING:
+  import tensorflow as tf
 
 SEQ2SEQ, CLASSIFICATION, LANGUAGE_MODEL = "seq2seq", "classification", "language_model"
 
@@ -30,7 +32,7 @@ class ModelKind(Protocol):
   name: str
   vocabulary_sides: Tuple[str, ...]
 
-  def build_model(self, config: TransformerConfig) -> tf.Module:
+  def build_model(self, config: TransformerConfig) -> "tf.Module":
     """A new model of this kind with every variable created."""
 
   def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
@@ -43,7 +45,9 @@ class Seq2SeqModel:
   name = SEQ2SEQ
   vocabulary_sides: Tuple[str, ...] = ("source", "target")
 
-  def build_model(self, config: TransformerConfig) -> tf.Module:
+  def build_model(self, config: TransformerConfig) -> "tf.Module":
+    from tfattn.transformer import Transformer
+
     return Transformer(config)
 
   def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
@@ -56,7 +60,9 @@ class ClassifierModel:
   name = CLASSIFICATION
   vocabulary_sides: Tuple[str, ...] = ("source",)
 
-  def build_model(self, config: TransformerConfig) -> tf.Module:
+  def build_model(self, config: TransformerConfig) -> "tf.Module":
+    from tfattn.transformer import EncoderClassifier
+
     return EncoderClassifier(config)
 
   def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
@@ -70,7 +76,9 @@ class LanguageModelKind:
   name = LANGUAGE_MODEL
   vocabulary_sides: Tuple[str, ...] = ("source",)
 
-  def build_model(self, config: TransformerConfig) -> tf.Module:
+  def build_model(self, config: TransformerConfig) -> "tf.Module":
+    from tfattn.language_model import LanguageModel
+
     return LanguageModel(config)
 
   def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:

@@ -12,13 +12,12 @@ import shutil
 import subprocess
 import sys
 
-cli.start_tensorflow_quietly()  # before the imports below bring TensorFlow in
+from absl import flags, logging
 
-from absl import flags, logging  # noqa: E402
-
-from tfattn.decode_options import DecodeOptions  # noqa: E402
-from train import resume  # noqa: E402
-from train.run_config import FLAGLESS, RunConfig  # noqa: E402
+# These import no TensorFlow: the flags are defined, parsed and checked without it.
+from tfattn.decode_options import DecodeOptions
+from train import resume
+from train.run_config import FLAGLESS, RunConfig
 
 FLAGS = flags.FLAGS
 UNSET = "the recipe's, then the task's value"
@@ -105,18 +104,22 @@ def _train(trainer):
 
 def main(argv):
   del argv  # cli.run refuses positional arguments
-  from train.trainer import final_metrics
-
+  # The flags, the saved run and the directories are checked before TensorFlow loads (the
+  # Trainer brings it in): a mistake there is told at once.
   _check_directory("run_dir", FLAGS.run_dir)
   try:
     config = config_from_flags()
+    config.check()  # the values as given (the Trainer checks them again once resolved)
   except ValueError as error:
     raise cli.UsageError(str(error)) from None
   _check_directory("export_base_path", config.export_base_path)
+  cli.start_tensorflow_quietly()  # the first import of TensorFlow, its start-up lines filtered
   trainer = _make_trainer(config)
   result = _train(trainer)
   if result is None:
     return
+  from train.trainer import final_metrics
+
   print("\n".join(final_metrics(result)))
   if config.export_base_path and trainer.is_chief:
     _export(config)

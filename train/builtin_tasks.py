@@ -6,6 +6,7 @@ Validation and test examples are held out: no source appears in two roles.
 
 import random
 
+from train.flag_choices import BUILTIN_TASKS  # the names of MAKERS, in order
 from train.number_words import number_to_words
 from train.task import BUILTIN_DEFAULTS, SEQ2SEQ, Task, strings_dataset
 
@@ -45,7 +46,6 @@ MAKERS = {
   "sort": _algorithmic(sorted),
   "addition": _addition,
 }
-BUILTIN_TASKS = tuple(MAKERS)
 
 
 def _always(source):

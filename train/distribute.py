@@ -6,15 +6,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
-STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")
+from train.flag_choices import CPU_STEPS_PER_LOOP, GPU_STEPS_PER_LOOP, STRATEGIES
 
-
-# The automatic --steps_per_loop. On a GPU a step is ~1 ms of device work behind ~16 ms of host
-# time when the host reads every step (issue 31): many steps per call. On the CPU the device is
-# the host, so what a loop saves is the per-call overhead; the value measured best on a 2-core
-# CPU (WORKSPACE_NOTES, issue 31). Loops still end at every log, checkpoint and evaluation step.
-GPU_STEPS_PER_LOOP = 1000
-CPU_STEPS_PER_LOOP = 50
 # Memory left to TensorFlow's own use and other processes when a GPU is split.
 _SPLIT_GPU_SHARE = 0.9
 _FALLBACK_GPU_MB = 16384

@@ -11,7 +11,7 @@ paper's placement), so they keep it.
 import dataclasses
 from typing import Mapping, Tuple
 
-from train.task import CLASSIFICATION, SEQ2SEQ
+from tfattn.kinds import CLASSIFICATION, SEQ2SEQ
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,17 +14,20 @@ import dataclasses
 import json
 from typing import Any, Dict, Optional
 
-import tfattn
 from tfattn import settings
-from tfattn.config import PRESETS
+from tfattn.config import PRESETS, TransformerConfig
 from tfattn.decode_options import DecodeOptions
-from train import distribute, recipes
-from train.distribute import STRATEGIES
+from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, MODEL_KINDS, SEQ2SEQ
+from train import recipes
 from train.files import write_json_atomically
-from train.kinds import TRAINING_KINDS
-from train.task import CLASSIFICATION, LANGUAGE_MODEL, SEQ2SEQ
-from train.tasks import TASK_NAMES, TFDS_TASKS
-from train.tokenizer import TOKENIZERS
+from train.flag_choices import (
+  CPU_STEPS_PER_LOOP,
+  GPU_STEPS_PER_LOOP,
+  STRATEGIES,
+  TASK_NAMES,
+  TFDS_TASKS,
+  TOKENIZERS,
+)
 
 # Resume policies.
 MUST_MATCH = "must match"  # decides what is learned: a resumed run must keep the value
@@ -137,7 +140,7 @@ class RunConfig:
     SEQ2SEQ,
     "What the TSV's second column is: the target text (seq2seq) or an integer label "
     "(classification).",
-    choices=tuple(TRAINING_KINDS),
+    choices=tuple(MODEL_KINDS),
     resume=MUST_MATCH,
   )
   recipe: Optional[str] = run_setting(
@@ -311,7 +314,7 @@ class RunConfig:
     "Loops end early at log, checkpoint and evaluation steps; Ctrl-C saves at the end of the "
     "current loop. The weights do not depend on it.",
     above=0,
-    unset=f"{distribute.GPU_STEPS_PER_LOOP} on a GPU, {distribute.CPU_STEPS_PER_LOOP} on a CPU",
+    unset=f"{GPU_STEPS_PER_LOOP} on a GPU, {CPU_STEPS_PER_LOOP} on a CPU",
     resume=FOLLOWS_MACHINE,
   )
   # Book-keeping, evaluation, export.
@@ -477,7 +480,7 @@ class RunConfig:
 
   def model_config(
     self, source_vocab_size: int, target_vocab_size: int, num_classes: int
-  ) -> tfattn.TransformerConfig:
+  ) -> TransformerConfig:
     """The model this configuration describes, for the given vocabularies."""
     overrides = dict(
       source_vocab_size=source_vocab_size,
@@ -502,7 +505,7 @@ class RunConfig:
     ):
       if value is not None:
         overrides[field] = value
-    return tfattn.TransformerConfig.preset(self.model, **overrides)
+    return TransformerConfig.preset(self.model, **overrides)
 
   # --- files ----------------------------------------------------------------------------
 

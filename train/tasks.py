@@ -6,13 +6,11 @@
 * `text`: plain text files, one text a line, for the language model (`train/kinds.py`).
 """
 
-from train.builtin_tasks import BUILTIN_TASKS, builtin_task
+from train.builtin_tasks import builtin_task
+from train.flag_choices import BUILTIN_TASKS, TASK_NAMES, TEXT, TFDS_TASKS, TSV
 from train.task import CLASSIFICATION, SEQ2SEQ, Task  # noqa: F401 (the names users import)
-from train.tfds_tasks import TFDS_TASKS, tfds_task
+from train.tfds_tasks import tfds_task
 from train.tsv_tasks import tsv_task
-
-TSV, TEXT = "tsv", "text"
-TASK_NAMES = BUILTIN_TASKS + TFDS_TASKS + (TSV, TEXT)
 
 
 def get_task(config) -> Task:

@@ -15,6 +15,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfattn.kinds import LANGUAGE_MODEL
+from train.flag_choices import TFDS_TASKS  # the names of DATASETS, in order
 from train.task import (
   CLASSIFICATION,
   CLASSIFICATION_DEFAULTS,
@@ -131,7 +132,6 @@ DATASETS = {
     ),
   )
 }
-TFDS_TASKS = tuple(DATASETS)
 
 
 class DataUnavailableError(ValueError):

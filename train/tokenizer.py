@@ -14,9 +14,8 @@ from absl import logging
 
 from tfattn import text
 from train.files import write_bytes_atomically, write_text_atomically
+from train.flag_choices import SENTENCEPIECE, TOKENIZERS, WORDPIECE  # noqa: F401
 
-SENTENCEPIECE, WORDPIECE = "sentencepiece", "wordpiece"
-TOKENIZERS = (SENTENCEPIECE, WORDPIECE)
 # Byte fallback spends 256 ids on raw bytes: only worth it (and possible) in larger vocabularies.
 _BYTE_FALLBACK_MIN_VOCAB = 512
 

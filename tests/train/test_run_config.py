@@ -125,3 +125,27 @@ def test_the_effective_configuration_is_logged_in_readable_columns():
   assert len(lines) < len(expected) and all(line.startswith("  ") for line in lines)
   assert all(len(line) <= 100 for line in lines if line.strip() not in long_values)
   assert [line.strip() for line in lines[-len(long_values) :]] == long_values
+
+
+def test_the_flag_choices_are_the_names_of_the_registries():
+  """train/flag_choices.py declares the names without TensorFlow; the registries implement
+  exactly them, in the same order (the order --help lists them in)."""
+  from train import builtin_tasks, flag_choices, tfds_tasks
+
+  assert tuple(builtin_tasks.MAKERS) == flag_choices.BUILTIN_TASKS
+  assert tuple(tfds_tasks.DATASETS) == flag_choices.TFDS_TASKS
+
+
+@pytest.mark.slow  # a fresh interpreter, to see what an import brings in
+def test_the_flags_are_defined_and_checked_without_tensorflow():
+  import subprocess
+  import sys
+
+  code = (
+    "import sys; import cli, tfattn, train.run_config, train.resume, train.flag_choices, "
+    "tfattn.decode_options, tfattn.kinds, train.recipes; "
+    "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'numpy')))"
+  )
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == "[]"

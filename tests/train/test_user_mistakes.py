@@ -330,3 +330,25 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
       result.stdout[:3000],
     )
   assert "(default:" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_flag_mistake_is_told_before_tensorflow_loads(tmp_path):
+  """The flags, the saved run and the directories are checked first: a mistake there costs a
+  fraction of a second, not TensorFlow's import."""
+  result = subprocess.run(
+    [sys.executable, "-X", "importtime", "-m", "train", "--batch_size=0", f"--run_dir={tmp_path}"],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert result.returncode == 2
+  imported = {
+    line.rsplit("|", 1)[1].strip()
+    for line in result.stderr.splitlines()
+    if line.startswith("import time:")
+  }
+  assert "train.run_config" in imported and "tensorflow" not in imported
+  assert own_lines(result.stderr)[-1] == "train: error: --batch_size must be positive, got 0"
