@@ -172,6 +172,7 @@ def compare_decoders(args):
       lambda s: decoding.greedy_decode(model, s, max_decode_length=length, **kwargs).ids,
       input_signature=[spec],
       jit_compile=kwargs.get("padded_decode", False),
+      autograph=False,
     )
 
   def call(fn):
@@ -196,6 +197,7 @@ def compare_decoders(args):
   beam = tf.function(
     lambda s: decoding.beam_decode(model, s, beam_size=4, alpha=0.6, max_decode_length=length).ids,
     input_signature=[spec],
+    autograph=False,
   )
   seconds = common.interleaved_medians(
     {
@@ -230,6 +232,7 @@ def compare_sampling(args, model, source, greedy, xla_greedy, length):
       ),
       input_signature=spec,
       jit_compile=padded_decode,
+      autograph=False,
     )
     return lambda: fn(source, seeds).numpy()
 

@@ -60,7 +60,7 @@ def main(argv):
       if "threefry" in name and not jit:
         continue  # TensorFlow's CPU/GPU kernels implement ThreeFry only under XLA
 
-      @tf.function(jit_compile=jit)
+      @tf.function(jit_compile=jit, autograph=False)
       def step(drop=drop):
         with tf.GradientTape() as tape:
           y = drop(x, rng.make_seeds(1)[:, 0])

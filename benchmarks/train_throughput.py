@@ -157,7 +157,7 @@ class KerasTransformer(keras.Model):
 def make_step(model_fn, variables, optimizer, jit):
   spec = tf.TensorSpec([None, None], tf.int32)
 
-  @tf.function(input_signature=[spec, spec, spec], jit_compile=jit)
+  @tf.function(input_signature=[spec, spec, spec], jit_compile=jit, autograph=False)
   def step(source, target_in, target_out):
     with tf.GradientTape() as tape:
       token_losses, weights = losses.label_smoothed_cross_entropy(  # sparse, float32

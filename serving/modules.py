@@ -79,7 +79,7 @@ class _Exportable(tf.Module):
     with tf.control_dependencies(checks):
       return tf.identity(ids)
 
-  @tf.function(input_signature=[IDS])
+  @tf.function(input_signature=[IDS], autograph=False)
   def encode(self, source_ids):
     """Token ids -> encoder states `[batch, length, d_model]` (padding rows are masked)."""
     source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
@@ -114,14 +114,14 @@ class _DecodingExport(_Exportable):
     if decode == "xla":  # only then: a graph export holds no must-compile function
       self.length_buckets = tuple(shapes.length_buckets(self.max_length, SMALLEST_SOURCE_BUCKET))
       self._nbest_padded = tf.function(
-        self._search_nbest_padded, input_signature=[IDS], jit_compile=True
+        self._search_nbest_padded, input_signature=[IDS], jit_compile=True, autograph=False
       )
       if not self._best_is_first_beam:
         self._best_padded = tf.function(
-          self._search_best_padded, input_signature=[IDS, SEEDS], jit_compile=True
+          self._search_best_padded, input_signature=[IDS, SEEDS], jit_compile=True, autograph=False
         )
     if options.strategy == SAMPLE:  # the signature exists only where it samples
-      self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS])
+      self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS], autograph=False)
 
   # --- The searches ---
 
@@ -246,19 +246,19 @@ class Seq2SeqExport(_DecodingExport):
     text = tf.reshape(self.target_tokenizer.detokenize(rows), tf.shape(ids)[:-1])
     return {"translation": text, "score": found.scores, "log_prob": found.log_probs}
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def serve_text(self, text):
     """Raw text `[batch]` -> {"translation": string `[batch]`, "score": float32 `[batch]`,
     "log_prob": float32 `[batch]`}."""
     return self._answers(self._best(self._source_ids(text)))
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def translate_nbest(self, text):
     """Raw text `[batch]` -> every beam, best first: {"translation": string `[batch, beam]`,
     "score": float32 `[batch, beam]`, "log_prob": float32 `[batch, beam]`}."""
     return self._answers(self._nbest(self._source_ids(text)))
 
-  @tf.function(input_signature=[IDS])
+  @tf.function(input_signature=[IDS], autograph=False)
   def translate_ids(self, source_ids):
     """Token ids -> {"ids": int32 `[batch, length]` ending in END, "score": float32 `[batch]`,
     "log_prob": float32 `[batch]`}."""
@@ -267,7 +267,7 @@ class Seq2SeqExport(_DecodingExport):
     )
     return {"ids": found.ids, "score": found.scores, "log_prob": found.log_probs}
 
-  @tf.function(input_signature=[IDS, TARGET_IDS])
+  @tf.function(input_signature=[IDS, TARGET_IDS], autograph=False)
   def score(self, source_ids, target_ids):
     """log p(target_ids | source_ids), teacher-forced; target_ids end with END, 0 = padding.
 
@@ -281,12 +281,12 @@ class Seq2SeqExport(_DecodingExport):
     mask = tf.cast(tf.not_equal(target_ids, self.model.config.pad_id), tf.float32)
     return {"log_prob": tf.reduce_sum(token_log_probs * mask, axis=1)}
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def __call__(self, text):
     """Reusable SavedModel entry: `[batch]` text -> `[batch]` translations."""
     return self.serve_text(text)["translation"]
 
-  @tf.function(input_signature=attention_export.SEQ2SEQ_INPUTS)
+  @tf.function(input_signature=attention_export.SEQ2SEQ_INPUTS, autograph=False)
   def attention(self, text, target, layer):
     """Attention maps: text `[batch]`, target `[batch]` ("" = the model's own translation,
     decoded as serving_default decodes), layer int32 `[batch]` (-1 = every layer) -> pieces and
@@ -322,24 +322,24 @@ class ClassifierExport(_Exportable):
     probabilities = tf.nn.softmax(self.model(source_ids))
     return {"label": tf.argmax(probabilities, axis=-1), "probabilities": probabilities}
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def serve_text(self, text):
     """Raw text `[batch]` -> {"label": int64 `[batch]`, "probabilities": `[batch, classes]`}."""
     return self._classify(self._source_ids(text))
 
-  @tf.function(input_signature=[IDS])
+  @tf.function(input_signature=[IDS], autograph=False)
   def classify_ids(self, source_ids):
     """Token ids -> {"label": int64 `[batch]`, "probabilities": `[batch, classes]`}."""
     return self._classify(
       self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
     )
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def __call__(self, text):
     """Reusable SavedModel entry: `[batch]` text -> `[batch, classes]` probabilities."""
     return self.serve_text(text)["probabilities"]
 
-  @tf.function(input_signature=attention_export.CLASSIFIER_INPUTS)
+  @tf.function(input_signature=attention_export.CLASSIFIER_INPUTS, autograph=False)
   def attention(self, text, layer):
     """Attention maps: text `[batch]`, layer int32 `[batch]` (-1 = every layer) -> pieces,
     self-attention weights, label and probabilities (`serving/attention_export.py`)."""
@@ -392,19 +392,19 @@ class LanguageModelExport(_DecodingExport):
     text = tf.reshape(self.source_tokenizer.detokenize(rows), tf.shape(ids)[:-1])
     return {"generation": text, "score": found.scores, "log_prob": found.log_probs}
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def generate(self, text):
     """Prompts `[batch]` -> {"generation": string `[batch]`, "score", "log_prob": float32
     `[batch]`}."""
     return self._answers(self._best(self._source_ids(text)))
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def generate_nbest(self, text):
     """Prompts `[batch]` -> every beam, best first: {"generation": string `[batch, beam]`,
     "score", "log_prob": float32 `[batch, beam]`}."""
     return self._answers(self._nbest(self._source_ids(text)))
 
-  @tf.function(input_signature=[IDS])
+  @tf.function(input_signature=[IDS], autograph=False)
   def generate_ids(self, source_ids):
     """Prompt ids (padding 0) -> {"ids": int32 `[batch, length]` ending in END, "score",
     "log_prob"}."""
@@ -413,12 +413,12 @@ class LanguageModelExport(_DecodingExport):
     )
     return {"ids": found.ids, "score": found.scores, "log_prob": found.log_probs}
 
-  @tf.function(input_signature=[TEXT])
+  @tf.function(input_signature=[TEXT], autograph=False)
   def __call__(self, text):
     """Reusable SavedModel entry: `[batch]` prompts -> `[batch]` continuations."""
     return self.generate(text)["generation"]
 
-  @tf.function(input_signature=attention_export.CLASSIFIER_INPUTS)
+  @tf.function(input_signature=attention_export.CLASSIFIER_INPUTS, autograph=False)
   def attention(self, text, layer):
     """Attention maps: text `[batch]`, layer int32 `[batch]` (-1 = every layer) -> the pieces
     (START, then the text's) and the causal self-attention (`serving/attention_export.py`)."""

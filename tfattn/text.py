@@ -100,12 +100,12 @@ class SentencePieceTokenizer(tf.Module):
     if reserved != list(RESERVED_TOKENS):
       raise ValueError(f"{model_path}: ids 0..3 must be {list(RESERVED_TOKENS)}, got {reserved}")
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def tokenize(self, strings):
     """`[batch]` strings -> ragged int32 `[batch, (tokens)]`, without START/END."""
     return self._sentencepiece.tokenize(strings)
 
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
   def detokenize(self, ids):
     """int32 `[batch, length]` -> `[batch]` strings; stops at END, drops PAD, START and END."""
     return self._sentencepiece.detokenize(_visible_ids(ids))
@@ -134,13 +134,13 @@ class WordPieceTokenizer(tf.Module):
       vocab_path, token_out_type=tf.int64, unknown_token=UNK
     )
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def tokenize(self, strings):
     """`[batch]` strings -> ragged int32 `[batch, (tokens)]`, without START/END."""
     pieces = self._wordpiece.tokenize(split_words(strings, self.lower_case))
     return tf.cast(pieces.merge_dims(-2, -1), tf.int32)
 
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
   def detokenize(self, ids):
     """int32 `[batch, length]` -> `[batch]` strings; stops at END, drops PAD, START and END."""
     tokens = tf.gather(self.vocab, _visible_ids(ids))

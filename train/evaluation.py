@@ -35,7 +35,9 @@ def make_decoder(model, options: DecodeOptions):
       model, source, options, seeds=decoding.source_seeds(model, source, options)
     ).ids
 
-  return tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  return tf.function(
+    decode, input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False
+  )
 
 
 def _first_rows(batch, count):
@@ -49,7 +51,9 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, options: De
   reference texts ("target_text" in the batches, see `train.data.seq2seq_dataset`)."""
   decode = make_decoder(model, options)
   teacher_forced = tf.function(
-    lambda s, t: model(s, t), input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2
+    lambda s, t: model(s, t),
+    input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2,
+    autograph=False,
   )
   correct_tokens = total_tokens = 0.0
   hypotheses, references = [], []
@@ -79,7 +83,9 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, options: De
 
 def evaluate_classification(model, dataset, max_examples):
   predict = tf.function(
-    lambda ids: tf.argmax(model(ids), -1), input_signature=[tf.TensorSpec([None, None], tf.int32)]
+    lambda ids: tf.argmax(model(ids), -1),
+    input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    autograph=False,
   )
   correct = seen = 0
   for batch in dataset:

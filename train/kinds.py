@@ -311,7 +311,7 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     "token_accuracy", "examples"}."""
     del tokenizers, config  # judged on token ids
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
     def sums(source):
       inputs, targets = self.inputs_and_targets({"source": source})
       nll, count = perplexity_sums(model, inputs, targets)

@@ -29,7 +29,7 @@ def measure_matmul_peak(device, dtype, size=None, seconds=None, repeats=None):
     a = tf.cast(a, dtype)
     b = tf.cast(tf.random.stateless_normal([size, size], seed=[3, 4]), dtype)
 
-    @tf.function
+    @tf.function(autograph=False)
     def chain(x, y):
       # Several dependent products per call so the launch cost is amortised.
       for _ in range(4):

@@ -284,7 +284,7 @@ class Trainer:
       return tape.gradient(to_differentiate, variables), sums
 
     if self.config.jit_compile:
-      gradients = tf.function(gradients, jit_compile=True)
+      gradients = tf.function(gradients, jit_compile=True, autograph=False)
 
     def replica_step(worker_batches):
       replica = tf.distribute.get_replica_context()
@@ -312,11 +312,11 @@ class Trainer:
       optimizer.apply_gradients(zip(grads, variables))
       return totals
 
-    @tf.function
+    # TensorFlow's own loop, not AutoGraph's rewrite of a Python one: nothing in the training
+    # graph needs AutoGraph, whose conversion of every function it calls costs seconds a trace.
+    @tf.function(autograph=False)
     def train_loop(iterator, steps):
-      totals = _zero_sums()
-      shapes = tf.TensorArray(tf.int32, size=steps * micro_batches, element_shape=[3])
-      for step in tf.range(steps):
+      def one_step(step, totals, shapes):
         batches = [iterator.get_next() for _ in range(micro_batches)]
         per_replica = strategy.run(replica_step, args=(batches,))
         totals = kinds.LossSums(
@@ -328,6 +328,12 @@ class Trainer:
         # FLOPs and the XLA program count are derived from these, read once per loop.
         for index, batch in enumerate(batches):
           shapes = shapes.write(step * micro_batches + index, kind.batch_shape(batch))
+        return step + 1, totals, shapes
+
+      shapes = tf.TensorArray(tf.int32, size=steps * micro_batches, element_shape=[3])
+      _, totals, shapes = tf.while_loop(
+        lambda step, *_: step < steps, one_step, (tf.constant(0), _zero_sums(), shapes)
+      )
       return totals, shapes.stack()
 
     return train_loop
