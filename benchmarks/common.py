@@ -1,12 +1,11 @@
-"""Shared benchmark helpers: quiet TF, timing. The project is installed (`make` runs
-`pip install -e .`), so `tfattn`, `train` and `serving` import from here."""
+"""Shared benchmark helpers: timing, texts, the device. The project is installed (`make` runs
+`pip install -e .`), so `tfattn`, `train` and `serving` import from here.
 
-import cli
+A benchmark starts TensorFlow with `cli.start_tensorflow_quietly()` (no cuInit noise on machines
+without a GPU): in `main`, once its flags are good, unless it imports TensorFlow at the top."""
 
 import os
 import time
-
-cli.start_tensorflow_quietly()  # no cuInit noise on machines without a GPU
 
 
 def timed(fn, repeats, warm_up=True):

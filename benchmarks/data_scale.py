@@ -142,6 +142,7 @@ def _define_flags():
 
 
 def main(argv):
+  cli.start_tensorflow_quietly()  # the flags are good: now TensorFlow, quietly
   del argv
   from absl import flags
 

@@ -18,6 +18,10 @@ import json
 import os
 
 import numpy as np
+
+if __name__ == "__main__":
+  cli.start_tensorflow_quietly()  # before TensorFlow is imported below
+
 import tensorflow as tf
 
 import tfattn

@@ -12,6 +12,9 @@ ratio to the first.
 import cli
 import common
 
+if __name__ == "__main__":
+  cli.start_tensorflow_quietly()  # before TensorFlow is imported below
+
 import tensorflow as tf
 
 RATE = 0.1

@@ -86,7 +86,8 @@ def _define_flags():
 
 # --- Steps (each runs in a child process: `--run_step=NAME`) ----------------------------------
 def step_device(quick, work_dir):
-  import common  # first: a quiet TensorFlow start
+  cli.start_tensorflow_quietly()
+  import common
 
   import tensorflow as tf
 
@@ -117,7 +118,7 @@ def step_device(quick, work_dir):
 
 
 def step_throughput(quick, work_dir):
-  import common  # noqa: F401
+  cli.start_tensorflow_quietly()
 
   import tensorflow as tf
   import train_throughput
@@ -201,7 +202,7 @@ def _train_figures(run_dir, output):
 
 
 def step_decode(quick, work_dir):
-  import common  # noqa: F401
+  cli.start_tensorflow_quietly()
 
   import types
 

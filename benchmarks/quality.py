@@ -36,8 +36,8 @@ import sys
 import time
 
 from tfattn.run_dir import RunDir
+from train.flag_choices import TFDS_TASKS
 from train.recipes import RECIPES
-from train.tfds_tasks import DATASETS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMDB_VALIDATION_SHARE = 0.1
@@ -111,6 +111,8 @@ def tfds_validation_size(name, data_dir):
   """Examples in the validation slice of a prepared TFDS dataset (validation is judged whole)."""
   import tensorflow_datasets as tfds
 
+  from train.tfds_tasks import DATASETS
+
   builder = tfds.builder(name, data_dir=data_dir)
   return builder.info.splits[DATASETS[name].validation_split].num_examples
 
@@ -120,7 +122,7 @@ def without_test(flags):
   TFDS task gets an empty test split."""
   flags = [flag for flag in flags if not flag.startswith(("--test_file=", "--test_split="))]
   task = next((flag.split("=", 1)[1] for flag in flags if flag.startswith("--task=")), None)
-  return [*flags, "--test_split="] if task in DATASETS else flags
+  return [*flags, "--test_split="] if task in TFDS_TASKS else flags
 
 
 def multi30k_data_flags(source, work_dir):
@@ -291,6 +293,7 @@ def _define_flags():
 
 
 def main(argv):
+  cli.start_tensorflow_quietly()  # the flags are good: now TensorFlow, quietly
   del argv  # cli.run refuses positional arguments
   from absl import flags
 

@@ -336,6 +336,7 @@ def _define_flags():
 
 
 def main(argv):
+  cli.start_tensorflow_quietly()  # the flags are good: now TensorFlow, quietly
   del argv  # cli.run refuses positional arguments
   from absl import flags
 

@@ -16,6 +16,9 @@ import common
 
 import dataclasses
 
+if __name__ == "__main__":
+  cli.start_tensorflow_quietly()  # before TensorFlow (and Keras, which imports it) below
+
 import keras
 import numpy as np
 import tensorflow as tf
