@@ -26,9 +26,6 @@ flags.DEFINE_bool(
   "full dump (default: one line per version).",
 )
 
-if __name__ == "__main__":
-  cli.start_tensorflow_quietly()
-
 # TF-Text ops that TF Serving 2.12-2.19 links (TF-Text 2.12.1's ops_lib).
 SERVING_TEXT_OPS = frozenset(
   {
@@ -231,6 +228,7 @@ def main(argv):
     dirs = _version_dirs(argv[1])
   except ValueError as error:
     raise cli.UsageError(str(error)) from None
+  cli.start_tensorflow_quietly()  # the arguments are good: now TensorFlow, quietly
   failed = False
   for directory in dirs:
     if flags.FLAGS.verbose and not _print_details(directory):
