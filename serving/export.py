@@ -2,6 +2,9 @@
 
 The version is written to a hidden temporary directory and renamed into place, so a server
 polling the base path never sees a partial version; an existing version is never overwritten.
+
+TensorFlow is imported inside the functions that build and save the export: the program checks
+its flags, the run directory and the base path first, so a mistake is told at once.
 """
 
 import cli
@@ -10,6 +13,7 @@ import json
 import os
 import shutil
 from typing import (
+  TYPE_CHECKING,
   Dict,
   List,
   Mapping,
@@ -17,24 +21,21 @@ from typing import (
   Optional,
   Protocol,
   Sequence,
+  Tuple,
   runtime_checkable,
 )
 
-if __name__ == "__main__":
-  cli.start_tensorflow_quietly()  # before TensorFlow is imported below
-
-import tensorflow as tf
-
-from serving import versions, warmup
-from serving.modules import DECODE_MODES, ClassifierExport, LanguageModelExport, Seq2SeqExport
-from tfattn import kinds, text
-from tfattn.checkpoints import checkpoints_to_average, restore_average
+from serving import versions
+from tfattn import kinds
 from tfattn.config import TransformerConfig
-from tfattn.decode_options import DecodeOptions
+from tfattn.decode_options import DECODE_MODES, DecodeOptions
 from tfattn.run_dir import RunDir
 
+if TYPE_CHECKING:
+  import tensorflow as tf
+
 # What the export writes beside the SavedModel: the settings it was made with.
-EXPORT_INFO_FILE = os.path.join(warmup.ASSETS_EXTRA, "tfattn.json")
+EXPORT_INFO_FILE = os.path.join(versions.ASSETS_EXTRA, "tfattn.json")
 
 
 @runtime_checkable
@@ -44,12 +45,12 @@ class ExportKind(kinds.ModelKind, Protocol):
 
   def export_module(
     self,
-    model: tf.Module,
-    tokenizers: Mapping[str, tf.Module],
+    model: "tf.Module",
+    tokenizers: Mapping[str, "tf.Module"],
     task_info: Mapping,
     options: DecodeOptions,
     decode_mode: str,
-  ) -> tf.Module:
+  ) -> "tf.Module":
     """The module to save (`serving.modules`): its `signatures()`, `warmup_requests(texts,
     compiled_only)`, and, when it decodes, `decode_mode` ("graph" or "xla"; None when it
     does not decode), `length_buckets` and the `options` it decodes with.
@@ -65,6 +66,8 @@ class ExportKind(kinds.ModelKind, Protocol):
 
 class _Seq2SeqExportKind(kinds.Seq2SeqModel):
   def export_module(self, model, tokenizers, task_info, options, decode_mode):
+    from serving.modules import Seq2SeqExport
+
     del task_info  # nothing beyond the model config
     return Seq2SeqExport(
       model, tokenizers["source"], tokenizers["target"], options, decode=decode_mode
@@ -73,6 +76,8 @@ class _Seq2SeqExportKind(kinds.Seq2SeqModel):
 
 class _ClassifierExportKind(kinds.ClassifierModel):
   def export_module(self, model, tokenizers, task_info, options, decode_mode):
+    from serving.modules import ClassifierExport
+
     del options, decode_mode  # one forward pass: nothing to decode
     return ClassifierExport(
       model, tokenizers["source"], truncate=task_info.get("truncate", "right")
@@ -81,6 +86,8 @@ class _ClassifierExportKind(kinds.ClassifierModel):
 
 class _LanguageModelExportKind(kinds.LanguageModelKind):
   def export_module(self, model, tokenizers, task_info, options, decode_mode):
+    from serving.modules import LanguageModelExport
+
     del task_info  # nothing beyond the model config
     return LanguageModelExport(model, tokenizers["source"], options, decode=decode_mode)
 
@@ -130,9 +137,38 @@ class TrainedRun(NamedTuple):
   """
 
   task_info: Dict
-  model: tf.Module
+  model: "tf.Module"
   tokenizers: Dict
   checkpoints: List[str]
+
+
+def _check_run_dir(run_dir: str) -> RunDir:
+  """The run directory's layout; a ValueError if it is not a training run directory."""
+  layout = RunDir(run_dir)
+  for required in (layout.task, layout.model_config):
+    if not os.path.exists(required):
+      raise ValueError(
+        f"{run_dir} is not a training run directory (missing {os.path.basename(required)})"
+      )
+  return layout
+
+
+def check_destination(
+  run_dir: str, base_path: str, version: Optional[int] = None
+) -> Tuple[int, str]:
+  """(version, its folder) for a new export of `run_dir` under `base_path`, checked without
+  TensorFlow: a ValueError if the run directory is not one, the base path is a file or the
+  version exists (versions are never overwritten)."""
+  if os.path.exists(base_path) and not os.path.isdir(base_path):
+    raise ValueError(f"--base_path={base_path} is a file; pass a directory")
+  _check_run_dir(run_dir)
+  version = versions.next_version(base_path) if version is None else int(version)
+  if version <= 0:
+    raise ValueError(f"--version must be a positive integer, got {version}")
+  final = os.path.join(base_path, str(version))
+  if os.path.exists(final):
+    raise ValueError(f"{final} already exists; versions are never overwritten")
+  return version, final
 
 
 def load_trained(
@@ -141,12 +177,10 @@ def load_trained(
   """Rebuilds the model of a run directory and restores the weights its final evaluation
   judged (or the latest checkpoint of an unfinished run), or the given checkpoint, or the
   average of the last `average_last` checkpoints."""
-  layout = RunDir(run_dir)
-  for required in (layout.task, layout.model_config):
-    if not os.path.exists(required):
-      raise ValueError(
-        f"{run_dir} is not a training run directory (missing {os.path.basename(required)})"
-      )
+  from tfattn import text
+  from tfattn.checkpoints import checkpoints_to_average, restore_average
+
+  layout = _check_run_dir(run_dir)
   with open(layout.task) as f:
     task_info = json.load(f)
   with open(layout.model_config) as f:
@@ -169,6 +203,10 @@ def bucket_warmup_texts(tokenizer, buckets):
   max_length) falls in that bucket, so replaying them compiles every XLA program a request can
   need at that batch size. Texts repeat one vocabulary word; the repeat count comes from the
   measured tokens of 1 and 2 repeats, and the resulting counts are checked."""
+  import tensorflow as tf
+
+  from tfattn import text
+
   reserved = len(text.RESERVED_TOKENS)
   lower_bounds = (0, *tuple(buckets[:-1]))
 
@@ -200,6 +238,8 @@ def resolve_decode(decode):
   """ "auto" -> "xla" where this machine has a GPU (TF Serving's GPU builds compile XLA by
   default), else "graph" (its CPU builds refuse XLA unless --xla_cpu_compilation_enabled)."""
   if decode == "auto":
+    import tensorflow as tf
+
     return "xla" if tf.config.list_physical_devices("GPU") else "graph"
   if decode not in DECODE_MODES:
     raise ValueError(f"--decode must be auto, graph or xla, got {decode!r}")
@@ -237,17 +277,14 @@ def export(
       search (serving_default's, and translate_nbest's where it is another).
     warmup_batch_sizes: batch sizes the XLA warm-up compiles.
   """
-  if os.path.exists(base_path) and not os.path.isdir(base_path):
-    raise ValueError(f"--base_path={base_path} is a file; pass a directory")
+  import tensorflow as tf
+
+  from serving import warmup
+
+  version, final = check_destination(run_dir, base_path, version)
   decode = resolve_decode(decode)
   if not warmup_batch_sizes or min(warmup_batch_sizes) < 1:
     raise ValueError(f"--warmup_batch_sizes must be positive integers, got {warmup_batch_sizes}")
-  version = versions.next_version(base_path) if version is None else int(version)
-  if version <= 0:
-    raise ValueError(f"--version must be a positive integer, got {version}")
-  final = os.path.join(base_path, str(version))
-  if os.path.exists(final):
-    raise ValueError(f"{final} already exists; versions are never overwritten")
   if options is None:
     options = run_decode_options(run_dir)
   task, model, tokenizers, averaged = load_trained(run_dir, checkpoint, average_last)
@@ -260,7 +297,7 @@ def export(
   try:
     signatures = module.signatures()
     tf.saved_model.save(module, temp, signatures=signatures)
-    os.makedirs(os.path.join(temp, warmup.ASSETS_EXTRA), exist_ok=True)
+    os.makedirs(os.path.join(temp, versions.ASSETS_EXTRA), exist_ok=True)
     warmup.write_warmup_file(os.path.join(temp, warmup.WARMUP_FILE), model_name, warmup_requests)
     decodes = module.decode_mode is not None
     with open(os.path.join(temp, EXPORT_INFO_FILE), "w") as f:
@@ -289,6 +326,10 @@ def export(
 def _warmup_requests(module, source_tokenizer, texts, batch_sizes):
   """A first request for every text signature; with XLA, one per length bucket, batch size and
   compiled search, so no live request pays a compilation."""
+  import tensorflow as tf
+
+  from tfattn import text
+
   if texts is None:  # a few vocabulary pieces as text, and the empty string
     first_pieces = tf.range(len(text.RESERVED_TOKENS), min(source_tokenizer.vocab_size, 12))
     texts = [source_tokenizer.detokenize(first_pieces[tf.newaxis])[0].numpy().decode(), ""]
@@ -376,6 +417,11 @@ def main(argv):
     options = run_options.replace(**given)
   except ValueError as error:  # "beam_size must be >= 1, got 0": named by its flag
     raise cli.UsageError(f"--{error}") from None
+  try:
+    check_destination(run_dir, f.base_path, f.version)
+  except ValueError as error:
+    raise cli.UsageError(str(error)) from None
+  cli.start_tensorflow_quietly()  # all checked that can be without it: now TensorFlow, quietly
   logging.info(
     "exporting %s to %s: version=%s checkpoint=%s average_last=%s decode=%s "
     "warmup_batch_sizes=%s decode options (%s): %s",

@@ -11,14 +11,13 @@ import tensorflow as tf
 from serving import attention_export
 from tfattn import decoding, shapes
 from tfattn import text as tfattn_text
-from tfattn.decode_options import BEAM, SAMPLE, DecodeOptions
+from tfattn.decode_options import BEAM, DECODE_MODES, SAMPLE, DecodeOptions
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
 SEEDS = tf.TensorSpec([None], tf.int64, name="seed")
 
-DECODE_MODES = ("graph", "xla")
 # The XLA decoder's source lengths: 16, 32, ... then max_length, one program each per batch size.
 SMALLEST_SOURCE_BUCKET = 16
 

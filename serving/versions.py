@@ -5,6 +5,8 @@ import os
 from typing import List
 
 SAVED_MODEL_FILE = "saved_model.pb"
+# Files beside the SavedModel that TF Serving reads (warm-up requests) or ignores (ours).
+ASSETS_EXTRA = "assets.extra"
 
 
 def version_numbers(base_path: str, servable_only: bool = True) -> List[int]:

@@ -8,8 +8,9 @@ import os
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
+from serving.versions import ASSETS_EXTRA
+
 # Where TF Serving (and our server) look for them inside a version folder.
-ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = os.path.join(ASSETS_EXTRA, "tf_serving_warmup_requests")
 MAX_RECORDS = 1000  # TF Serving reads no more
 

@@ -12,6 +12,9 @@ from tfattn.settings import check, setting
 
 GREEDY, BEAM, SAMPLE = "greedy", "beam", "sample"
 STRATEGIES = (GREEDY, BEAM, SAMPLE)
+# How an export's searches run: graph mode at any length, or compiled with XLA over padded
+# source length buckets (`decoding.decode(..., padded_decode=True)`).
+DECODE_MODES = ("graph", "xla")
 
 
 @dataclasses.dataclass(frozen=True)

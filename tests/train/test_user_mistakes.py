@@ -333,11 +333,22 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
 
 
 @pytest.mark.slow
-def test_a_flag_mistake_is_told_before_tensorflow_loads(tmp_path):
-  """The flags, the saved run and the directories are checked first: a mistake there costs a
-  fraction of a second, not TensorFlow's import."""
+@pytest.mark.parametrize(
+  "argv,message",
+  [
+    (["train", "--batch_size=0"], "train: error: --batch_size must be positive, got 0"),
+    (
+      ["serving.export", "--base_path={tmp}/models", "--run_dir={tmp}"],
+      "serving.export: error: {tmp} is not a training run directory (missing task.json)",
+    ),
+  ],
+  ids=["train", "export"],
+)
+def test_a_mistake_is_told_before_tensorflow_loads(tmp_path, argv, message):
+  """The flags, the saved run and the paths are checked first: a mistake there costs a fraction
+  of a second, not TensorFlow's import."""
   result = subprocess.run(
-    [sys.executable, "-X", "importtime", "-m", "train", "--batch_size=0", f"--run_dir={tmp_path}"],
+    [sys.executable, "-X", "importtime", "-m", *[a.format(tmp=tmp_path) for a in argv]],
     cwd=REPO,
     env=environment(),
     capture_output=True,
@@ -350,5 +361,5 @@ def test_a_flag_mistake_is_told_before_tensorflow_loads(tmp_path):
     for line in result.stderr.splitlines()
     if line.startswith("import time:")
   }
-  assert "train.run_config" in imported and "tensorflow" not in imported
-  assert own_lines(result.stderr)[-1] == "train: error: --batch_size must be positive, got 0"
+  assert "cli" in imported and "tensorflow" not in imported
+  assert own_lines(result.stderr)[-1] == message.format(tmp=tmp_path)
