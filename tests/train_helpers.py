@@ -165,6 +165,22 @@ def latest_variables(run_dir):
   }
 
 
+def run_without_tfattn(code, *args):
+  """Runs `code` in a fresh interpreter that cannot import this project (no PYTHONPATH, cwd
+  "/"): what another TensorFlow program sees of an export. Returns the JSON the code printed
+  after "RESULT "."""
+  result = subprocess.run(
+    [sys.executable, "-c", code, *args],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, PYTHONPATH=""),
+    cwd="/",
+  )
+  assert result.returncode == 0, result.stderr[-4000:]
+  return json.loads(result.stdout.split("RESULT ", 1)[1])
+
+
 def free_ports(count):
   sockets = [socket.socket() for _ in range(count)]
   for s in sockets:

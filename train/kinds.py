@@ -71,6 +71,16 @@ def _pieces(tokenizer, ids) -> List[List[str]]:
   ]
 
 
+def _self_attention_maps(weights, tokenizer, ids, title, first_piece=()) -> List[AttentionMap]:
+  """Each row's self-attention map over its first `MAP_PIECES` pieces (`first_piece` before
+  them: the language model's BOS query). weights: `[batch, heads, length, length]`."""
+  maps = []
+  for i, pieces in enumerate(_pieces(tokenizer, ids)):
+    shown = [*first_piece, *pieces][:MAP_PIECES]
+    maps.append(AttentionMap(weights[i, :, : len(shown), : len(shown)], shown, shown, title))
+  return maps
+
+
 @runtime_checkable
 class TrainingKind(kinds.ModelKind, Protocol):
   """What the trainer needs of a task kind, beyond its model and vocabularies."""
@@ -251,20 +261,12 @@ class Classification(kinds.ClassifierModel):
     """Self-attention over the input, its first `MAP_PIECES` pieces (a long review's full map
     is unreadable)."""
     _, weights = model(batch["source"], return_attention=True)
-    encoder = weights.encoder[-1].numpy()  # [batch, heads, length, length]
-    layer = len(weights.encoder) - 1
-    maps = []
-    for i, pieces in enumerate(_pieces(tokenizers["source"], batch["source"])):
-      shown = pieces[:MAP_PIECES]
-      maps.append(
-        AttentionMap(
-          encoder[i, :, : len(shown), : len(shown)],
-          shown,
-          shown,
-          f"self-attention over the input, layer {layer}",
-        )
-      )
-    return maps
+    return _self_attention_maps(
+      weights.encoder[-1].numpy(),  # [batch, heads, length, length]
+      tokenizers["source"],
+      batch["source"],
+      f"self-attention over the input, layer {len(weights.encoder) - 1}",
+    )
 
   def forward_flops(self, model_config, rows, source_length, target_length) -> float:
     del target_length  # none
@@ -341,20 +343,13 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     (row i: the query that predicts piece i + 1)."""
     inputs, _ = self.inputs_and_targets(batch)
     _, weights = model(inputs, return_attention=True)
-    maps_ = weights.decoder[-1].numpy()  # [batch, heads, length + 1, length + 1]
-    layer = len(weights.decoder) - 1
-    maps = []
-    for i, pieces in enumerate(_pieces(tokenizers["source"], batch["source"])):
-      shown = ["<s>", *pieces][:MAP_PIECES]
-      maps.append(
-        AttentionMap(
-          maps_[i, :, : len(shown), : len(shown)],
-          shown,
-          shown,
-          f"causal self-attention, layer {layer}",
-        )
-      )
-    return maps
+    return _self_attention_maps(
+      weights.decoder[-1].numpy(),  # [batch, heads, length + 1, length + 1]
+      tokenizers["source"],
+      batch["source"],
+      f"causal self-attention, layer {len(weights.decoder) - 1}",
+      first_piece=("<s>",),
+    )
 
   def forward_flops(self, model_config, rows, source_length, target_length) -> float:
     del source_length  # the text's length is the target's: BOS + tokens

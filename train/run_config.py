@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 
 from tfattn import settings
 from tfattn.config import PRESETS, TransformerConfig
-from tfattn.decode_options import DecodeOptions
+from tfattn.decode_options import DECODE_MODES, DecodeOptions
 from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, MODEL_KINDS, SEQ2SEQ
 from train import recipes
 from train.files import write_json_atomically
@@ -39,7 +39,7 @@ SCHEDULES = ("noam", "rsqrt", "cosine", "constant")
 TRUNCATE_SIDES = ("right", "left")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
-EXPORT_DECODE_MODES = ("auto", "graph", "xla")
+EXPORT_DECODE_MODES = ("auto", *DECODE_MODES)
 # Validation metrics a run can keep its best checkpoint by, per task kind.
 BEST_BY = {
   CLASSIFICATION: ("accuracy",),

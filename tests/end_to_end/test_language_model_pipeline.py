@@ -2,11 +2,7 @@
 steps) -> perplexity on validation and test -> export -> generate in-process, over REST and
 gRPC, and from another TF program that has no tfattn."""
 
-import json
 import math
-import os
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -20,6 +16,8 @@ from serving.server import make_server
 from serving.server_core import ServerCore
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
+
+from train_helpers import run_without_tfattn
 
 pytestmark = pytest.mark.slow  # trains, exports and serves
 
@@ -110,14 +108,5 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
   assert over_rest[0]["generation"] == expected
   assert over_grpc["generation"][0].decode() == expected
 
-  result = subprocess.run(
-    [sys.executable, "-c", _ISOLATED, path],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env=dict(os.environ, PYTHONPATH=""),
-    cwd="/",
-  )
-  assert result.returncode == 0, result.stderr[-4000:]
-  other = json.loads(result.stdout.split("RESULT ", 1)[1])
+  other = run_without_tfattn(_ISOLATED, path)
   assert other["generation"][0] == expected and other["call"] == other["generation"]

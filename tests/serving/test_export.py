@@ -22,7 +22,7 @@ from serving.model_manager import ModelManager
 from serving.server import make_server
 from tfattn.decode_options import DecodeOptions
 
-from train_helpers import REPO
+from train_helpers import REPO, run_without_tfattn
 
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
 GREEDY = DecodeOptions(strategy="greedy")
@@ -141,16 +141,7 @@ _ISOLATED = textwrap.dedent("""
 
 def test_reusable_in_a_process_without_tfattn(exported):
   _, path = exported
-  result = subprocess.run(
-    [sys.executable, "-c", _ISOLATED, path],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env=dict(os.environ, PYTHONPATH=""),
-    cwd="/",
-  )
-  assert result.returncode == 0, result.stderr[-4000:]
-  out = json.loads(result.stdout.split("RESULT ", 1)[1])
+  out = run_without_tfattn(_ISOLATED, path)
   assert out["call"] == out["signature"] == out["dataset"][:2]
   assert len(out["dataset"]) == 3
   assert out["tfsm_layer"] == out["call"][:1]
