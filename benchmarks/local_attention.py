@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 FULL = "full"
+PROMPT_IDS = [[5, 6, 7, 8]]  # the generation's prompt
 
 
 def _rss_kb(field):
@@ -127,6 +128,7 @@ def _generate_fn(mode, max_length):
   from tfattn import decoding
   from tfattn.decode_options import DecodeOptions
 
+  prompt = tf.constant(PROMPT_IDS)
   model = _language_model(mode, max_length)
   eos = model.config.eos_id
 
@@ -144,9 +146,20 @@ def _generate_fn(mode, max_length):
         lambda p: decoding.token_loop(model.start_decoding(p, options), options, never_eos).ids,
         autograph=False,
       )
-    ids = traced[length](tf.constant([[5, 6, 7, 8]]))
+    ids = traced[length](prompt)
     return int(np.sum(ids.numpy() > 0))
 
+  def cache_mb(length):
+    """MB of the decoding cache after `length` tokens, from its tensors' shapes: a ring keeps
+    its slots; a growing cache holds every position (the prompt's and the generated)."""
+    options = DecodeOptions(strategy="greedy", max_decode_length=length)
+    cache = tf.nest.flatten(model.start_decoding(prompt, options).cache)
+    per_position = sum(t.shape[0] * t.shape[1] * t.shape[3] * t.dtype.size for t in cache)
+    ring = model.config.attention_window is not None
+    positions = cache[0].shape[2] if ring else prompt.shape[1] + length
+    return per_position * positions / 2**20
+
+  run.cache_mb = cache_mb
   return run
 
 
@@ -161,15 +174,19 @@ def measure(what, mode, length, repeats, max_length):
     run = _generate_fn(mode, max_length)
     warm_up_length = 16
   run(warm_up_length)
-  if what == "generate":  # each length traces its own loop: not timed
-    run(length)
+  # Generation: the first call at `length` traces its loop (the same graph whatever the length)
+  # and is the one whose memory counts; a repeated call would find the memory freed by the
+  # first still held by the allocator.
   _, peak = _peak_above_now(lambda: run(length))
   seconds = []
   for _ in range(repeats):
     started = time.perf_counter()
     run(length)
     seconds.append(time.perf_counter() - started)
-  return {"seconds": statistics.median(seconds), "peak_mb": peak}
+  found = {"seconds": statistics.median(seconds), "peak_mb": peak}
+  if what == "generate":
+    found["cache_mb"] = run.cache_mb(length)
+  return found
 
 
 def _in_worker(args, what, mode, length):
@@ -240,50 +257,51 @@ def run_all(args):
   results = {"layer": {}, "train": {}, "generate": {}}
   for mode in modes:
     results["layer"][mode] = {}
-    for n in args.lengths:
+    for n in args.lengths if "layer" in args.sections else ():
       if mode == FULL and n > args.max_full_length:
         continue
       found = _measured(args, "layer", mode, n)
       if found is None:
         break
       results["layer"][mode][n] = found
-    results["train"][mode] = {args.train_length: _measured(args, "train", mode, args.train_length)}
+    results["train"][mode] = {}
+    if "train" in args.sections:
+      found = _measured(args, "train", mode, args.train_length)
+      results["train"][mode] = {args.train_length: found} if found else {}
     results["generate"][mode] = {}
     for tokens in (args.generate_tokens // 2, args.generate_tokens):
-      results["generate"][mode][tokens] = _measured(args, "generate", mode, tokens)
+      if "generate" in args.sections:
+        results["generate"][mode][tokens] = _measured(args, "generate", mode, tokens)
   print(
     f"\ndevice: {common.device_description()}; peak memory: the process's peak RSS above its "
     "RSS before the measured call (one process a measurement)"
   )
   slopes = {}
-  for key, unit in (("seconds", "s"), ("peak_mb", "MB")):
-    slopes[key] = _table(
+  tables = (
+    (
+      "layer",
       "one causal SelfAttention, d_model 256, 4 heads, batch 1: forward + backward",
       args.lengths,
-      modes,
-      results["layer"],
-      key,
-      unit,
-    )
-  for key, unit in (("seconds", "s"), ("peak_mb", "MB")):
-    _table(
+      (("seconds", "s"), ("peak_mb", "MB")),
+    ),
+    (
+      "train",
       "small language model (d_model 128, 2 layers): one training step",
       [args.train_length],
-      modes,
-      results["train"],
-      key,
-      unit,
-    )
-  lengths = [args.generate_tokens // 2, args.generate_tokens]
-  for key, unit in (("seconds", "s"), ("peak_mb", "MB")):
-    _table(
-      "small language model: greedy generation, tokens",
-      lengths,
-      modes,
-      results["generate"],
-      key,
-      unit,
-    )
+      (("seconds", "s"), ("peak_mb", "MB")),
+    ),
+    (
+      "generate",
+      "small language model: greedy generation, n = tokens generated",
+      [args.generate_tokens // 2, args.generate_tokens],
+      (("seconds", "s"), ("peak_mb", "MB"), ("cache_mb", "MB of cache, from its shapes")),
+    ),
+  )
+  for section, title, lengths, quantities in tables:
+    if section not in args.sections:
+      continue
+    for key, unit in quantities:
+      slopes[section, key] = _table(title, lengths, modes, results[section], key, unit)
   return results, slopes
 
 
@@ -302,6 +320,7 @@ def _define_flags():
     "generate_tokens", 2000, "Generation: tokens generated (and half as many).", lower_bound=2
   )
   flags.DEFINE_integer("repeats", 3, "Timed calls a measurement (the median).", lower_bound=1)
+  flags.DEFINE_list("sections", ["layer", "train", "generate"], "What to measure.")
   flags.DEFINE_bool("in_process", False, "Measure in this process (tests; memory then shared).")
   flags.DEFINE_string("worker", None, "Internal: what:mode:n, one measurement, printed as JSON.")
 
@@ -318,6 +337,9 @@ def main(argv):
     raise cli.UsageError("--lengths and --windows must be integers") from None
   if any(n < 1 for n in args.lengths) or any(r < 1 for r in args.windows):
     raise cli.UsageError("--lengths and --windows must be positive")
+  unknown = set(args.sections) - {"layer", "train", "generate"}
+  if unknown:
+    raise cli.UsageError(f"--sections: unknown {sorted(unknown)}; choose layer, train, generate")
   cli.start_tensorflow_quietly()
   if args.worker:
     what, mode, length = args.worker.split(":")

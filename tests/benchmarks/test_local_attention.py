@@ -19,6 +19,7 @@ def _args(**changes):
     generate_tokens=6,
     repeats=1,
     in_process=True,
+    sections=["layer", "train", "generate"],
   )
   return types.SimpleNamespace(**{**args, **changes})
 
@@ -30,7 +31,10 @@ def test_every_section_measures_full_attention_and_each_window(capsys):
     for mode in results[section].values():
       assert sorted(mode) == lengths
       assert all(r["seconds"] > 0 and r["peak_mb"] >= 0 for r in mode.values())
-  assert set(slopes) == {"seconds", "peak_mb"}
+  assert ("layer", "seconds") in slopes and ("generate", "cache_mb") in slopes
+  generate = results["generate"]
+  assert generate["4"][3]["cache_mb"] == generate["4"][6]["cache_mb"]  # the ring: r + 1 slots
+  assert generate["full"][6]["cache_mb"] > generate["full"][3]["cache_mb"]
   printed = capsys.readouterr().out
   assert "full/4" in printed and "exponent" in printed
 
