@@ -28,8 +28,10 @@ from tfattn.transformer import AttentionWeights, EncoderLayer, _Stack
 
 
 class CausalLayer(EncoderLayer):
-  """Self-attention (causal by its bias) then feed-forward, each in residual wiring; with a
+  """Self-attention (causal by its class) then feed-forward, each in residual wiring; with a
   cached decoding step and a prefill of a whole prompt."""
+
+  causal = True
 
   def step(self, x, step, cache, key_bias):
     """x `[rows, 1, d_model]` at cache slot `step`; key_bias `[rows, 1, 1, keys]` -> (like x,
@@ -39,8 +41,6 @@ class CausalLayer(EncoderLayer):
     )
     x = self._add_residual(x, attended, self.self_attention_norm, training=False)
     return self._feed_forward_block(x, False), cache
-
-  causal = True
 
   def prefill(self, x, bias, cache):
     """x `[batch, length, d_model]`, key bias `[batch, 1, 1, length]` -> (like x, the cache
