@@ -9,7 +9,8 @@ neighbours gives keys `[batch, heads, blocks, neighbours * block, depth]`, and t
 the neighbours, a static band bias keeps exactly |i - j| <= window (encoder) or
 0 <= i - j <= window (causal); key padding (and the block padding) is masked as in full attention.
 Heads stay merged and the neighbours are three (two) static slices: there is no loop over heads or
-blocks, and every length runs through one graph (XLA pads nothing itself).
+blocks. The padding to whole blocks happens inside the layer with dynamic sizes, so every length
+runs through one traced graph, and under XLA every shape is known once the length is.
 
 The idea is tensor2tensor's `local_attention_1d` / `masked_local_attention_1d`; this is written
 for tfattn's additive float32 biases.
