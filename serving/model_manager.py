@@ -303,9 +303,12 @@ class ModelManager:
       if self._failed.get(version) != str(error):
         logging.warning("version %d of %s not loaded yet: %s", version, self.name, error)
       self._failed[version] = str(error)
-      code = error_code(error) if isinstance(error, tf.errors.OpError) else "UNKNOWN"
-      message = error.message if isinstance(error, StatusError) else str(error)
-      self._set_state(version, "END", {"error_code": code, "error_message": error_reason(message)})
+      if isinstance(error, StatusError):  # the warm-up's status, whole (TF Serving's health)
+        code, message = error.code, error.message
+      else:
+        code = error_code(error) if isinstance(error, tf.errors.OpError) else "UNKNOWN"
+        message = error_reason(str(error))
+      self._set_state(version, "END", {"error_code": code, "error_message": message})
       return False
     with self._lock:
       self._servables[version] = servable
@@ -404,6 +407,16 @@ class ModelManager:
     raise StatusError(
       "NOT_FOUND", f"Servable not found for request: Specific({self.name}, {version})"
     )
+
+  def latest_load_error(self):
+    """(version, status dict) when the newest version the policy wants ended in an error
+    (what TF Serving's start waits on: ServableRequest::Latest), else None."""
+    wanted = self.wanted_versions(version_directories(self.base_path))
+    states = self.states()
+    if not wanted or max(wanted) not in states:
+      return None
+    state, status = states[max(wanted)]
+    return (max(wanted), status) if state == "END" and status["error_code"] != "OK" else None
 
   def states(self):
     """{version: (state, status dict)} of every version this manager has seen."""
