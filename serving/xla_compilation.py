@@ -66,3 +66,15 @@ def enabled_by_flags(xla_cpu_compilation_enabled, xla_gpu_compilation_enabled):
   """main.cc:337: either flag leaves compilation on (the GPU flag's help says it enables
   XLA:CPU and XLA:GPU; the CPU flag alone also lifts the switch on every device)."""
   return bool(xla_cpu_compilation_enabled or xla_gpu_compilation_enabled)
+
+
+CPU_FLAG = "--xla_cpu_compilation_enabled=true"
+GPU_FLAG = "--xla_gpu_compilation_enabled=true"
+# What each TF Serving build needs to serve an export holding functions that must compile:
+# the CPU flag exists since 2.5.0; the GPU flag and XLA:GPU in the GPU binary since 2.18.0
+# (tensorflow/serving e5e795f); GPU builds before it fail with "Could not find compiler for
+# platform CUDA" (tensorflow/serving#2214, #2217).
+TF_SERVING_NEEDS = (
+  f"TF Serving CPU images (any version) need {CPU_FLAG}, GPU images >= 2.18 need {GPU_FLAG}, "
+  "GPU images <= 2.17 cannot serve it"
+)

@@ -291,7 +291,18 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
     cwd=REPO,
   )
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-  assert check.XLA_CPU_FLAG in result.stdout
+  # One line: the flag of each TF Serving build (CPU any version, GPU >= 2.18), GPU <= 2.17 none.
+  (line,) = result.stdout.splitlines()
+  assert f"XLA: {len(check.must_compile_functions(xla))} function(s) must compile" in line
+  for needs in (
+    "CPU images (any version) need --xla_cpu_compilation_enabled=true",
+    "GPU images >= 2.18 need --xla_gpu_compilation_enabled=true",
+    "GPU images <= 2.17 cannot serve it",
+  ):
+    assert needs in line
+  assert "XLA: none must compile (TF Serving CPU and GPU images load it with no flag)" in (
+    check.summary_line(graph)
+  )
 
 
 @pytest.mark.parametrize("decode", ["graph", "xla"])
