@@ -415,9 +415,9 @@ def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_ru
 
 def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path):
   run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4, "eval_alpha": 0.8})
-  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}", "--decode=graph"]
-  flags = {
-    "exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
+  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}"]
+  flags = {  # (the XLA export also prints the server flag it needs)
+    "exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5", "--decode=xla"],
     "refused": ["--top_p=1.5"],
   }
   processes = {
@@ -430,11 +430,14 @@ def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path
     )
     for name, more in flags.items()
   }
-  results = {
-    name: (process.communicate(timeout=300)[1], process.returncode)[::-1]
-    for name, process in processes.items()
-  }
+  outputs = {name: process.communicate(timeout=300) for name, process in processes.items()}
+  results = {name: (processes[name].returncode, err) for name, (_, err) in outputs.items()}
   assert results["exported"][0] == 0, results["exported"][1][-3000:]
+  assert outputs["exported"][0].splitlines()[-1] == (
+    "XLA export: TF Serving CPU images (any version) need --xla_cpu_compilation_enabled=true, "
+    "GPU images >= 2.18 need --xla_gpu_compilation_enabled=true, GPU images <= 2.17 cannot "
+    "serve it (serving.server too)"
+  )
   assert (
     _export_info(tmp_path / "exported" / "1")["decode_options"]
     == DecodeOptions(strategy="sample", beam_size=4, alpha=0.8, top_k=3, seed=5).to_dict()
