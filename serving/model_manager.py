@@ -9,7 +9,9 @@
   `assets.extra/tf_serving_warmup_requests`) *before* it is served, and an old one is dropped
   only after its replacement is AVAILABLE. Requests in flight hold their own reference to the
   version they started on, so unloading never breaks them.
-* A version that fails to load (still being copied, say) is retried on the next poll.
+* A version that fails to load (still being copied, say) is retried on the next poll (at start,
+  `serving.server` stops instead when a model's newest version failed, as TF Serving does:
+  ServerCore.check_initial_loads).
 * Status follows TF Serving's ServableStateMonitor: a version is LOADING while it loads and warms
   up, then AVAILABLE; an unloaded version stays listed as END (a failed load too, with its
   error), so `/versions/N` of an unloaded version answers END rather than 404.
