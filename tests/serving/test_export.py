@@ -291,7 +291,18 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
     cwd=REPO,
   )
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-  assert check.XLA_CPU_FLAG in result.stdout
+  # One line: the flag of each TF Serving build (CPU any version, GPU >= 2.18), GPU <= 2.17 none.
+  (line,) = result.stdout.splitlines()
+  assert f"XLA: {len(check.must_compile_functions(xla))} function(s) must compile" in line
+  for needs in (
+    "CPU images (any version) need --xla_cpu_compilation_enabled=true",
+    "GPU images >= 2.18 need --xla_gpu_compilation_enabled=true",
+    "GPU images <= 2.17 cannot serve it",
+  ):
+    assert needs in line
+  assert "XLA: none must compile (TF Serving CPU and GPU images load it with no flag)" in (
+    check.summary_line(graph)
+  )
 
 
 @pytest.mark.parametrize("decode", ["graph", "xla"])
@@ -404,9 +415,9 @@ def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_ru
 
 def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path):
   run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4, "eval_alpha": 0.8})
-  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}", "--decode=graph"]
-  flags = {
-    "exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
+  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}"]
+  flags = {  # (the XLA export also prints the server flag it needs)
+    "exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5", "--decode=xla"],
     "refused": ["--top_p=1.5"],
   }
   processes = {
@@ -419,11 +430,14 @@ def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path
     )
     for name, more in flags.items()
   }
-  results = {
-    name: (process.communicate(timeout=300)[1], process.returncode)[::-1]
-    for name, process in processes.items()
-  }
+  outputs = {name: process.communicate(timeout=300) for name, process in processes.items()}
+  results = {name: (processes[name].returncode, err) for name, (_, err) in outputs.items()}
   assert results["exported"][0] == 0, results["exported"][1][-3000:]
+  assert outputs["exported"][0].splitlines()[-1] == (
+    "XLA export: TF Serving CPU images (any version) need --xla_cpu_compilation_enabled=true, "
+    "GPU images >= 2.18 need --xla_gpu_compilation_enabled=true, GPU images <= 2.17 cannot "
+    "serve it (serving.server too)"
+  )
   assert (
     _export_info(tmp_path / "exported" / "1")["decode_options"]
     == DecodeOptions(strategy="sample", beam_size=4, alpha=0.8, top_k=3, seed=5).to_dict()
