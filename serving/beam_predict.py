@@ -282,7 +282,7 @@ def main(argv):
       beam_options=beam_options,
     )
   except Exception as error:  # Beam wraps a worker's error in its own
-    message = _bad_line(error) or _bad_line_in_text(str(error))
+    message = _bad_line_in_text(str(_bad_line(error) or error))
     if message:
       raise cli.RunError(message) from None
     raise
@@ -299,7 +299,8 @@ def _bad_line_in_text(text):
   marker = f"{BadLineError.__name__}: "
   if marker not in text:
     return None
-  return text.split(marker, 1)[1].splitlines()[0].strip().strip("'\"") or None
+  message = text.split(marker, 1)[1].splitlines()[0]
+  return message.split(" [while running")[0].strip().strip("'\"") or None
 
 
 if __name__ == "__main__":
