@@ -102,7 +102,9 @@ class BatchModel:
 
   def _call(self, lines: Sequence["batch_files.Line"]) -> Dict:
     tf = self._tf
-    inputs = {"text": tf.constant([line.text.encode("utf-8") for line in lines], tf.string)}
+    # surrogateescape: bytes a caller kept undecoded reach the export, which refuses them.
+    texts = [line.text.encode("utf-8", "surrogateescape") for line in lines]
+    inputs = {"text": tf.constant(texts, tf.string)}
     if self.takes_seed:
       inputs["seed"] = tf.constant(
         [batch_files.seed_of(line, self.seed) for line in lines], tf.int64
