@@ -8,7 +8,8 @@ with worker processes, and the command's peak memory at two file sizes.
 
 Modes (--modes, any of):
   sorted, unsorted  the command's loop in this process (model loaded once, not timed): every
-                    window sorted by length into batches, or batched in file order.
+                    window sorted by length into batches, or batched in file order; --rounds
+                    passes of each in turn, the median.
   rest              `python -m serving.server` on the export (its default flags), fed by
                     --clients threads, one line a request; compared with `sorted`.
   beam              `serving.beam_predict.run` with FnApiRunner, --beam_workers processes
@@ -24,6 +25,7 @@ import cli
 import common
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +39,7 @@ from serving import batch_files, batch_model, launch
 MODES = ("sorted", "unsorted", "rest", "beam", "memory")
 
 flags.DEFINE_string("model", None, "Export base path or version directory (required).")
-flags.DEFINE_string("input", None, "A text file, one input a line (required).")
+flags.DEFINE_string("input", None, "A text file, one input a line (a TSV: its first column).")
 flags.DEFINE_list("modes", list(MODES), f"Which to measure, of {', '.join(MODES)}.")
 flags.DEFINE_integer("lines", 1000, "Lines to predict (the input cut or repeated).", lower_bound=1)
 flags.DEFINE_integer("batch_size", 64, "Lines per signature call (command and Beam).")
@@ -47,13 +49,14 @@ flags.DEFINE_integer("beam_workers", 2, "Beam worker processes.", lower_bound=1)
 flags.DEFINE_integer(
   "memory_factor", 10, "The larger memory file is this many times --lines.", lower_bound=2
 )
+flags.DEFINE_integer("rounds", 3, "Sorted and unsorted passes, in turn (median).", lower_bound=1)
 flags.DEFINE_string("work_dir", None, "Where files are written (default: a temporary folder).")
 
 
 def input_lines(path, count):
-  """The file's lines, cut or repeated to `count`."""
+  """The file's lines (a TSV's first column), cut or repeated to `count`."""
   with open(path, encoding="utf-8") as f:
-    lines = [line.rstrip("\n") for line in f]
+    lines = [line.rstrip("\n").split("\t")[0] for line in f]
   if not lines:
     raise cli.UsageError(f"--input {path} is empty")
   return [lines[i % len(lines)] for i in range(count)]
@@ -156,12 +159,21 @@ def main(argv):
   if {"sorted", "unsorted", "rest"} & set(f.modes):
     model = batch_model.BatchModel(export_dir, "serving_default", batch_model.TEXT)
     model.predict([batch_files.Line(0, 1, lines[0], "", "warm-up")])  # traces the signature
-    for mode in ("sorted", "unsorted"):
-      if mode in f.modes or (mode == "sorted" and "rest" in f.modes):
-        results[mode], outputs[mode] = loop_lines_per_second(
+    # Sorted and unsorted in turn, round after round (median): a busy machine slows both alike.
+    looped = [
+      m for m in ("sorted", "unsorted") if m in f.modes or (m == "sorted" and "rest" in f.modes)
+    ]
+    rates = {mode: [] for mode in looped}
+    for _ in range(f.rounds):
+      for mode in looped:
+        rate, outputs[mode] = loop_lines_per_second(
           model, path, f.window, f.batch_size, sort=mode == "sorted"
         )
-        print(f"{mode}: {results[mode]:,.1f} lines/s", flush=True)
+        rates[mode].append(rate)
+    for mode in looped:
+      results[mode] = statistics.median(rates[mode])
+      each = ", ".join(f"{rate:,.1f}" for rate in rates[mode])
+      print(f"{mode}: {results[mode]:,.1f} lines/s (median of {each})", flush=True)
   if "rest" in f.modes:
     results["rest"], answers = rest_lines_per_second(os.path.dirname(export_dir), lines, f.clients)
     same = sum(

@@ -236,15 +236,23 @@ def run(
   return len(chunk_files)
 
 
-def _bad_line(error):
-  """The BadLineError in a pipeline failure, wherever Beam wrapped it; else None."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, BadLineError):
-      return str(error)
-    error = error.__cause__ or error.__context__
-  return None
+def bad_line_message(error):
+  """The message of the BadLineError behind a pipeline failure, or None. A local runner raises
+  it (possibly as the cause of its own error), other runners re-raise a worker's error as text
+  after its class name; Beam appends the failing step ("[while running ...]"), dropped here."""
+  chain, link = [], error
+  while link is not None and link not in chain:
+    chain.append(link)
+    link = link.__cause__ or link.__context__
+  ours = [link for link in chain if isinstance(link, BadLineError)]
+  marker = f"{BadLineError.__name__}: "
+  if ours:
+    text = str(ours[0])
+  elif marker in str(error):
+    text = str(error).split(marker, 1)[1].splitlines()[0]
+  else:
+    return None
+  return text.split(" [while running")[0].strip().strip("'\"") or None
 
 
 def main(argv):
@@ -282,7 +290,7 @@ def main(argv):
       beam_options=beam_options,
     )
   except Exception as error:  # Beam wraps a worker's error in its own
-    message = _bad_line_in_text(str(_bad_line(error) or error))
+    message = bad_line_message(error)
     if message:
       raise cli.RunError(message) from None
     raise
@@ -292,15 +300,6 @@ def main(argv):
     f"{cli.program_name()}: {lines:,} lines in {chunks} chunk(s), {lines / seconds:,.1f} "
     f"lines/s (pipeline start included) -> {f.output}"
   )
-
-
-def _bad_line_in_text(text):
-  """Runners that re-raise a worker's error as text keep our message after its class name."""
-  marker = f"{BadLineError.__name__}: "
-  if marker not in text:
-    return None
-  message = text.split(marker, 1)[1].splitlines()[0]
-  return message.split(" [while running")[0].strip().strip("'\"") or None
 
 
 if __name__ == "__main__":
