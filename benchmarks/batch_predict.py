@@ -45,7 +45,9 @@ flags.DEFINE_integer("lines", 1000, "Lines to predict (the input cut or repeated
 flags.DEFINE_integer("batch_size", 64, "Lines per signature call (command and Beam).")
 flags.DEFINE_integer("window", 2048, "The command's window.", lower_bound=1)
 flags.DEFINE_integer("clients", 8, "Concurrent REST clients, one line a request.", lower_bound=1)
-flags.DEFINE_integer("beam_workers", 2, "Beam worker processes.", lower_bound=1)
+flags.DEFINE_integer(
+  "beam_workers", 2, "Beam worker processes (1: Beam's in-process mode).", lower_bound=1
+)
 flags.DEFINE_integer(
   "memory_factor", 10, "The larger memory file is this many times --lines.", lower_bound=2
 )
@@ -203,14 +205,16 @@ def main(argv):
       beam_options=[
         f"--direct_num_workers={f.beam_workers}",
         "--direct_running_mode=multi_processing",
-      ],
+      ]
+      if f.beam_workers > 1
+      else [],  # one worker: in this process
     )
     results["beam"] = len(lines) / (time.perf_counter() - start)
     with open(reference, "rb") as a, open(beam_output, "rb") as b:
       identical = a.read() == b.read()
     results["beam_identical"] = identical
     print(
-      f"beam (FnApiRunner, {f.beam_workers} worker processes, start and loads included): "
+      f"beam (FnApiRunner, {f.beam_workers} worker(s), start and loads included): "
       f"{results['beam']:,.1f} lines/s; output identical to serving.predict's: {identical}",
       flush=True,
     )
