@@ -124,3 +124,38 @@ def test_a_skipped_line_leaves_a_line_in_its_place():
   record = json.loads(batch_model.bad_line_output(line, line.error, batch_model.JSONL))
   assert record == {"error": "in.txt:3: not valid UTF-8 (byte 1)"}
   assert batch_files.chunk_bytes(["a", ""]) == b"a\n\n"
+
+
+def test_a_language_model_continues_each_line_with_generate(tmp_path):
+  """A tiny untrained language model export (saved here): `generate` and `generate_nbest`."""
+  import tensorflow as tf
+
+  import tfattn
+  from serving.modules import LanguageModelExport
+  from tfattn import text as tfattn_text
+  from tfattn.decode_options import DecodeOptions
+  from tfattn.language_model import LanguageModel
+  from train import tokenizer as vocabulary
+
+  words = tf.data.Dataset.from_tensor_slices(["red green blue cat dog fish sun moon"] * 20)
+  path = vocabulary.learn_and_write(vocabulary.SENTENCEPIECE, words, 40, str(tmp_path / "vocab"))
+  tok = tfattn_text.load_tokenizer(path)
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=tok.vocab_size, target_vocab_size=tok.vocab_size, max_length=16
+  )
+  module = LanguageModelExport(
+    LanguageModel(config), tok, DecodeOptions(strategy="beam", beam_size=2, max_decode_length=4)
+  )
+  export_dir = str(tmp_path / "lm" / "1")
+  tf.saved_model.save(module, export_dir, signatures=module.signatures())
+  window = _lines(["red cat", "", "blue sun moon"])
+  generate = batch_model.BatchModel(export_dir, "generate", batch_model.JSONL)
+  assert generate.main_output == "generation"
+  records = [json.loads(output) for _, output, _ in generate.predict(window)]
+  assert [set(record) for record in records] == [{"generation", "score", "log_prob"}] * 3
+  nbest = batch_model.BatchModel(
+    batch_model.resolve_export(str(tmp_path / "lm")), "generate_nbest", batch_model.TEXT
+  )
+  beams = [output.split("\t") for _, output, _ in nbest.predict(window)]
+  assert [len(row) for row in beams] == [2, 2, 2]
+  assert [row[0] for row in beams] == [" ".join(r["generation"].split()) for r in records]
