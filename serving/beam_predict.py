@@ -207,6 +207,11 @@ def run(
   if not any(option.startswith("--runner") for option in options):
     options.append(f"--runner={LOCAL_RUNNER}")
   parts = batch_files.parts_dir(output)
+  if FileSystems.exists(FileSystems.join(parts, batch_files.SETTINGS_FILE)):
+    raise ValueError(
+      f"{parts} holds an interrupted serving.predict run: resume it with serving.predict "
+      "--resume, or delete the folder"
+    )
   if FileSystems.exists(parts):
     FileSystems.delete([parts])  # a failed earlier pipeline's chunks: Beam runs are redone whole
   FileSystems.mkdirs(parts)
@@ -267,6 +272,11 @@ def main(argv):
     raise cli.UsageError(str(error)) from None
   if files == [batch_files.STDIN]:
     raise cli.UsageError("--input=- (stdin) is for serving.predict; a pipeline reads files")
+  if os.path.exists(os.path.join(batch_files.parts_dir(f.output), batch_files.SETTINGS_FILE)):
+    raise cli.UsageError(
+      f"{batch_files.parts_dir(f.output)} holds an interrupted serving.predict run: resume it "
+      "with serving.predict --resume, or delete the folder"
+    )
   beam_options = shlex.split(f.beam_options)
   cli.start_tensorflow_quietly()
   # The signature is checked here once, before the pipeline starts its workers.

@@ -81,3 +81,12 @@ def test_the_program_says_a_bad_line_in_one_line(tmp_path):
     f"serving.beam_predict: error: {source}:2: not valid UTF-8 (byte 1) (--bad_lines=skip "
     "leaves an empty line)"
   )
+
+
+def test_an_interrupted_predict_run_is_never_deleted(tmp_path):
+  output = tmp_path / "out.txt"
+  (tmp_path / "out.txt.parts").mkdir()
+  (tmp_path / "out.txt.parts" / batch_files.SETTINGS_FILE).write_text("{}")
+  with pytest.raises(ValueError, match="holds an interrupted serving.predict run"):
+    beam_predict.run(EXPORT, [_sources(tmp_path / "a.txt", 3)], str(output))
+  assert (tmp_path / "out.txt.parts" / batch_files.SETTINGS_FILE).exists()
