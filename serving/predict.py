@@ -1,4 +1,4 @@
-"""`python -m serving.predict`: an export over a whole file, one output line per input line.
+r"""`python -m serving.predict`: an export over a whole file, one output line per input line.
 
   python -m serving.predict --model=models/mine --input=test.de --output=test.hyp \
       --reference=test.en                              # translate, then score with sacreBLEU
