@@ -197,26 +197,9 @@ def check(f):
   return files, export_dir, chunks
 
 
-def main(argv):
-  del argv  # cli.run refuses positional arguments
-  f = flags.FLAGS
-  files, export_dir, chunks = check(f)
-  cli.start_tensorflow_quietly()  # everything that can be checked without it is
-  try:
-    model = batch_model.BatchModel(export_dir, f.signature_name, f.format, f.seed)
-  except ValueError as error:
-    raise cli.UsageError(str(error)) from None
-  if chunks is not None and not chunks.exists():
-    chunks.start(run_settings(f, files, export_dir))
-  total = None if files == [batch_files.STDIN] else sum(map(batch_files.count_lines, files))
-  already = 0
-  if chunks is not None:
-    already = sum(
-      min(chunks.done_chunks(i) * f.window, batch_files.count_lines(path))
-      for i, path in enumerate(files)
-    )
-  progress = Progress(total, f.progress_every, done=already)
-  kept = [] if f.reference and chunks is None else None  # stdout: scored from memory
+def _predict_files(f, files, model, chunks, progress, kept) -> int:
+  """Runs every window of every input file (after the finished chunks), writing each window's
+  answers as a chunk (or to stdout); returns how many bad lines were skipped."""
   skipped = 0
   for file_index, path in enumerate(files):
     first_chunk = chunks.done_chunks(file_index) if chunks is not None else 0
@@ -246,6 +229,40 @@ def main(argv):
         else:
           chunks.write(file_index, chunk_index, outputs)
         progress.add(len(window))
+  return skipped
+
+
+def main(argv):
+  del argv  # cli.run refuses positional arguments
+  f = flags.FLAGS
+  files, export_dir, chunks = check(f)
+  cli.start_tensorflow_quietly()  # everything that can be checked without it is
+  try:
+    model = batch_model.BatchModel(export_dir, f.signature_name, f.format, f.seed)
+  except ValueError as error:
+    raise cli.UsageError(str(error)) from None
+  if chunks is not None and not chunks.exists():
+    chunks.start(run_settings(f, files, export_dir))
+  total = None if files == [batch_files.STDIN] else sum(map(batch_files.count_lines, files))
+  already = 0
+  if chunks is not None:
+    already = sum(
+      min(chunks.done_chunks(i) * f.window, batch_files.count_lines(path))
+      for i, path in enumerate(files)
+    )
+  progress = Progress(total, f.progress_every, done=already)
+  kept = [] if f.reference and chunks is None else None  # stdout: scored from memory
+  try:
+    skipped = _predict_files(f, files, model, chunks, progress, kept)
+  except KeyboardInterrupt:
+    if chunks is not None:
+      print(
+        f"{cli.program_name()}: {progress.done:,} lines are in finished chunks; the same "
+        "command with --resume continues",
+        file=sys.stderr,
+        flush=True,
+      )
+    raise
   if chunks is not None:
     batch_files.join_chunks(chunks.chunk_files(), f.output)
     chunks.remove()
@@ -253,7 +270,8 @@ def main(argv):
   print(
     f"{cli.program_name()}: {progress.done:,} lines"
     + (f" ({progress.new:,} in this run)" if already else "")
-    + f", {progress.rate(done):,.1f} lines/s, {skipped:,} skipped"
+    + f", {progress.rate(done):,.1f} lines/s, {skipped:,} bad line(s) skipped"
+    + (" in this run" if already else "")
     + ("" if chunks is None else f" -> {f.output}"),
     file=sys.stderr,
     flush=True,

@@ -87,6 +87,6 @@ def test_an_interrupted_predict_run_is_never_deleted(tmp_path):
   output = tmp_path / "out.txt"
   (tmp_path / "out.txt.parts").mkdir()
   (tmp_path / "out.txt.parts" / batch_files.SETTINGS_FILE).write_text("{}")
-  with pytest.raises(ValueError, match="holds an interrupted serving.predict run"):
+  with pytest.raises(ValueError, match=r"holds an interrupted serving\.predict run"):
     beam_predict.run(EXPORT, [_sources(tmp_path / "a.txt", 3)], str(output))
   assert (tmp_path / "out.txt.parts" / batch_files.SETTINGS_FILE).exists()

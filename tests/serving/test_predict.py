@@ -107,7 +107,7 @@ def test_bad_lines_fail_naming_file_and_line_or_leave_their_place(tmp_path):
   skipped = _run(
     f"--input={source}", f"--output={output}", "--window=2", "--bad_lines=skip", "--resume"
   )
-  assert "1 skipped" in skipped.stderr
+  assert "1 bad line(s) skipped in this run" in skipped.stderr
   lines = output.read_text().split("\n")
   assert len(lines) == 5 and lines[2] == "" and all(lines[i] for i in (0, 1, 3))
 
