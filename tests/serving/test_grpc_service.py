@@ -260,10 +260,12 @@ def test_any_signature_by_name_version_and_output_filter(client):
   )
   assert ids["ids"].dtype == np.int32 and ids["score"].shape == (1,)
   scored = client.predict(
-    {"source_ids": np.array([[5, 6]], np.int32), "target_ids": np.array([[7, 2]], np.int32)},
+    {"source_ids": np.array([[5, 6, 7]], np.int32), "target_ids": ids["ids"]},
     signature_name="score",
   )
   assert set(scored) == {"log_prob"} and scored["log_prob"].shape == (1,)
+  # score(source, translate_ids(source)) is the log-probability the search reported.
+  np.testing.assert_allclose(scored["log_prob"], ids["log_prob"], rtol=1e-4, atol=1e-4)
   only = client.predict({"text": ["12"]}, output_filter=["score"])
   assert set(only) == {"score"}
 

@@ -94,12 +94,20 @@ def test_row_and_columnar_predict_agree(served):
 
 def test_token_level_signatures(served):
   client, _ = served
-  ids = client.predict(instances=[[5, 6, 7]], signature_name="translate_ids")["predictions"]
-  assert isinstance(ids[0]["ids"][0], int) and isinstance(ids[0]["score"], float)
+  sources = [[5, 6, 7], [8, 9, 0]]
+  found = client.predict(instances=sources, signature_name="translate_ids")["predictions"]
+  assert isinstance(found[0]["ids"][0], int) and isinstance(found[0]["score"], float)
+  # score(source, translate_ids(source)) is the log-probability the search reported.
   scored = client.predict(
-    signature_name="score", instances=[{"source_ids": [5, 6], "target_ids": [7, 2]}]
-  )
-  assert isinstance(scored["predictions"][0], float)
+    signature_name="score",
+    instances=[{"source_ids": s, "target_ids": f["ids"]} for s, f in zip(sources, found)],
+  )["predictions"]
+  assert all(f["log_prob"] < 0 for f in found)
+  assert scored == pytest.approx([f["log_prob"] for f in found], rel=1e-4, abs=1e-4)
+  other = client.predict(
+    signature_name="score", instances=[{"source_ids": [5, 6, 7], "target_ids": [7, 2]}]
+  )["predictions"]
+  assert abs(other[0] - found[0]["log_prob"]) > 1e-2  # another target scores otherwise
   encoded = client.predict(signature_name="encode", inputs=[[5, 6, 0]])["outputs"]
   assert len(encoded[0]) == 3 and len(encoded[0][0]) == 32
 
