@@ -35,6 +35,8 @@ from serving.monitoring import Metrics
 from serving.server import make_server
 from serving.server_core import ServerCore
 
+from train_helpers import poll_until
+
 NAME = "numbers"
 MAX_MESSAGE = 1 << 20
 
@@ -981,14 +983,15 @@ def test_both_protocols_under_load_through_a_version_swap_share_batches(tmp_path
   for thread in threads:
     thread.start()
   try:
-    time.sleep(1.0)
+    poll_until(lambda: min(answered.values()) >= 5, "answers on both protocols")
     shutil.copytree(base / "123", base / ".new")
     os.rename(base / ".new", base / "124")  # appears whole, as serving.export writes it
-    deadline = time.time() + 60
-    while core.status("half_plus_two")["model_version_status"][-1]["state"] != "END":
-      assert time.time() < deadline, core.status("half_plus_two")
-      time.sleep(0.1)
-    time.sleep(0.5)
+    poll_until(
+      lambda: core.status("half_plus_two")["model_version_status"][-1]["state"] == "END",
+      "version 123 unloaded",
+    )
+    after = dict(answered)
+    poll_until(lambda: all(answered[p] >= after[p] + 5 for p in after), "answers after the switch")
   finally:
     stop.set()
     for thread in threads:

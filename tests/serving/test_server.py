@@ -7,8 +7,8 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -21,6 +21,8 @@ from serving.model_manager import ModelManager
 from serving.server import make_server
 from serving.server_core import ServerCore
 from tfattn.decode_options import DecodeOptions
+
+from train_helpers import poll_until, server_has_read
 
 NAME = "numbers"
 GREEDY = DecodeOptions(strategy="greedy")
@@ -342,10 +344,16 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
     os.makedirs(base / "5" / "variables")
     os.makedirs(base / "6")
     (base / "6" / "saved_model.pb").write_bytes(b"truncated")
-    time.sleep(1.0)
     # Version 6 failed to load: listed as END with its error (TF Serving's state monitor);
-    # version 1 keeps serving.
-    states = {s["version"]: s for s in client.status()["model_version_status"]}
+    # version 1 keeps serving. Versions 5 and 6 were written before the poll that saw 6.
+    states = poll_until(
+      lambda: (
+        {s["version"]: s for s in client.status()["model_version_status"]}
+        if any(s["version"] == "6" for s in client.status()["model_version_status"])
+        else None
+      ),
+      "version 6 listed",
+    )
     assert set(states) == {"6", "1"} and states["1"]["state"] == "AVAILABLE"
     assert states["6"]["state"] == "END" and states["6"]["status"]["error_code"] != "OK"
     assert client.predict(instances=["12"])["predictions"]
@@ -368,13 +376,14 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
     for thread in threads:
       thread.start()
     export.export(str(trained_run), str(base), options=GREEDY)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-      versions = {s["version"]: s["state"] for s in client.status()["model_version_status"]}
-      if versions.get("1") == "END":
-        break
-      time.sleep(0.2)
-    time.sleep(0.5)
+
+    def versions_once_1_ended():
+      found = {s["version"]: s["state"] for s in client.status()["model_version_status"]}
+      return found if found.get("1") == "END" else None
+
+    versions = poll_until(versions_once_1_ended, "version 1 unloaded")
+    after_switch = answered[0]
+    poll_until(lambda: answered[0] >= after_switch + 5, "5 answers after the switch")
     stop.set()
     for thread in threads:
       thread.join()
@@ -500,13 +509,22 @@ def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
   try:
     client = ServingClient(NAME, port=port)
     client.wait_until_available()
-    answers = []
-    request = threading.Thread(target=lambda: answers.append(client.predict(instances=["12"])))
-    request.start()
-    time.sleep(1.0)  # the request now waits up to 3 s for batch-mates
-    process.terminate()
-    request.join(timeout=30)
-    assert answers and answers[0]["predictions"][0]["translation"] is not None
+    body = json.dumps({"instances": ["12"]}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+      sock.sendall(
+        f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+      )
+      # Read whole by the server: the request now waits up to 3 s for batch-mates.
+      poll_until(lambda: server_has_read(port, sock), "the request read by the server")
+      process.terminate()
+      answer = b""
+      while chunk := sock.recv(65536):
+        answer += chunk
+    head, _, answer_body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), answer[:2000]
+    assert json.loads(answer_body)["predictions"][0]["translation"] is not None
     assert process.wait(timeout=30) == 0
   finally:
     process.kill()
