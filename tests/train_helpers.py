@@ -168,6 +168,19 @@ def server_has_read(port, client):
   return False
 
 
+def assert_same_answers_but_a_near_tie(answers, expected, near_ties=1, atol=1e-4):
+  """Answers of two compilations (graph vs XLA) of the same search: [(output, score)] each.
+  Floating-point sums differ between compilations, so where two candidates nearly tie the two
+  may pick differently (and the outputs diverge from there): up to `near_ties` rows may differ;
+  every other row has the same output and a score within `atol`. A real difference (a wrong
+  seed, a lost option) changes most rows."""
+  assert len(answers) == len(expected)
+  same = [i for i, (a, e) in enumerate(zip(answers, expected)) if a[0] == e[0]]
+  assert len(answers) - len(same) <= near_ties, (answers, expected)
+  for i in same:
+    assert abs(answers[i][1] - expected[i][1]) <= atol, (i, answers[i], expected[i])
+
+
 def wait_for_step(run_dir, step, process, timeout=240):
   deadline = time.time() + timeout
   while time.time() < deadline:
