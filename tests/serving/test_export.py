@@ -406,7 +406,10 @@ def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path
   run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4, "eval_alpha": 0.8})
   command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}", "--decode=graph"]
   flags = {
-    "exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
+    "exported": [
+      *("--decode_strategy=sample", "--top_k=3", "--sample_seed=5"),
+      *("--warmup_text=ein Satz", "--warmup_text=12"),
+    ],
     "refused": ["--top_p=1.5"],
   }
   processes = {
@@ -428,6 +431,9 @@ def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path
     _export_info(tmp_path / "exported" / "1")["decode_options"]
     == DecodeOptions(strategy="sample", beam_size=4, alpha=0.8, top_k=3, seed=5).to_dict()
   )
+  warmed = warmup.read_warmup_file(str(tmp_path / "exported" / "1" / warmup.WARMUP_FILE))
+  texts = [t for _, inputs in warmed if "text" in inputs for t in np.ravel(inputs["text"])]
+  assert {b"ein Satz", b"12"} <= set(texts), texts  # --warmup_text: the first requests
   assert results["refused"][0] == 2, results["refused"][1][-3000:]
   assert results["refused"][1].strip().endswith("--top_p must be in (0, 1], got 1.5")
   assert not os.path.exists(tmp_path / "refused")
@@ -594,3 +600,46 @@ def test_the_sample_signature_keeps_tokens_tied_at_the_nucleus_edge(tmp_path):
   assert observed.sum() == rows, counts
   statistic = ((observed - expected * rows) ** 2 / (expected * rows)).sum()
   assert float(tf.math.igammac(1.0, statistic / 2.0)) > 1e-3, (observed, expected * rows)
+
+
+def test_evaluation_decodes_what_the_export_serves(
+  trained_run, exported, sampling_exports, tmp_path
+):
+  """docs/training.md: "Evaluation decodes exactly as the export will serve". The decoder the
+  evaluation runs (`train.evaluation.make_decoder`, on batches of its own pipeline) and the
+  export's serving_default (from text) give the same outputs, greedy, beam and sampling (each
+  row with the seed the export gives its text, whatever its batch-mates)."""
+  from tfattn import text as tfattn_text
+  from train import data, evaluation
+
+  config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
+  model = tfattn.Transformer(config)
+  tf.train.Checkpoint(model=model).read(
+    tf.train.latest_checkpoint(str(trained_run / "checkpoints"))
+  ).expect_partial()
+  source, target = (
+    tfattn_text.load_tokenizer(tfattn_text.tokenizer_path(str(trained_run / "vocab"), side))
+    for side in ("source", "target")
+  )
+  texts = ["12", "345", "7", "9081", "66", "1234567", "5"]
+  # (text, text) pairs: the batches' "target_text" gives back each row's source text.
+  raw = tf.data.Dataset.from_tensor_slices((texts, texts))
+  batches = list(data.seq2seq_dataset(raw, source, target, 3, config.max_length, keep_text=True))
+  beam = DecodeOptions(beam_size=3, alpha=0.6)
+  export.export(str(trained_run), str(tmp_path), options=beam, decode="graph")
+  exports = {
+    "greedy": (GREEDY, os.path.dirname(exported[1])),
+    "beam": (beam, str(tmp_path)),
+    "sample": (SAMPLING, sampling_exports["graph"]),
+  }
+  for name, (options, base) in exports.items():
+    decode = evaluation.make_decoder(model, options)
+    evaluated = {}
+    for batch in batches:
+      hypotheses = target.detokenize(decode(batch["source"])).numpy()
+      evaluated.update(zip(batch["target_text"].numpy(), hypotheses))
+    assert sorted(evaluated) == sorted(t.encode() for t in texts)
+    served = tf.saved_model.load(os.path.join(base, "1")).signatures["serving_default"]
+    answers = served(text=tf.constant(texts))["translation"].numpy()
+    assert [evaluated[t.encode()] for t in texts] == list(answers), name
+    assert len(set(answers)) > 1, (name, answers)  # outputs that tell texts apart
