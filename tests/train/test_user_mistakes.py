@@ -84,6 +84,19 @@ MISTAKES = [
     2,
   ),
   (
+    "train-tsv-missing-eval-file",
+    [
+      "train",
+      "--task=tsv",
+      "--train_file={tmp}/good.tsv",
+      "--eval_file={tmp}/nope.tsv",
+      "--run_dir={tmp}/new",
+    ],
+    "good_tsv",
+    "{tmp}/nope.tsv does not exist",
+    2,
+  ),
+  (
     "train-tsv-bad-utf8",
     ["train", "--task=tsv", "--train_file={tmp}/latin1.tsv", "--run_dir={tmp}/new"],
     "latin1_tsv",
@@ -218,6 +231,8 @@ def _write_saved_run(tmp, run):
 def _prepare(setup, tmp, run, trained_run):
   if setup == "latin1_tsv":
     (tmp / "latin1.tsv").write_bytes("4\tfour\nd\xe9j\xe0\tvu\n".encode("latin-1"))
+  elif setup == "good_tsv":
+    (tmp / "good.tsv").write_text("4\tfour\n")
   elif setup == "one_field_tsv":
     (tmp / "one_field.tsv").write_text("only one field\n")
   elif setup == "saved_run":
@@ -287,6 +302,18 @@ def test_user_mistake_is_one_line_and_changes_nothing(outcomes, case_id, argv, s
   assert after == before  # nothing written, nothing left behind
   if program == "train":
     assert not os.path.exists(tmp / "new")
+
+
+@pytest.mark.slow
+def test_verbose_errors_adds_the_traceback_before_the_one_line(tmp_path):
+  argv = ["train", "--task=tsv", f"--train_file={tmp_path}/nope.tsv", f"--run_dir={tmp_path}/r"]
+  result = _run_program([*argv, "--verbose_errors"])
+  assert result.returncode == 2
+  assert "Traceback (most recent call last)" in result.stderr
+  lines = own_lines(result.stderr)
+  assert (
+    lines[-1] == f"train: error: TSV file {tmp_path}/nope.tsv does not exist (or is not a file)"
+  )
 
 
 HELP_PROGRAMS = ["train", "serving.export", "serving.check", "serving.client", "serving.server"]
