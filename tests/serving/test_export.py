@@ -602,6 +602,36 @@ def test_the_sample_signature_keeps_tokens_tied_at_the_nucleus_edge(tmp_path):
   assert float(tf.math.igammac(1.0, statistic / 2.0)) > 1e-3, (observed, expected * rows)
 
 
+def _trained_model(run_dir):
+  """The Transformer of a run directory with its latest checkpoint's weights."""
+  config = tfattn.TransformerConfig.from_json((run_dir / "model_config.json").read_text())
+  model = tfattn.Transformer(config)
+  tf.train.Checkpoint(model=model).read(
+    tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+  ).expect_partial()
+  return model
+
+
+def test_score_is_the_models_teacher_forced_log_probability(trained_run, exported):
+  """score(source_ids, target_ids) = sum over target tokens of log p(token | source, the tokens
+  before it), padding excluded: the model's own teacher-forced softmax, computed here."""
+  model = _trained_model(trained_run)
+  source = tf.constant([[5, 6, 7, 0], [8, 9, 10, 11]], tf.int32)
+  target = tf.constant([[12, 9, 30, 2, 0], [4, 2, 0, 0, 0]], tf.int32)  # END = 2, then padding
+  scored = (
+    tf.saved_model.load(exported[1])
+    .signatures["score"](source_ids=source, target_ids=target)["log_prob"]
+    .numpy()
+  )
+  decoder_input = tf.concat([tf.fill([2, 1], model.config.bos_id), target[:, :-1]], axis=1)
+  log_probs = tf.nn.log_softmax(model(source, decoder_input)).numpy()
+  expected = [
+    sum(log_probs[row, i, token] for i, token in enumerate(target[row].numpy()) if token != 0)
+    for row in range(2)
+  ]
+  np.testing.assert_allclose(scored, expected, rtol=1e-5, atol=1e-4)
+
+
 def test_evaluation_decodes_what_the_export_serves(
   trained_run, exported, sampling_exports, tmp_path
 ):
@@ -612,11 +642,8 @@ def test_evaluation_decodes_what_the_export_serves(
   from tfattn import text as tfattn_text
   from train import data, evaluation
 
-  config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
-  model = tfattn.Transformer(config)
-  tf.train.Checkpoint(model=model).read(
-    tf.train.latest_checkpoint(str(trained_run / "checkpoints"))
-  ).expect_partial()
+  model = _trained_model(trained_run)
+  config = model.config
   source, target = (
     tfattn_text.load_tokenizer(tfattn_text.tokenizer_path(str(trained_run / "vocab"), side))
     for side in ("source", "target")
