@@ -89,11 +89,11 @@ MISTAKES = [
       "train",
       "--task=tsv",
       "--train_file={tmp}/good.tsv",
-      "--eval_file={tmp}/nope.tsv",
+      "--eval_file={tmp}/nope-*.tsv",
       "--run_dir={tmp}/new",
     ],
     "good_tsv",
-    "{tmp}/nope.tsv does not exist",
+    "--validation_file: no file matches {tmp}/nope-*.tsv",  # --eval_file is its alias
     2,
   ),
   (
