@@ -142,7 +142,7 @@ def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_
 def test_seq2seq_evaluation_metrics_on_known_hypotheses(monkeypatch):
   """Hand-built hypotheses and teacher-forced predictions with known exact match, token accuracy
   and BLEU. The decoder is replaced by a table (the trained-run test above runs the real one):
-  hypothesis i is HYPOTHESES[i], and the "model" predicts each target_in token as the output."""
+  hypothesis i is `hypotheses[i]`, and the "model" predicts each target_in token as the output."""
   hypotheses = ["a b c d", "x y z w", "The cat sat on the mat.", "never judged"]
   references = ["a b c d", "x y z v", "the cat sat on the mat.", "never judged"]
 
