@@ -39,7 +39,26 @@ OTHER_TOOLS = {
     "enable_batching",
     "batching_parameters_file",
     "monitoring_config_file",
+    "xla_gpu_compilation_enabled",  # since 2.18.0 (docs/serving_conformance.md, "XLA")
+    "max_num_load_retries",  # its load retries (serving_conformance.md), which ours skips
+    "load_retry_interval_micros",
   },
+  # Beam's own pipeline options, given to serving.beam_predict inside --beam_options='...'
+  # (docs/batch_prediction.md): checked by Beam's PipelineOptions, not by our flags.
+  "apache_beam": {
+    "runner",
+    "direct_num_workers",
+    "direct_running_mode",
+    "project",
+    "region",
+    "temp_location",
+    "requirements_file",
+    "extra_package",
+    "flink_master",
+    "spark_master_url",
+    "environment_type",
+  },
+  "python -m build": {"sdist"},  # the source archive Beam's workers install
 }
 # Names that start a command or mention a tool whose flags follow (a `docker run` line passes
 # the flags after the image name to tensorflow_model_server: both tools' flags are accepted).
@@ -48,6 +67,8 @@ OTHER_TOOL_PATTERNS = {
   r"\btensorboard\b": ("tensorboard",),
   r"\btfds build\b": ("tfds",),
   r"\btensorflow_model_server --": ("tensorflow_model_server",),
+  r"--beam_options\b": ("serving.beam_predict", "apache_beam"),
+  r"\bpython -m build\b": ("python -m build",),
 }
 ABSL_HELP = {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok"}
 FLAG = re.compile(r"(?<![\w-])--(?:\[no\])?([a-z][a-z0-9_]*)")
