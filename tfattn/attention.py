@@ -4,18 +4,24 @@ All heads are computed together: one fused projection, a reshape to `[batch, len
 depth]`, a transpose to `[batch, heads, length, depth]`, one batched matmul for the scores and one
 for the values. There is no loop over heads anywhere.
 
+A `SelfAttention` built with a `window` r is the paper's restricted self-attention (section 4):
+each position sees only the keys within r of it (|i - j| <= r, or 0 <= i - j <= r when causal),
+computed in blocks (`tfattn.local_attention`), O(length * r) instead of O(length^2).
+
 Decoding one token at a time, self-attention keeps the keys and values of the tokens before it in
-a cache, in one of two layouts (both immutable: a step returns a new cache):
+a cache, in one of three layouts (all immutable: a step returns a new cache):
   * `GrowingCache`: one slot per token decoded so far, appended at each step; least work.
   * `PaddedCache`: `max_length` slots from the start, slot `step` written at step `step`; every
     shape is static, so the decoding loop compiles with `jit_compile=True`.
+  * `RingCache`: a windowed attention's r + 1 slots, slot `step % (r + 1)` written at step
+    `step`: memory O(r) however long the output; static shapes (XLA).
 """
 
 from typing import NamedTuple, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from tfattn import layers, masking
+from tfattn import layers, local_attention, masking
 
 
 def split_heads(x: tf.Tensor, num_heads: int, depth: int) -> tf.Tensor:
@@ -141,8 +147,58 @@ class PaddedCache(NamedTuple):
     return PaddedCache(tf.pad(key, after), tf.pad(value, after))
 
 
-# A self-attention layer's decoding cache, in either layout.
-SelfAttentionCache = Union[GrowingCache, PaddedCache]
+class RingCache(NamedTuple):
+  """A windowed self-attention's keys and values in `slots` = window + 1 fixed slots: position
+  p lives in slot `p % slots`, overwriting position `p - slots`, which the window no longer sees.
+  Every shape is static (XLA); the key order in the slots does not matter to attention.
+
+  Attributes:
+    key: `[batch, heads, slots, depth]`.
+    value: `[batch, heads, slots, depth]`.
+  """
+
+  key: tf.Tensor
+  value: tf.Tensor
+
+  @classmethod
+  def empty(cls, batch_size, num_heads: int, depth: int, dtype, slots: int) -> "RingCache":
+    zeros = tf.zeros([batch_size, num_heads, slots, depth], dtype)
+    return cls(zeros, zeros)
+
+  @staticmethod
+  def slot_positions(step, slots) -> tf.Tensor:
+    """int32 `[slots]`: the position each slot holds once position `step` is written (the
+    latest p <= step with p % slots == slot; negative: never written)."""
+    return step - tf.math.floormod(step - tf.range(slots), slots)
+
+  def add(self, key: tf.Tensor, value: tf.Tensor, step) -> "RingCache":
+    """key, value: `[batch, heads, 1, depth]` of position `step`, written into its slot."""
+    slot = tf.one_hot(step % tf.shape(self.key)[2], tf.shape(self.key)[2], dtype=key.dtype)
+    slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]  # [1, 1, slots, 1]
+    return RingCache(
+      tf.cast(self.key, key.dtype) * (1 - slot) + key * slot,
+      tf.cast(self.value, value.dtype) * (1 - slot) + value * slot,
+    )
+
+  def unwritten_bias(self, step) -> tf.Tensor:
+    """`[1, 1, 1, slots]`: until the ring has turned once, slots after `step` are empty."""
+    return masking.step_bias(step, tf.shape(self.key)[2])
+
+  def filled(self, key: tf.Tensor, value: tf.Tensor) -> "RingCache":
+    """The ring after writing key, value `[batch, heads, length, depth]` as positions
+    0..length-1 (a prompt's, prefilled at once): its last `slots` positions."""
+    length = tf.shape(key)[2]
+    positions = self.slot_positions(length - 1, tf.shape(self.key)[2])  # [slots]
+    # An unwritten slot reads one zero position appended after the prompt (even an empty one).
+    index = tf.where(positions >= 0, positions, length)
+    after = [[0, 0], [0, 0], [0, 1], [0, 0]]
+    return RingCache(
+      tf.gather(tf.pad(key, after), index, axis=2), tf.gather(tf.pad(value, after), index, axis=2)
+    )
+
+
+# A self-attention layer's decoding cache, in any layout.
+SelfAttentionCache = Union[GrowingCache, PaddedCache, RingCache]
 
 
 class _MergedHeadAttention(tf.Module):
@@ -186,6 +242,8 @@ class SelfAttention(_MergedHeadAttention):
     rng=None,
     seed: int = 0,
     name: Optional[str] = None,
+    causal: bool = False,
+    window: Optional[int] = None,
   ):
     """Creates the projections.
 
@@ -196,42 +254,73 @@ class SelfAttention(_MergedHeadAttention):
       rng: the `tf.random.Generator` that draws the dropout masks (None: no dropout).
       seed: base seed of the stateless weight initialisers.
       name: module name, the prefix of the variable names (e.g. "self_attention").
+      causal: a position never sees later ones (the decoder's, the language model's).
+      window: None for full attention; r >= 1 for restricted self-attention: position i sees
+        keys j with |i - j| <= r (0 <= i - j <= r when causal), computed in blocks.
     """
     super().__init__(d_model, num_heads, dropout_rate, rng, name)
+    if window is not None and window < 1:
+      raise ValueError(f"window must be at least 1, got {window}")
+    self.causal = causal
+    self.window = window
     with self.name_scope:
       self.query_key_value = layers.Linear(d_model, 3 * d_model, seed=seed, name="query_key_value")
       self.output = layers.Linear(d_model, d_model, seed=seed, name="output")
 
   def __call__(self, x: tf.Tensor, bias=None, training: bool = False, return_scores: bool = False):
-    """Every position of `x` attends to every position of `x` that `bias` allows.
+    """Every position of `x` attends to the positions of `x` that the layer's causality and
+    window and `bias` allow.
 
     Args:
       x: `[batch, length, d_model]`.
-      bias: additive mask broadcastable to `[batch, heads, length, length]`.
+      bias: additive mask broadcastable to `[batch, heads, length, length]`; with a window, a
+        key mask broadcastable to `[batch, 1, 1, length]` (padding).
       training: apply dropout to the attention weights.
-      return_scores: also return the float32 `[batch, heads, length, length]` weights.
+      return_scores: also return the float32 `[batch, heads, length, length]` weights (with a
+        window: zero outside the band, spread from the blocks, O(length^2): for maps only).
     Returns:
       `[batch, length, d_model]` (and the weights when `return_scores`).
     """
     q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, length, depth]
-    return self._attend(q, k, v, bias, training, return_scores)
+    return self._self_attend(q, k, v, bias, training, return_scores)
+
+  def _self_attend(self, q, k, v, bias, training, return_scores):
+    """q, k, v `[batch, heads, length, depth]` -> `[batch, length, d_model]` (and the weights),
+    full or windowed, with the causal mask when the layer is causal."""
+    if self.window is None:
+      if self.causal:
+        bias = masking.combine(masking.causal_bias(tf.shape(q)[2]), bias)
+      return self._attend(q, k, v, bias, training, return_scores)
+    if bias is not None and bias.shape.rank == 4 and bias.shape[2] not in (1, None):
+      raise ValueError(
+        f"A windowed self-attention takes a key bias [batch, 1, 1, length], got {bias.shape}"
+      )
+    values, weights = local_attention.local_attention(
+      q, k, v, self.window, self.causal, bias, self.dropout_rate, self._rng, training
+    )
+    output = self.output(merge_heads(values))  # [batch, length, d_model]
+    if not return_scores:
+      return output
+    return output, local_attention.blocks_to_dense(weights, tf.shape(q)[2], self.causal)
 
   def step(
     self, x: tf.Tensor, step, cache: SelfAttentionCache, bias=None
   ) -> Tuple[tf.Tensor, SelfAttentionCache]:
-    """One decoding step: the newest position attends to itself and every earlier one.
+    """One decoding step: the newest position attends to itself and the earlier ones its cache
+    holds (a windowed layer's `RingCache` holds exactly its window).
 
     Args:
       x: `[batch, 1, d_model]`, the input at position `step`.
       step: int32 scalar, the position of `x`.
-      cache: a `GrowingCache` or `PaddedCache` holding positions `0..step - 1`; not modified.
-      bias: None, or keys masked besides the unwritten ones, `[batch, 1, 1, cached]` (e.g. a
+      cache: a `GrowingCache`, `PaddedCache` or `RingCache` holding positions `0..step - 1`
+        (a ring: the last `window` of them); not modified.
+      bias: None, or keys masked besides the unwritten ones, `[batch, 1, 1, slots]` (e.g. a
         left-padded prompt's padding).
     Returns:
       (`[batch, 1, d_model]`, the cache with position `step` added, of the same layout).
     """
     q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, 1, depth]
-    cache = cache.add(k, v, step)  # key, value: [batch, heads, cached, depth]
+    cache = cache.add(k, v, step)  # key, value: [batch, heads, slots, depth]
     bias = masking.combine(cache.unwritten_bias(step), bias)
     output = self._attend(q, cache.key, cache.value, bias, False, False)
     return output, cache
@@ -244,13 +333,14 @@ class SelfAttention(_MergedHeadAttention):
 
     Args:
       x: `[batch, length, d_model]`, positions 0..length-1.
-      bias: additive mask broadcastable to `[batch, heads, length, length]` (causal at least).
+      bias: additive mask broadcastable to `[batch, heads, length, length]` besides the layer's
+        causality and window (with a window: a key mask `[batch, 1, 1, length]`).
       cache: an empty cache of the layout to fill.
     Returns:
       (`[batch, length, d_model]`, the cache holding positions 0..length-1).
     """
     q, k, v = self._split_fused(self.query_key_value(x), 3)  # each [batch, heads, length, depth]
-    return self._attend(q, k, v, bias, False, False), cache.filled(k, v)
+    return self._self_attend(q, k, v, bias, False, False), cache.filled(k, v)
 
 
 class CrossAttention(_MergedHeadAttention):

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from typing import Optional
 
 from tfattn import special_ids
 from tfattn.settings import check, fallbacks, setting
@@ -88,6 +89,14 @@ class TransformerConfig:
     "Su Jianlin's write-up; dropout_rate then applies after pooling).",
     choices=_CLASSIFIER_BODIES,
     fallback="transformer",
+  )
+  attention_window: Optional[int] = setting(
+    None,
+    "Restricted self-attention (paper section 4): each position attends only to keys within "
+    "this many positions (encoder |i - j| <= r, decoder 0 <= i - j <= r), in blocks, O(n r); "
+    "cross-attention stays full. Unset: full attention.",
+    above=0,
+    fallback=None,
   )
   seed: int = setting(0, "Initialisers and dropout.")
 

@@ -29,6 +29,8 @@ This module never looks inside the cache: it carries it, and beam search reorder
   * growing (`padded=False`): keys are appended; least work, graph mode.
   * padded (`padded=True`): a fixed `[.., max_decode_length, ..]` cache written slot by slot, so
     every shape is static and the loop compiles under `jit_compile=True`.
+A model with an `attention_window` r decodes through a ring of r + 1 slots in both modes (static
+shapes, memory flat in the output length); beams reorder it like any other cache.
 Output buffers are always fixed-size `[batch, (beam,) length]`, padded with `pad_id`.
 
 Each search keeps its loop variables in one NamedTuple (`GreedyState`, `BeamState`) with a shape

@@ -7,7 +7,8 @@ projection, as a `tf.Module`; and how its decoding starts from a prompt.
   found = decoding.decode(model, prompt_ids, options)  # the continuation of each prompt
 
 Decoding reads the prompt once (`start_decoding` prefills every layer's key/value cache in one
-pass) and then one token a step, in graph mode (growing cache) or under XLA (padded cache).
+pass) and then one token a step, in graph mode (growing cache) or under XLA (padded cache); with
+an `attention_window` r, in a ring of r + 1 slots (both modes: memory flat in the text's length).
 Prompts of one batch differ in length: they are left-aligned to end in the same column, each row
 with its own positions and its padding masked out, so a prompt generates the same continuation
 whatever its batch-mates.
@@ -19,7 +20,7 @@ layers, `max_length` positions (the prompt and its continuation together).
 import tensorflow as tf
 
 from tfattn import decoding, masking
-from tfattn.attention import GrowingCache, PaddedCache
+from tfattn.attention import GrowingCache, PaddedCache, RingCache
 from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
 from tfattn.layers import Embedding, dropout
@@ -27,8 +28,10 @@ from tfattn.transformer import AttentionWeights, EncoderLayer, _Stack
 
 
 class CausalLayer(EncoderLayer):
-  """Self-attention (causal by its bias) then feed-forward, each in residual wiring; with a
+  """Self-attention (causal by its class) then feed-forward, each in residual wiring; with a
   cached decoding step and a prefill of a whole prompt."""
+
+  causal = True
 
   def step(self, x, step, cache, key_bias):
     """x `[rows, 1, d_model]` at cache slot `step`; key_bias `[rows, 1, 1, keys]` -> (like x,
@@ -40,7 +43,7 @@ class CausalLayer(EncoderLayer):
     return self._feed_forward_block(x, False), cache
 
   def prefill(self, x, bias, cache):
-    """x `[batch, length, d_model]`, bias `[batch, 1, length, length]` -> (like x, the cache
+    """x `[batch, length, d_model]`, key bias `[batch, 1, 1, length]` -> (like x, the cache
     holding slots 0..length-1). No dropout."""
     attended, cache = self.self_attention.prefill(
       self._sublayer_input(x, self.self_attention_norm), bias, cache
@@ -70,18 +73,19 @@ class CausalStack(_Stack):
     return self._finish(x), tuple(weights)
 
 
-def _key_bias(shift, keys):
-  """`[rows, 1, 1, keys]`: key slots before each row's `shift` (its left padding) masked."""
-  padding = tf.cast(tf.range(keys)[tf.newaxis] < shift[:, tf.newaxis], tf.float32)
+def _key_bias(shift, columns):
+  """`[rows, 1, 1, keys]`: keys whose columns `[keys]` lie before each row's `shift` (its left
+  padding) masked."""
+  padding = tf.cast(columns[tf.newaxis] < shift[:, tf.newaxis], tf.float32)
   return (padding * masking.large_negative())[:, tf.newaxis, tf.newaxis, :]
 
 
 def _alignment(shift, columns):
   """Rows left-padded by `shift` `[rows]` over `columns` -> (positions int32 `[rows, columns]`,
-  each row's own from 0 at its first real token; bias `[rows, 1, columns, columns]`, causal with
-  the padding keys masked)."""
+  each row's own from 0 at its first real token; key bias `[rows, 1, 1, columns]` masking the
+  padding; the self-attention adds the causal mask and the window)."""
   positions = tf.maximum(tf.range(columns)[tf.newaxis] - shift[:, tf.newaxis], 0)
-  return positions, masking.combine(masking.causal_bias(columns), _key_bias(shift, columns))
+  return positions, _key_bias(shift, tf.range(columns))
 
 
 class LanguageModel(tf.Module):
@@ -123,7 +127,7 @@ class LanguageModel(tf.Module):
     """
     length = tf.shape(ids)[1]
     positions = tf.tile(tf.range(length)[tf.newaxis], [tf.shape(ids)[0], 1])
-    states, weights = self.decoder(ids, positions, masking.causal_bias(length), training)
+    states, weights = self.decoder(ids, positions, None, training)  # causal by its layers
     logits = self._logits(states)
     return (logits, AttentionWeights(decoder=weights)) if return_attention else logits
 
@@ -169,26 +173,34 @@ class LanguageModel(tf.Module):
     shift = decoding.tile_beams(shift, beams) if beams > 1 else shift  # [rows]
     if use_cache:
       heads, depth, dtype = c.num_heads, c.depth, tf.as_dtype(c.compute_dtype)
-      slots = columns - 1 + length
-      empty = (
-        PaddedCache.empty(batch, heads, depth, dtype, slots)
-        if padded
-        else GrowingCache.empty(batch, heads, depth, dtype)
-      )
+      window = c.attention_window
+      if window is not None:  # the window's r + 1 slots however long the text (static shapes)
+        slots = window + 1
+        empty = RingCache.empty(batch, heads, depth, dtype, slots)
+      elif padded:
+        slots = columns - 1 + length
+        empty = PaddedCache.empty(batch, heads, depth, dtype, slots)
+      else:
+        empty = GrowingCache.empty(batch, heads, depth, dtype)
       x = self.decoder.embed(left[:, :-1], positions[:, :-1])  # the prompt before its last token
       cache = []
       for layer in self.decoder.layers:
-        x, layer_cache = layer.prefill(x, bias[:, :, :-1, :-1], empty)
+        x, layer_cache = layer.prefill(x, bias[..., :-1], empty)
         cache.append(layer_cache)
       cache = tuple(cache)
       if beams > 1:
         cache = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), cache)
-      cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
+      growing = window is None and not padded
+      cache_shapes = tf.nest.map_structure(decoding.growing_shape, cache) if growing else None
 
       def step_fn(last_tokens, step, cache):
-        column = columns - 1 + step  # the slot of `last_tokens`
+        column = columns - 1 + step  # the position of `last_tokens`
         x = self.decoder.embed(last_tokens[:, tf.newaxis], (column - shift)[:, tf.newaxis])
-        key_bias = _key_bias(shift, slots if padded else column + 1)
+        if window is not None:  # the column each ring slot holds
+          key_columns = RingCache.slot_positions(column, slots)
+        else:
+          key_columns = tf.range(column + 1 if growing else slots)
+        key_bias = _key_bias(shift, key_columns)
         new_cache = []
         for layer, layer_cache in zip(self.decoder.layers, cache):
           x, layer_cache = layer.step(x, column, layer_cache, key_bias)

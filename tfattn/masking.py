@@ -56,6 +56,21 @@ def causal_bias(length, dtype: tf.DType = tf.float32) -> tf.Tensor:
   return ((1.0 - allowed) * large_negative(dtype))[tf.newaxis, tf.newaxis, :, :]
 
 
+def band_bias(length, window: int, causal: bool = False, dtype: tf.DType = tf.float32):
+  """Masks keys outside restricted self-attention's window: |i - j| <= window, or
+  0 <= i - j <= window when `causal`. Dense, O(length^2): the reference that the blocked
+  `tfattn.local_attention` equals, and what its attention maps show.
+
+  Returns:
+    `[1, 1, length, length]` bias.
+  """
+  positions = tf.range(length)
+  distance = positions[:, tf.newaxis] - positions[tf.newaxis, :]  # query - key
+  allowed = (distance >= (0 if causal else -window)) & (distance <= window)
+  allowed = tf.cast(allowed, dtype)
+  return ((1.0 - allowed) * large_negative(dtype))[tf.newaxis, tf.newaxis, :, :]
+
+
 def step_bias(decode_index, cache_length, dtype: tf.DType = tf.float32) -> tf.Tensor:
   """For padded decoding: one query at `decode_index` may see cache slots `0..decode_index`.
 

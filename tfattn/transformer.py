@@ -7,7 +7,7 @@ Attention maps come from the same forward pass as the logits:
 Decoding: `model.start_decoding(source_ids, options)` is what `tfattn.decoding`'s searches run
 (it encodes the source and projects it once); below it, one token at a time:
   memory = model.decoding_memory(*model.encode(source_ids))  # once per source
-  cache = model.init_cache(batch_size, max_length=None)       # GrowingCache, or PaddedCache
+  cache = model.init_cache(batch_size, max_length=None)       # GrowingCache, PaddedCache, RingCache
   logits, cache = model.decode_step(last_tokens, step, cache, memory)  # a new cache each step
 """
 
@@ -21,6 +21,7 @@ from tfattn.attention import (
   GrowingCache,
   KeyValue,
   PaddedCache,
+  RingCache,
   SelfAttention,
   SelfAttentionCache,
 )
@@ -66,7 +67,11 @@ class DecodingMemory(NamedTuple):
 
 class _ResidualLayer(tf.Module):
   """What encoder and decoder layers share: self-attention and feed-forward sublayers, each in
-  residual wiring, post-norm LN(x + Sublayer(x)) or pre-norm x + Sublayer(LN(x))."""
+  residual wiring, post-norm LN(x + Sublayer(x)) or pre-norm x + Sublayer(LN(x)). The
+  self-attention is causal in a layer class that says so, and windowed when the config has an
+  `attention_window`."""
+
+  causal = False
 
   def __init__(self, config: TransformerConfig, rng=None, name: Optional[str] = None):
     """Creates the sublayers.
@@ -83,7 +88,14 @@ class _ResidualLayer(tf.Module):
     self._rng = rng
     with self.name_scope:
       self.self_attention = SelfAttention(
-        c.d_model, c.num_heads, c.attention_dropout_rate, rng, c.seed, name="self_attention"
+        c.d_model,
+        c.num_heads,
+        c.attention_dropout_rate,
+        rng,
+        c.seed,
+        name="self_attention",
+        causal=self.causal,
+        window=c.attention_window,
       )
       self.self_attention_norm = LayerNorm(
         c.d_model, c.layer_norm_epsilon, name="self_attention_norm"
@@ -137,6 +149,8 @@ class EncoderLayer(_ResidualLayer):
 
 class DecoderLayer(_ResidualLayer):
   """Masked self-attention, cross-attention over the encoder output, then feed-forward."""
+
+  causal = True
 
   def __init__(self, config: TransformerConfig, rng=None, name: Optional[str] = None):
     """Creates the sublayers.
@@ -305,7 +319,7 @@ class Decoder(_Stack):
     `[batch, t_len, d_model]` (and, with `return_attention`, two tuples of float32 weights, one
     entry a layer: self-attention `[batch, heads, t_len, t_len]`, cross-attention `[batch,
     heads, t_len, s_len]`)."""
-    self_bias = masking.causal_bias(tf.shape(ids)[1])  # [1, 1, t_len, t_len]
+    self_bias = None  # the self-attention is causal (and windowed) by itself
     x = self._embed(ids, training)
     self_weights, cross_weights = [], []
     for layer in self.layers:
@@ -438,9 +452,15 @@ class Transformer(tf.Module):
       batch_size: int32 scalar, rows to decode.
       max_length: None for a `GrowingCache` (`[batch, heads, 0, depth]`, appended each step;
         graph mode); else a `PaddedCache` of `max_length` zero slots, static shapes for XLA.
+        Ignored with an `attention_window` r: a `RingCache` of r + 1 slots (static shapes).
     """
     heads, depth = self.config.num_heads, self.config.depth
     dtype = tf.as_dtype(self.config.compute_dtype)
+    window = self.config.attention_window
+    if window is not None:  # the window's r + 1 slots, whatever the length
+      return tuple(
+        RingCache.empty(batch_size, heads, depth, dtype, window + 1) for _ in self.decoder.layers
+      )
     if max_length is None:
       return tuple(GrowingCache.empty(batch_size, heads, depth, dtype) for _ in self.decoder.layers)
     return tuple(
@@ -548,6 +568,7 @@ class AttentionEncoder(tf.Module):
         rng,
         seed=config.seed,
         name="self_attention",
+        window=config.attention_window,
       )
 
   def __call__(self, ids, bias=None, training=False, return_attention=False):

@@ -172,6 +172,14 @@ class RunConfig:
     choices=("transformer", "attention"),
     resume=MUST_MATCH,
   )
+  attention_window: Optional[int] = run_setting(
+    None,
+    "Restricted self-attention (paper section 4): each position attends only to keys within "
+    "this many positions, in blocks, O(n r) (cross-attention stays full); unset: full.",
+    above=0,
+    unset="full attention",
+    resume=MUST_MATCH,
+  )
   dropout: Optional[float] = run_setting(
     None, "The paper's residual and embedding dropout rate.", minimum=0, below=1, resume=MUST_MATCH
   )
@@ -493,6 +501,7 @@ class RunConfig:
       dropout_rate=self.dropout,
       feed_forward_dropout_rate=self.feed_forward_dropout,
       share_embeddings=bool(self.shared_vocabulary),
+      attention_window=self.attention_window,
     )
     if self.classifier_body is not None:
       overrides["classifier_body"] = self.classifier_body

@@ -46,8 +46,9 @@ def _config(**overrides):
 
 
 @pytest.mark.slow
-def test_seq2seq_formula_counts_every_matmul_of_the_graph():
-  config = _config()
+@pytest.mark.parametrize("window", [None, 3])
+def test_seq2seq_formula_counts_every_matmul_of_the_graph(window):
+  config = _config(attention_window=window)
   model = tfattn.Transformer(config)
   batch, source_length, target_length = 3, 11, 7
   counted = _graph_matmul_flops(
@@ -58,11 +59,25 @@ def test_seq2seq_formula_counts_every_matmul_of_the_graph():
   assert flops.seq2seq_forward_flops(config, batch, source_length, target_length) == counted
 
 
-@pytest.mark.parametrize("body", ["transformer", "attention"])
-def test_classifier_formula_counts_every_matmul_of_the_graph(body):
-  config = _config(classifier_body=body)
+@pytest.mark.parametrize(
+  "body, window", [("transformer", None), ("attention", None), ("transformer", 4)]
+)
+def test_classifier_formula_counts_every_matmul_of_the_graph(body, window):
+  config = _config(classifier_body=body, attention_window=window)
   model = tfattn.EncoderClassifier(config)
   counted = _graph_matmul_flops(
     tf.function(lambda ids: model(ids)), tf.TensorSpec([5, 13], tf.int32)
   )
   assert flops.classifier_forward_flops(config, 5, 13) == counted
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_language_model_formula_counts_every_matmul_of_the_graph(window):
+  from tfattn.language_model import LanguageModel
+
+  config = _config(attention_window=window, target_vocab_size=97)
+  model = LanguageModel(config)
+  counted = _graph_matmul_flops(
+    tf.function(lambda ids: model(ids)), tf.TensorSpec([2, 10], tf.int32)
+  )
+  assert flops.language_model_forward_flops(config, 2, 10) == counted

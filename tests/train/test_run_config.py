@@ -155,3 +155,12 @@ def test_the_flags_are_defined_and_checked_without_tensorflow():
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip() == "[]"
+
+
+def test_the_attention_window_reaches_the_model_and_unset_means_full_attention():
+  task = builtin_task("numbers", num_train=10, num_eval=2, num_test=2)
+  windowed = RunConfig(attention_window=8).resolved_for(task).model_config(100, 100, 2)
+  assert windowed.attention_window == 8
+  assert RunConfig().resolved_for(task).model_config(100, 100, 2).attention_window is None
+  with pytest.raises(ValueError, match=re.escape("--attention_window must be positive, got 0")):
+    RunConfig(attention_window=0).check()
