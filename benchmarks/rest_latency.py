@@ -34,7 +34,7 @@ import threading
 import time
 import types
 
-from serving import launch
+from serving import export, launch, xla_compilation
 
 TEXTS = ["4213", "19", "700005", "31337", "8", "123456", "99", "5000"]
 # Server-side batching pads merged batches to these sizes, so an XLA export compiles (and warms
@@ -159,6 +159,8 @@ def start_server(kind, base, model, batching_file, args):
     flags = ["--enable_batching", f"--batching_parameters_file={batching_file}"] * bool(
       batching_file
     )
+    if kind == "new" and export.is_xla_export(base):  # as tensorflow_model_server needs it
+      flags.append(xla_compilation.CPU_FLAG)
     process, ports = launch.start_subprocess(
       model,
       base,

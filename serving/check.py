@@ -3,7 +3,9 @@
 Reads the ops of the graph and of every function in it, and fails naming any op that is neither
 TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Prints
 one line per version: OK or FAIL, the op count, the signatures, and whether the export holds XLA
-must-compile functions (and the flag TF Serving on CPU needs for them). `--verbose` prints, per
+must-compile functions (and what each TF Serving build needs for them: CPU images
+--xla_cpu_compilation_enabled=true, GPU images >= 2.18 --xla_gpu_compilation_enabled=true, GPU
+images <= 2.17 cannot serve them). `--verbose` prints, per
 version, every op, each signature (inputs -> outputs, dtypes and shapes) and
 `saved_model_cli show --all`. DIR is a version directory or a base path (checks every version).
 Exit status 1 when a version fails.
@@ -17,7 +19,7 @@ import sys
 
 from absl import flags
 
-from serving import versions
+from serving import versions, xla_compilation
 
 flags.DEFINE_bool(
   "verbose",
@@ -121,13 +123,10 @@ def signature_lines(saved_model_dir):
   return lines
 
 
-XLA_CPU_FLAG = "--xla_cpu_compilation_enabled=true"
-
-
 def must_compile_functions(saved_model_dir):
   """Names of the functions marked `jit_compile=True` (attribute `_XlaMustCompile`). TF
-  Serving's GPU builds compile them; its CPU builds refuse them unless started with
-  XLA_CPU_FLAG (tensorflow_serving/model_servers/main.cc, default false)."""
+  Serving refuses to compile them unless started with an XLA flag (model_servers/main.cc:337,
+  both default false); see xla_compilation.TF_SERVING_NEEDS."""
   return sorted(
     {
       function.signature.name
@@ -169,9 +168,9 @@ def summary_line(directory):
   signatures = [line.split("(", 1)[0] for line in signature_lines(directory)]
   compiled = must_compile_functions(directory)
   xla = (
-    f"XLA: {len(compiled)} function(s) must compile (TF Serving on CPU needs {XLA_CPU_FLAG})"
+    f"XLA: {len(compiled)} function(s) must compile: {xla_compilation.TF_SERVING_NEEDS}"
     if compiled
-    else "XLA: none must compile"
+    else "XLA: none must compile (TF Serving CPU and GPU images load it with no flag)"
   )
   verdict = (
     f"FAIL {directory}: " + "; ".join(found)
@@ -211,10 +210,23 @@ def _print_details(directory):
     print(f"saved_model_cli failed:\n{shown.stderr[-2000:]}")
   compiled = must_compile_functions(directory)
   if compiled:
+    from serving import warmup  # (TensorFlow is loaded by now)
+
+    warmed = os.path.exists(os.path.join(directory, warmup.WARMUP_FILE))
     print(
-      f"XLA: {len(compiled)} function(s) must be compiled with XLA ({', '.join(compiled)}). "
-      f"TF Serving's GPU builds compile them; on CPU start tensorflow_model_server with "
-      f"{XLA_CPU_FLAG}, or it answers every request with an error."
+      f"XLA: {len(compiled)} function(s) must be compiled with XLA ({', '.join(compiled)}).\n"
+      f"  TF Serving CPU images, any version: start tensorflow_model_server with "
+      f"{xla_compilation.CPU_FLAG}.\n"
+      f"  GPU images >= 2.18: {xla_compilation.GPU_FLAG} (either flag lifts the switch).\n"
+      "  GPU images <= 2.17: cannot serve it (no XLA:GPU compiler linked: UNIMPLEMENTED "
+      "Could not find compiler for platform CUDA).\n"
+      "  Without a flag every compilation fails with INTERNAL 'XLA compilation disabled': "
+      + (
+        "this version has warm-up records, so it fails to load and the server does not start."
+        if warmed
+        else "this version has no warm-up records, so it loads and each request that "
+        "compiles answers that error (HTTP 500)."
+      )
     )
   return shown.returncode == 0
 

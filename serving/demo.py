@@ -10,7 +10,7 @@ import socket
 
 from absl import flags
 
-from serving import launch
+from serving import export, launch, xla_compilation
 from serving.client import ServingClient, ServingError
 
 DEFAULT_TEXTS = ["4213", "19", "700005", "31337"]
@@ -46,11 +46,24 @@ def _check_port_free(port):
       ) from None
 
 
+def _xla_flags(base_path):
+  """The server flag an XLA export needs (tensorflow_model_server needs it too)."""
+  if not export.is_xla_export(base_path):
+    return []
+  print(
+    f"XLA export: serving it with {xla_compilation.CPU_FLAG} ({xla_compilation.TF_SERVING_NEEDS})"
+  )
+  return [xla_compilation.CPU_FLAG]
+
+
 def _start_server():
   """(process, REST port) of a server child; its one-line error if it could not start."""
   try:
     process, ports = launch.start_subprocess(
-      FLAGS.model_name, FLAGS.model_base_path, rest_port=FLAGS.port
+      FLAGS.model_name,
+      FLAGS.model_base_path,
+      rest_port=FLAGS.port,
+      extra_flags=_xla_flags(FLAGS.model_base_path),
     )
     return process, ports.rest
   except RuntimeError as error:

@@ -25,7 +25,7 @@ from typing import (
   runtime_checkable,
 )
 
-from serving import versions
+from serving import versions, xla_compilation
 from tfattn import kinds
 from tfattn.config import TransformerConfig
 from tfattn.decode_options import DECODE_MODES, DecodeOptions
@@ -234,16 +234,24 @@ def bucket_warmup_texts(tokenizer, buckets):
   )
 
 
-def resolve_decode(decode):
-  """ "auto" -> "xla" where this machine has a GPU (TF Serving's GPU builds compile XLA by
-  default), else "graph" (its CPU builds refuse XLA unless --xla_cpu_compilation_enabled)."""
-  if decode == "auto":
-    import tensorflow as tf
-
-    return "xla" if tf.config.list_physical_devices("GPU") else "graph"
+def check_decode(decode):
+  """The decoding mode, "graph" or "xla"; a ValueError names any other. There is no automatic
+  choice: "graph" is the export every stock TF Serving image (CPU and GPU, 2.12-2.19) loads with
+  no flag; "xla" needs a server flag (xla_compilation.TF_SERVING_NEEDS)."""
   if decode not in DECODE_MODES:
-    raise ValueError(f"--decode must be auto, graph or xla, got {decode!r}")
+    raise ValueError(f"--decode must be graph or xla, got {decode!r}")
   return decode
+
+
+def is_xla_export(base_path: str) -> bool:
+  """Whether the newest version under base_path is an XLA export of ours (its export info says
+  decode "xla"): TF Serving, and serving.server, then need an XLA flag."""
+  found = versions.version_numbers(base_path) if os.path.isdir(base_path) else []
+  info = os.path.join(base_path, str(max(found)), EXPORT_INFO_FILE) if found else ""
+  if not os.path.exists(info):
+    return False
+  with open(info) as f:
+    return json.load(f).get("decode") == "xla"
 
 
 def export(
@@ -256,7 +264,7 @@ def export(
   model_name: str = "tfattn",
   warmup_texts: Optional[Sequence[str]] = None,
   average_last: Optional[int] = None,
-  decode: str = "auto",
+  decode: str = "graph",
   warmup_batch_sizes: Sequence[int] = (1,),
 ) -> str:
   """Exports the run's model as `<base_path>/<version>`; returns that directory.
@@ -272,9 +280,11 @@ def export(
     warmup_texts: texts of the first warm-up requests (default: a few vocabulary pieces and "").
     average_last: export the mean of the last N kept checkpoints (default: the weights the
       run's final evaluation judged).
-    decode: "graph", "xla" or "auto" (see `resolve_decode`); with "xla" the warm-up records hold
-      one request per source length bucket, batch size in `warmup_batch_sizes` and compiled
-      search (serving_default's, and translate_nbest's where it is another).
+    decode: "graph" (loads on every TF Serving image with no flag) or "xla" (the searches
+      compiled with XLA: TF Serving then needs a flag, see `check_decode`); with "xla" the
+      warm-up records hold one request per source length bucket, batch size in
+      `warmup_batch_sizes` and compiled search (serving_default's, and translate_nbest's where
+      it is another).
     warmup_batch_sizes: batch sizes the XLA warm-up compiles.
   """
   import tensorflow as tf
@@ -282,7 +292,7 @@ def export(
   from serving import warmup
 
   version, final = check_destination(run_dir, base_path, version)
-  decode = resolve_decode(decode)
+  decode = check_decode(decode)
   if not warmup_batch_sizes or min(warmup_batch_sizes) < 1:
     raise ValueError(f"--warmup_batch_sizes must be positive integers, got {warmup_batch_sizes}")
   if options is None:
@@ -372,12 +382,13 @@ def _define_flags():
   )
   flags.DEFINE_enum(
     "decode",
-    "auto",
-    ["auto", *list(DECODE_MODES)],
-    "How the signatures run their searches: xla = padded search compiled "
-    "with XLA per source length bucket (TF Serving on CPU then needs "
-    "--xla_cpu_compilation_enabled=true); graph = graph-mode cached search; "
-    "auto = xla where this machine has a GPU, else graph.",
+    "graph",
+    list(DECODE_MODES),
+    "How the signatures run their searches: graph = graph-mode cached search (loads on "
+    "every TF Serving image, CPU and GPU, with no flag); xla = padded search compiled with "
+    "XLA per source length bucket (TF Serving then needs --xla_cpu_compilation_enabled=true "
+    "on CPU images, --xla_gpu_compilation_enabled=true on GPU images >= 2.18; GPU images "
+    "<= 2.17 cannot serve it).",
   )
   flags.DEFINE_list(
     "warmup_batch_sizes",
@@ -430,7 +441,7 @@ def main(argv):
     f.version or "next",
     f.checkpoint or "latest",
     f.average_last,
-    resolve_decode(f.decode),
+    f.decode,
     batch_sizes,
     "the run's" if not given else f"the run's, with {sorted(given)} from flags",
     options,
@@ -451,6 +462,8 @@ def main(argv):
   except ValueError as error:
     raise cli.UsageError(str(error)) from error
   print(f"exported {path}")
+  if f.decode == "xla":
+    print(f"XLA export: {xla_compilation.TF_SERVING_NEEDS} (serving.server too)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
   `assets.extra/tf_serving_warmup_requests`) *before* it is served, and an old one is dropped
   only after its replacement is AVAILABLE. Requests in flight hold their own reference to the
   version they started on, so unloading never breaks them.
-* A version that fails to load (still being copied, say) is retried on the next poll.
+* A version that fails to load (still being copied, say) is retried on the next poll (at start,
+  `serving.server` stops instead when a model's newest version failed, as TF Serving does:
+  ServerCore.check_initial_loads).
 * Status follows TF Serving's ServableStateMonitor: a version is LOADING while it loads and warms
   up, then AVAILABLE; an unloaded version stays listed as END (a failed load too, with its
   error), so `/versions/N` of an unloaded version answers END rather than 404.
@@ -303,9 +305,12 @@ class ModelManager:
       if self._failed.get(version) != str(error):
         logging.warning("version %d of %s not loaded yet: %s", version, self.name, error)
       self._failed[version] = str(error)
-      code = error_code(error) if isinstance(error, tf.errors.OpError) else "UNKNOWN"
-      message = error.message if isinstance(error, StatusError) else str(error)
-      self._set_state(version, "END", {"error_code": code, "error_message": error_reason(message)})
+      if isinstance(error, StatusError):  # the warm-up's status, whole (TF Serving's health)
+        code, message = error.code, error.message
+      else:
+        code = error_code(error) if isinstance(error, tf.errors.OpError) else "UNKNOWN"
+        message = error_reason(str(error))
+      self._set_state(version, "END", {"error_code": code, "error_message": message})
       return False
     with self._lock:
       self._servables[version] = servable
@@ -404,6 +409,16 @@ class ModelManager:
     raise StatusError(
       "NOT_FOUND", f"Servable not found for request: Specific({self.name}, {version})"
     )
+
+  def latest_load_error(self):
+    """(version, status dict) when the newest version the policy wants ended in an error
+    (what TF Serving's start waits on: ServableRequest::Latest), else None."""
+    wanted = self.wanted_versions(version_directories(self.base_path))
+    states = self.states()
+    if not wanted or max(wanted) not in states:
+      return None
+    state, status = states[max(wanted)]
+    return (max(wanted), status) if state == "END" and status["error_code"] != "OK" else None
 
   def states(self):
     """{version: (state, status dict)} of every version this manager has seen."""

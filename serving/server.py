@@ -246,6 +246,45 @@ def _start_grpc(core, metrics):
   return server, ports[address]
 
 
+def _set_xla_compilation():
+  """As tensorflow_model_server's main.cc does before it builds the server: XLA compilation
+  is off in this process unless --xla_cpu_compilation_enabled or --xla_gpu_compilation_enabled
+  (TensorFlow's own switch: see serving.xla_compilation)."""
+  from serving import xla_compilation
+
+  enabled = xla_compilation.enabled_by_flags(
+    FLAGS.xla_cpu_compilation_enabled, FLAGS.xla_gpu_compilation_enabled
+  )
+  try:
+    xla_compilation.set_enabled(enabled)
+  except xla_compilation.SwitchMissing as error:
+    raise cli.RunError(
+      f"{error}: this server cannot refuse XLA compilation as TF Serving does; start it with "
+      "--xla_cpu_compilation_enabled=true to serve without that check"
+    ) from None
+
+
+XLA_HINT = (
+  " (a function marked jit_compile=True must compile with XLA: start with "
+  "--xla_cpu_compilation_enabled=true, or --xla_gpu_compilation_enabled=true on a GPU; or "
+  "export with --decode=graph)"
+)
+
+
+def _check_initial_loads(core):
+  """TF Serving's start fails, naming each model whose newest version did not load."""
+  from serving.errors import StatusError
+
+  try:
+    core.check_initial_loads()
+  except StatusError as error:
+    core.stop()
+    hint = XLA_HINT if "XLA compilation disabled" in error.message else ""
+    raise cli.RunError(
+      f"Failed to start server. Error: {error.code}: {error.message}{hint}"
+    ) from None
+
+
 def main(argv):
   # Every check that needs no model comes first, those that need no TensorFlow before it loads:
   # flags and config files, the ports, the base paths; then the labels.
@@ -261,6 +300,7 @@ def main(argv):
   from serving.monitoring import Metrics
   from serving.server_core import ServerCore
 
+  _set_xla_compilation()
   metrics = Metrics()
   batcher = Batcher(params) if FLAGS.enable_batching else None
   core = ServerCore.from_configs(
@@ -277,6 +317,7 @@ def main(argv):
   settings = " ".join(f"--{name}={FLAGS[name].value}" for name in server_flags.NAMES)
   logging.info("configuration: %s", settings)
   core.start()
+  _check_initial_loads(core)
   if FLAGS.model_config_file and FLAGS.model_config_file_poll_wait_seconds > 0:
     core.watch_config_file(
       FLAGS.model_config_file, FLAGS.model_config_file_poll_wait_seconds, configs

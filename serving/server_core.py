@@ -75,6 +75,27 @@ class ServerCore:
     for manager in list(self._managers.values()):
       manager.start()
 
+  def check_initial_loads(self):
+    """After start(): TF Serving does not start unless each model's newest version loaded
+    (load_servables_fast.cc ConnectSourcesWithFastInitialLoad): UNKNOWN with its text,
+    e.g. `1 servable(s) did not become available: {{{name: m version: 1} due to error:
+    INTERNAL: XLA compilation disabled ...}, }` (the list's brace, the entry's, the id's).
+    TF Serving first retries a failed load (--max_num_load_retries=5, a minute apart); this
+    server does not."""
+    failed = []
+    for manager in list(self._managers.values()):
+      error = manager.latest_load_error()
+      if error is not None:
+        version, status = error
+        failed.append(
+          f"{{{{name: {manager.name} version: {version}}} due to error: "
+          f"{status['error_code']}: {status['error_message']}}}, "
+        )
+    if failed:
+      raise StatusError(
+        "UNKNOWN", f"{len(failed)} servable(s) did not become available: {{{''.join(failed)}}}"
+      )
+
   def stop(self):
     self._stopped.set()
     for manager in list(self._managers.values()):

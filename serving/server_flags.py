@@ -167,6 +167,22 @@ DECLARED = (
     "Accept labels naming versions that are not served (TF Serving's flag); "
     "requests for such a label answer 404 until the version is served.",
   ),
+  _flag(
+    "bool",
+    "xla_cpu_compilation_enabled",
+    False,
+    "Let functions marked jit_compile=True compile with XLA (TF Serving's flag, default "
+    "off): without this flag or --xla_gpu_compilation_enabled, every XLA compilation fails "
+    "with INTERNAL 'XLA compilation disabled', so a version whose warm-up compiles does not "
+    "load and other requests that compile answer that error.",
+  ),
+  _flag(
+    "bool",
+    "xla_gpu_compilation_enabled",
+    False,
+    "Enable both XLA:CPU and XLA:GPU JIT (TF Serving >= 2.18's flag, default off); here, "
+    "as in TF Serving, either XLA flag lets every device compile.",
+  ),
   _flag("bool", "enable_batching", False, "Merge concurrent requests into batches."),
   _flag(
     "string",

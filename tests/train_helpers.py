@@ -143,6 +143,44 @@ def logged_steps(run_dir):
     return [json.loads(line) for line in f if line.strip()]
 
 
+def poll_until(condition, what, timeout=60, every=0.05):
+  """Calls `condition()` until it is true (returns its value) or fails after `timeout` seconds
+  naming `what`: tests wait on a condition, never on a fixed sleep."""
+  deadline = time.monotonic() + timeout
+  while True:
+    value = condition()
+    if value:
+      return value
+    assert time.monotonic() < deadline, f"not seen within {timeout} s: {what}"
+    time.sleep(every)
+
+
+def server_has_read(port, client):
+  """Whether the server on 127.0.0.1:`port` has read everything `client` (a connected socket)
+  sent: its end of the connection has an empty receive queue (Linux's /proc/net/tcp)."""
+  server_end = f":{port:04X}"
+  client_end = f":{client.getsockname()[1]:04X}"
+  with open("/proc/net/tcp") as f:
+    for line in f.readlines()[1:]:
+      fields = line.split()
+      if fields[1].endswith(server_end) and fields[2].endswith(client_end):
+        return int(fields[4].split(":")[1], 16) == 0
+  return False
+
+
+def assert_same_answers_but_a_near_tie(answers, expected, near_ties=1, atol=1e-4):
+  """Answers of two compilations (graph vs XLA) of the same search: [(output, score)] each.
+  Floating-point sums differ between compilations, so where two candidates nearly tie the two
+  may pick differently (and the outputs diverge from there): up to `near_ties` rows may differ;
+  every other row has the same output and a score within `atol`. A real difference (a wrong
+  seed, a lost option) changes most rows."""
+  assert len(answers) == len(expected)
+  same = [i for i, (a, e) in enumerate(zip(answers, expected)) if a[0] == e[0]]
+  assert len(answers) - len(same) <= near_ties, (answers, expected)
+  for i in same:
+    assert abs(answers[i][1] - expected[i][1]) <= atol, (i, answers[i], expected[i])
+
+
 def wait_for_step(run_dir, step, process, timeout=240):
   deadline = time.time() + timeout
   while time.time() < deadline:

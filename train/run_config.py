@@ -39,7 +39,6 @@ SCHEDULES = ("noam", "rsqrt", "cosine", "constant")
 TRUNCATE_SIDES = ("right", "left")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
-EXPORT_DECODE_MODES = ("auto", *DECODE_MODES)
 # Validation metrics a run can keep its best checkpoint by, per task kind.
 BEST_BY = {
   CLASSIFICATION: ("accuracy",),
@@ -390,11 +389,12 @@ class RunConfig:
     resume=MAY_CHANGE,
   )
   export_decode: str = run_setting(
-    "auto",
-    "Decoding in the export (serving.export --decode): xla = padded search compiled "
-    "with XLA per source length bucket; graph = graph-mode search; auto = xla where a GPU is "
-    "present, else graph.",
-    choices=EXPORT_DECODE_MODES,
+    "graph",
+    "Decoding in the export (serving.export --decode): graph = graph-mode search (loads on "
+    "every TF Serving image with no flag); xla = padded search compiled with XLA per source "
+    "length bucket (TF Serving then needs --xla_cpu_compilation_enabled=true on CPU, "
+    "--xla_gpu_compilation_enabled=true on GPU images >= 2.18).",
+    choices=DECODE_MODES,
     resume=MAY_CHANGE,
   )
 
@@ -550,6 +550,10 @@ class RunConfig:
       values["decode"] = DecodeOptions.of_run(values).to_dict()
     values.pop("eval_beam_size", None)
     values.pop("eval_alpha", None)
+    # Saved when export_decode could be "auto" (xla where a GPU was present): now graph, the
+    # export every TF Serving image loads with no flag.
+    if values.get("export_decode") == "auto":
+      values["export_decode"] = "graph"
     # Saved before the three data roles: the "eval" file or split was the validation one.
     if "eval_file" in values:
       values["validation_file"] = values.pop("eval_file")

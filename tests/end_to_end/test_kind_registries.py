@@ -29,6 +29,16 @@ def test_each_kind_object_provides_its_layers_protocol():
       assert kind.name == name and kind.vocabulary_sides == model.vocabulary_sides
 
 
-def test_every_task_names_a_known_kind():
-  kinds_used = {tasks.SEQ2SEQ, tasks.CLASSIFICATION}
-  assert kinds_used <= set(model_kinds.MODEL_KINDS)
+def test_every_task_names_a_known_kind_and_every_kind_has_a_task(tmp_path):
+  from train import tfds_tasks
+  from train.builtin_tasks import builtin_task
+  from train.kinds import text_task
+
+  text_file = tmp_path / "train.txt"
+  text_file.write_text("a line of text\n")
+  kinds_used = {name: builtin_task(name, 0).kind for name in tasks.BUILTIN_TASKS}
+  kinds_used.update({name: tfds_tasks.DATASETS[name].kind for name in tasks.TFDS_TASKS})
+  kinds_used[tasks.TEXT] = text_task(str(text_file)).kind
+  for name, kind in kinds_used.items():
+    assert kind in model_kinds.MODEL_KINDS, (name, kind)
+  assert set(kinds_used.values()) == set(model_kinds.MODEL_KINDS)  # no kind without a task

@@ -2,6 +2,7 @@
 steps) -> perplexity on validation and test -> export -> generate in-process, over REST and
 gRPC, and from another TF program that has no tfattn."""
 
+import json
 import math
 import threading
 
@@ -57,17 +58,20 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
     vocab_examples=100,
     batch_size=8,
     max_length=16,
-    train_steps=6,
+    train_steps=30,
     warmup_steps=2,
-    log_every=3,
-    checkpoint_every=6,
+    log_every=10,
+    checkpoint_every=30,
     decode=dict(strategy="beam", beam_size=2, max_decode_length=5),
   )
   metrics = Trainer(*prepare(config)).run()
+  # A model that learned something: well below the uniform guess's perplexity (the vocabulary
+  # size, 20 pieces here). Measured: 10.8 after 30 steps; 30.6 after 6 (worse than uniform).
+  vocab = json.loads((tmp_path / "run" / "model_config.json").read_text())["target_vocab_size"]
   for role, count in (("validation", 6), ("test", 4)):
     judged = metrics[role]
     assert judged["examples"] == count and judged["tokens"] > count
-    assert 1.0 < judged["perplexity"] < 60 * 1.5 and math.isfinite(judged["perplexity"])
+    assert 1.0 < judged["perplexity"] < 0.75 * vocab and math.isfinite(judged["perplexity"])
 
   path = export.export(config.run_dir, str(tmp_path / "models"), decode="graph")
   assert check.problems(path) == []

@@ -22,7 +22,7 @@ from serving.model_manager import ModelManager
 from serving.server import make_server
 from tfattn.decode_options import DecodeOptions
 
-from train_helpers import REPO, run_without_tfattn
+from train_helpers import REPO, assert_same_answers_but_a_near_tie, run_without_tfattn
 
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
 GREEDY = DecodeOptions(strategy="greedy")
@@ -291,7 +291,18 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
     cwd=REPO,
   )
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-  assert check.XLA_CPU_FLAG in result.stdout
+  # One line: the flag of each TF Serving build (CPU any version, GPU >= 2.18), GPU <= 2.17 none.
+  (line,) = result.stdout.splitlines()
+  assert f"XLA: {len(check.must_compile_functions(xla))} function(s) must compile" in line
+  for needs in (
+    "CPU images (any version) need --xla_cpu_compilation_enabled=true",
+    "GPU images >= 2.18 need --xla_gpu_compilation_enabled=true",
+    "GPU images <= 2.17 cannot serve it",
+  ):
+    assert needs in line
+  assert "XLA: none must compile (TF Serving CPU and GPU images load it with no flag)" in (
+    check.summary_line(graph)
+  )
 
 
 @pytest.mark.parametrize("decode", ["graph", "xla"])
@@ -404,9 +415,12 @@ def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_ru
 
 def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path):
   run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4, "eval_alpha": 0.8})
-  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}", "--decode=graph"]
-  flags = {
-    "exported": ["--decode_strategy=sample", "--top_k=3", "--sample_seed=5"],
+  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}"]
+  flags = {  # (the XLA export also prints the server flag it needs)
+    "exported": [
+      *("--decode_strategy=sample", "--top_k=3", "--sample_seed=5", "--decode=xla"),
+      *("--warmup_text=ein Satz", "--warmup_text=12"),
+    ],
     "refused": ["--top_p=1.5"],
   }
   processes = {
@@ -419,15 +433,21 @@ def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path
     )
     for name, more in flags.items()
   }
-  results = {
-    name: (process.communicate(timeout=300)[1], process.returncode)[::-1]
-    for name, process in processes.items()
-  }
+  outputs = {name: process.communicate(timeout=300) for name, process in processes.items()}
+  results = {name: (processes[name].returncode, err) for name, (_, err) in outputs.items()}
   assert results["exported"][0] == 0, results["exported"][1][-3000:]
+  assert outputs["exported"][0].splitlines()[-1] == (
+    "XLA export: TF Serving CPU images (any version) need --xla_cpu_compilation_enabled=true, "
+    "GPU images >= 2.18 need --xla_gpu_compilation_enabled=true, GPU images <= 2.17 cannot "
+    "serve it (serving.server too)"
+  )
   assert (
     _export_info(tmp_path / "exported" / "1")["decode_options"]
     == DecodeOptions(strategy="sample", beam_size=4, alpha=0.8, top_k=3, seed=5).to_dict()
   )
+  warmed = warmup.read_warmup_file(str(tmp_path / "exported" / "1" / warmup.WARMUP_FILE))
+  texts = [t for _, inputs in warmed if "text" in inputs for t in np.ravel(inputs["text"])]
+  assert {b"ein Satz", b"12"} <= set(texts), texts  # --warmup_text: the first requests
   assert results["refused"][0] == 2, results["refused"][1][-3000:]
   assert results["refused"][1].strip().endswith("--top_p must be in (0, 1], got 1.5")
   assert not os.path.exists(tmp_path / "refused")
@@ -504,12 +524,14 @@ def test_sampling_exports_answer_reproducibly_over_rest_in_graph_and_xla_mode(sa
     assert len(nbest["translation"]) == 3 and nbest["score"] == sorted(nbest["score"], reverse=True)
   graph, xla = answers["graph"], answers["xla"]
   for name in ("sample", "seeds", "default", "default_mates"):
-    assert [row["translation"] for row in xla[name]] == [row["translation"] for row in graph[name]]
-    assert [row["score"] for row in xla[name]] == pytest.approx(
-      [row["score"] for row in graph[name]], abs=1e-4
+    assert_same_answers_but_a_near_tie(
+      [(row["translation"], row["score"]) for row in xla[name]],
+      [(row["translation"], row["score"]) for row in graph[name]],
     )
-  assert (
-    xla["nbest"]["predictions"][0]["translation"] == graph["nbest"]["predictions"][0]["translation"]
+  nbest_xla, nbest_graph = (a["nbest"]["predictions"][0] for a in (xla, graph))
+  assert_same_answers_but_a_near_tie(
+    list(zip(nbest_xla["translation"], nbest_xla["score"])),
+    list(zip(nbest_graph["translation"], nbest_graph["score"])),
   )
 
 
@@ -592,3 +614,73 @@ def test_the_sample_signature_keeps_tokens_tied_at_the_nucleus_edge(tmp_path):
   assert observed.sum() == rows, counts
   statistic = ((observed - expected * rows) ** 2 / (expected * rows)).sum()
   assert float(tf.math.igammac(1.0, statistic / 2.0)) > 1e-3, (observed, expected * rows)
+
+
+def _trained_model(run_dir):
+  """The Transformer of a run directory with its latest checkpoint's weights."""
+  config = tfattn.TransformerConfig.from_json((run_dir / "model_config.json").read_text())
+  model = tfattn.Transformer(config)
+  tf.train.Checkpoint(model=model).read(
+    tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+  ).expect_partial()
+  return model
+
+
+def test_score_is_the_models_teacher_forced_log_probability(trained_run, exported):
+  """score(source_ids, target_ids) = sum over target tokens of log p(token | source, the tokens
+  before it), padding excluded: the model's own teacher-forced softmax, computed here."""
+  model = _trained_model(trained_run)
+  source = tf.constant([[5, 6, 7, 0], [8, 9, 10, 11]], tf.int32)
+  target = tf.constant([[12, 9, 30, 2, 0], [4, 2, 0, 0, 0]], tf.int32)  # END = 2, then padding
+  scored = (
+    tf.saved_model.load(exported[1])
+    .signatures["score"](source_ids=source, target_ids=target)["log_prob"]
+    .numpy()
+  )
+  decoder_input = tf.concat([tf.fill([2, 1], model.config.bos_id), target[:, :-1]], axis=1)
+  log_probs = tf.nn.log_softmax(model(source, decoder_input)).numpy()
+  expected = [
+    sum(log_probs[row, i, token] for i, token in enumerate(target[row].numpy()) if token != 0)
+    for row in range(2)
+  ]
+  np.testing.assert_allclose(scored, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_evaluation_decodes_what_the_export_serves(
+  trained_run, exported, sampling_exports, tmp_path
+):
+  """docs/training.md: "Evaluation decodes exactly as the export will serve". The decoder the
+  evaluation runs (`train.evaluation.make_decoder`, on batches of its own pipeline) and the
+  export's serving_default (from text) give the same outputs, greedy, beam and sampling (each
+  row with the seed the export gives its text, whatever its batch-mates)."""
+  from tfattn import text as tfattn_text
+  from train import data, evaluation
+
+  model = _trained_model(trained_run)
+  config = model.config
+  source, target = (
+    tfattn_text.load_tokenizer(tfattn_text.tokenizer_path(str(trained_run / "vocab"), side))
+    for side in ("source", "target")
+  )
+  texts = ["12", "345", "7", "9081", "66", "1234567", "5"]
+  # (text, text) pairs: the batches' "target_text" gives back each row's source text.
+  raw = tf.data.Dataset.from_tensor_slices((texts, texts))
+  batches = list(data.seq2seq_dataset(raw, source, target, 3, config.max_length, keep_text=True))
+  beam = DecodeOptions(beam_size=3, alpha=0.6)
+  export.export(str(trained_run), str(tmp_path), options=beam, decode="graph")
+  exports = {
+    "greedy": (GREEDY, os.path.dirname(exported[1])),
+    "beam": (beam, str(tmp_path)),
+    "sample": (SAMPLING, sampling_exports["graph"]),
+  }
+  for name, (options, base) in exports.items():
+    decode = evaluation.make_decoder(model, options)
+    evaluated = {}
+    for batch in batches:
+      hypotheses = target.detokenize(decode(batch["source"])).numpy()
+      evaluated.update(zip(batch["target_text"].numpy(), hypotheses))
+    assert sorted(evaluated) == sorted(t.encode() for t in texts)
+    served = tf.saved_model.load(os.path.join(base, "1")).signatures["serving_default"]
+    answers = served(text=tf.constant(texts))["translation"].numpy()
+    assert [evaluated[t.encode()] for t in texts] == list(answers), name
+    assert len(set(answers)) > 1, (name, answers)  # outputs that tell texts apart

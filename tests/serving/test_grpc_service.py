@@ -35,6 +35,8 @@ from serving.monitoring import Metrics
 from serving.server import make_server
 from serving.server_core import ServerCore
 
+from train_helpers import poll_until
+
 NAME = "numbers"
 MAX_MESSAGE = 1 << 20
 
@@ -260,10 +262,12 @@ def test_any_signature_by_name_version_and_output_filter(client):
   )
   assert ids["ids"].dtype == np.int32 and ids["score"].shape == (1,)
   scored = client.predict(
-    {"source_ids": np.array([[5, 6]], np.int32), "target_ids": np.array([[7, 2]], np.int32)},
+    {"source_ids": np.array([[5, 6, 7]], np.int32), "target_ids": ids["ids"]},
     signature_name="score",
   )
   assert set(scored) == {"log_prob"} and scored["log_prob"].shape == (1,)
+  # score(source, translate_ids(source)) is the log-probability the search reported.
+  np.testing.assert_allclose(scored["log_prob"], ids["log_prob"], rtol=1e-4, atol=1e-4)
   only = client.predict({"text": ["12"]}, output_filter=["score"])
   assert set(only) == {"score"}
 
@@ -979,14 +983,15 @@ def test_both_protocols_under_load_through_a_version_swap_share_batches(tmp_path
   for thread in threads:
     thread.start()
   try:
-    time.sleep(1.0)
+    poll_until(lambda: min(answered.values()) >= 5, "answers on both protocols")
     shutil.copytree(base / "123", base / ".new")
     os.rename(base / ".new", base / "124")  # appears whole, as serving.export writes it
-    deadline = time.time() + 60
-    while core.status("half_plus_two")["model_version_status"][-1]["state"] != "END":
-      assert time.time() < deadline, core.status("half_plus_two")
-      time.sleep(0.1)
-    time.sleep(0.5)
+    poll_until(
+      lambda: core.status("half_plus_two")["model_version_status"][-1]["state"] == "END",
+      "version 123 unloaded",
+    )
+    after = dict(answered)
+    poll_until(lambda: all(answered[p] >= after[p] + 5 for p in after), "answers after the switch")
   finally:
     stop.set()
     for thread in threads:

@@ -7,8 +7,8 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -21,6 +21,8 @@ from serving.model_manager import ModelManager
 from serving.server import make_server
 from serving.server_core import ServerCore
 from tfattn.decode_options import DecodeOptions
+
+from train_helpers import assert_same_answers_but_a_near_tie, poll_until, server_has_read
 
 NAME = "numbers"
 GREEDY = DecodeOptions(strategy="greedy")
@@ -94,12 +96,20 @@ def test_row_and_columnar_predict_agree(served):
 
 def test_token_level_signatures(served):
   client, _ = served
-  ids = client.predict(instances=[[5, 6, 7]], signature_name="translate_ids")["predictions"]
-  assert isinstance(ids[0]["ids"][0], int) and isinstance(ids[0]["score"], float)
+  sources = [[5, 6, 7], [8, 9, 0]]
+  found = client.predict(instances=sources, signature_name="translate_ids")["predictions"]
+  assert isinstance(found[0]["ids"][0], int) and isinstance(found[0]["score"], float)
+  # score(source, translate_ids(source)) is the log-probability the search reported.
   scored = client.predict(
-    signature_name="score", instances=[{"source_ids": [5, 6], "target_ids": [7, 2]}]
-  )
-  assert isinstance(scored["predictions"][0], float)
+    signature_name="score",
+    instances=[{"source_ids": s, "target_ids": f["ids"]} for s, f in zip(sources, found)],
+  )["predictions"]
+  assert all(f["log_prob"] < 0 for f in found)
+  assert scored == pytest.approx([f["log_prob"] for f in found], rel=1e-4, abs=1e-4)
+  other = client.predict(
+    signature_name="score", instances=[{"source_ids": [5, 6, 7], "target_ids": [7, 2]}]
+  )["predictions"]
+  assert abs(other[0] - found[0]["log_prob"]) > 1e-2  # another target scores otherwise
   encoded = client.predict(signature_name="encode", inputs=[[5, 6, 0]])["outputs"]
   assert len(encoded[0]) == 3 and len(encoded[0][0]) == 32
 
@@ -334,10 +344,16 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
     os.makedirs(base / "5" / "variables")
     os.makedirs(base / "6")
     (base / "6" / "saved_model.pb").write_bytes(b"truncated")
-    time.sleep(1.0)
     # Version 6 failed to load: listed as END with its error (TF Serving's state monitor);
-    # version 1 keeps serving.
-    states = {s["version"]: s for s in client.status()["model_version_status"]}
+    # version 1 keeps serving. Versions 5 and 6 were written before the poll that saw 6.
+    states = poll_until(
+      lambda: (
+        {s["version"]: s for s in client.status()["model_version_status"]}
+        if any(s["version"] == "6" for s in client.status()["model_version_status"])
+        else None
+      ),
+      "version 6 listed",
+    )
     assert set(states) == {"6", "1"} and states["1"]["state"] == "AVAILABLE"
     assert states["6"]["state"] == "END" and states["6"]["status"]["error_code"] != "OK"
     assert client.predict(instances=["12"])["predictions"]
@@ -360,13 +376,14 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, t
     for thread in threads:
       thread.start()
     export.export(str(trained_run), str(base), options=GREEDY)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-      versions = {s["version"]: s["state"] for s in client.status()["model_version_status"]}
-      if versions.get("1") == "END":
-        break
-      time.sleep(0.2)
-    time.sleep(0.5)
+
+    def versions_once_1_ended():
+      found = {s["version"]: s["state"] for s in client.status()["model_version_status"]}
+      return found if found.get("1") == "END" else None
+
+    versions = poll_until(versions_once_1_ended, "version 1 unloaded")
+    after_switch = answered[0]
+    poll_until(lambda: answered[0] >= after_switch + 5, "5 answers after the switch")
     stop.set()
     for thread in threads:
       thread.join()
@@ -466,9 +483,10 @@ def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp
     texts = ["12", "345", "9" * 40, ""]
     rows = client.predict(instances=texts)["predictions"]
     expected = graph_client.predict(instances=texts)["predictions"]
-    assert [r["translation"] for r in rows] == [r["translation"] for r in expected]
-    assert [r["score"] for r in rows] == pytest.approx(
-      [r["score"] for r in expected], rel=1e-4, abs=1e-4
+    assert_same_answers_but_a_near_tie(
+      [(r["translation"], r["score"]) for r in rows],
+      [(r["translation"], r["score"]) for r in expected],
+      atol=1e-3,  # scores of 40-piece outputs: sums of many float32 terms
     )
   finally:
     server.shutdown()
@@ -492,13 +510,22 @@ def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
   try:
     client = ServingClient(NAME, port=port)
     client.wait_until_available()
-    answers = []
-    request = threading.Thread(target=lambda: answers.append(client.predict(instances=["12"])))
-    request.start()
-    time.sleep(1.0)  # the request now waits up to 3 s for batch-mates
-    process.terminate()
-    request.join(timeout=30)
-    assert answers and answers[0]["predictions"][0]["translation"] is not None
+    body = json.dumps({"instances": ["12"]}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+      sock.sendall(
+        f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+      )
+      # Read whole by the server: the request now waits up to 3 s for batch-mates.
+      poll_until(lambda: server_has_read(port, sock), "the request read by the server")
+      process.terminate()
+      answer = b""
+      while chunk := sock.recv(65536):
+        answer += chunk
+    head, _, answer_body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), answer[:2000]
+    assert json.loads(answer_body)["predictions"][0]["translation"] is not None
     assert process.wait(timeout=30) == 0
   finally:
     process.kill()

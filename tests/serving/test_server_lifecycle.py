@@ -91,9 +91,10 @@ def test_sigint_and_sigterm_under_load_exit_0_every_time(tmp_path):
     assert answered >= 20
 
 
-def test_a_silent_connection_is_closed_within_2_s_of_the_read_timeout(tmp_path):
+def test_a_silent_connection_is_closed_within_5_s_of_the_read_timeout(tmp_path):
   """--rest_api_read_timeout_seconds=3: a connection that sends nothing, and one that stops
-  half-way through its headers, are closed after 3 s and before 5 s."""
+  half-way through its headers, are closed after 3 s and before 8 s (5 s: a loaded machine's
+  margin; without the timeout they would stay open until the test's 30 s socket timeout)."""
   manager = ModelManager(NAME, str(_half_plus_two(tmp_path)))
   core = ServerCore([manager])
   core.start()
@@ -111,7 +112,7 @@ def test_a_silent_connection_is_closed_within_2_s_of_the_read_timeout(tmp_path):
         data = b""
       assert data == b""  # closed by the server, with no answer to a half request
     elapsed = time.monotonic() - started
-    assert 3 - 0.1 <= elapsed <= 3 + 2, elapsed
+    assert 3 - 0.1 <= elapsed <= 3 + 5, elapsed
     silent.close()
     half.close()
   finally:

@@ -42,13 +42,31 @@ def test_every_layer_adds_a_row_and_the_weights_change_the_picture():
   assert other.shape == one.shape and np.abs(other.astype(int) - one).sum() > 0
 
 
-def test_long_inputs_stop_growing_and_label_every_nth_piece():
+def test_long_inputs_stop_growing_and_label_every_nth_piece(monkeypatch):
+  from matplotlib.axes import Axes
+
   pieces = [f"p{i}" for i in range(150)]
   width, height = attention_plot.figure_pixels(1, 1, pieces, pieces)
   capped = attention_plot.PIECE_INCHES * attention_plot.LABELLED_PIECES * attention_plot.DPI
   assert capped < width < capped + 200 and capped < height < capped + 200
+  drawn = {}
+
+  def record(axis):
+    original = getattr(Axes, f"set_{axis}ticks")
+
+    def set_ticks(self, ticks, labels=None, **kwargs):
+      drawn[axis] = (list(ticks), list(labels) if labels is not None else None)
+      return original(self, ticks, labels, **kwargs)
+
+    monkeypatch.setattr(Axes, f"set_{axis}ticks", set_ticks)
+
+  record("x")
+  record("y")
   image = _image(attention_plot.render_png(_weights(1, 150, 150), pieces, pieces))
   assert image.shape[:2] == (height, width)
+  every_third = list(range(0, 150, 3))  # ceil(150 / 60) = 3: 50 labels, not 150
+  assert drawn["x"] == (every_third, [f"p{i}" for i in every_third])
+  assert drawn["y"] == drawn["x"]
 
 
 def test_labels_are_checked_against_the_weights():

@@ -29,7 +29,7 @@ def test_padding_tokens_do_not_change_unpadded_outputs(tiny_model):
   np.testing.assert_allclose(tiny_model(padded_a, target), tiny_model(shorter, target), atol=1e-5)
 
 
-def test_changing_a_padded_source_token_changes_nothing(tiny_model, tiny_config):
+def test_more_trailing_padding_changes_no_classifier_output(tiny_config):
   classifier = tfattn.EncoderClassifier(tiny_config)
   ids = tf.constant([[5, 6, 7, 0, 0]])
   longer = tf.constant([[5, 6, 7, 0, 0, 0, 0, 0]])

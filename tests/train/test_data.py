@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import sacrebleu
 import tensorflow as tf
 
 import tfattn
@@ -136,6 +137,47 @@ def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_
     assert 0.0 <= metrics["exact_match"] <= 1.0 and 0.0 <= metrics["bleu"] <= 100.0
     assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     json.dumps(metrics)  # written to eval.json
+
+
+def test_seq2seq_evaluation_metrics_on_known_hypotheses(monkeypatch):
+  """Hand-built hypotheses and teacher-forced predictions with known exact match, token accuracy
+  and BLEU. The decoder is replaced by a table (the trained-run test above runs the real one):
+  hypothesis i is `hypotheses[i]`, and the "model" predicts each target_in token as the output."""
+  hypotheses = ["a b c d", "x y z w", "The cat sat on the mat.", "never judged"]
+  references = ["a b c d", "x y z v", "the cat sat on the mat.", "never judged"]
+
+  class TableTokenizer:
+    def detokenize(self, ids):  # ids [batch, 1]: the row's index into `hypotheses`
+      return tf.constant([hypotheses[int(i)] for i in ids[:, 0].numpy()])
+
+  monkeypatch.setattr(evaluation, "make_decoder", lambda model, options: lambda s: s[:, :1])
+  # target_in vs target_out, padding 0: row 0 right 2 of 3, row 1 1 of 2, row 2 3 of 3.
+  target_in = [[5, 6, 7, 0], [5, 9, 0, 0], [4, 4, 4, 0], [1, 1, 1, 1]]
+  target_out = [[5, 6, 8, 0], [5, 8, 0, 0], [4, 4, 4, 0], [2, 2, 2, 2]]
+  batches = [
+    {
+      "source": tf.constant([[r] for r in rows], tf.int32),
+      "target_in": tf.constant([target_in[r] for r in rows]),
+      "target_out": tf.constant([target_out[r] for r in rows]),
+      "target_text": tf.constant([references[r] for r in rows]),
+    }
+    for rows in ([0, 1], [2, 3])
+  ]
+  metrics = evaluation.evaluate_seq2seq(
+    lambda source, target: tf.one_hot(target, 10),
+    batches,
+    TableTokenizer(),
+    max_examples=3,  # the 4th example is cut, from the metrics and from BLEU
+    options=DecodeOptions(strategy="greedy"),
+  )
+  assert metrics["examples"] == 3
+  assert metrics["exact_match"] == pytest.approx(1 / 3)  # "The" vs "the" is a miss
+  assert metrics["token_accuracy"] == pytest.approx(6 / 8)
+  bleu = sacrebleu.corpus_bleu(hypotheses[:3], [references[:3]])
+  assert metrics["bleu"] == pytest.approx(bleu.score) and 0 < metrics["bleu"] < 100
+  lowercased = sacrebleu.corpus_bleu(hypotheses[:3], [references[:3]], lowercase=True)
+  assert metrics["bleu_lowercase"] == pytest.approx(lowercased.score)
+  assert metrics["bleu_lowercase"] > metrics["bleu"]
 
 
 def test_bleu_of_an_identical_corpus_is_100_and_case_counts():

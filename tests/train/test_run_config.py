@@ -112,6 +112,12 @@ def test_configurations_saved_by_earlier_versions_load(tmp_path):
   path.write_text(json.dumps({"task": "imdb_reviews", "eval_beam_size": None}))
   loaded = RunConfig.load(str(path))
   assert (loaded.train_split, loaded.validation_split, loaded.test_split) == ("train", "test", "")
+  # When export_decode could be "auto" (xla on a GPU machine): now the graph export.
+  path.write_text(json.dumps({"task": "numbers", "export_decode": "auto"}))
+  loaded = RunConfig.load(str(path))
+  assert loaded.export_decode == "graph"
+  loaded.check()
+  assert RunConfig().export_decode == "graph"
 
 
 def test_the_effective_configuration_is_logged_in_readable_columns():

@@ -6,6 +6,7 @@ import subprocess
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from train_helpers import (
   REPO,
@@ -38,21 +39,39 @@ def test_two_mirrored_replicas_match_one_replica(tmp_path):
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
-  common = ["--train_steps=24", "--checkpoint_every=5", "--dropout=0.1", "--deterministic"]
+  total = 48
+  common = [f"--train_steps={total}", "--checkpoint_every=5", "--dropout=0.1", "--deterministic"]
   straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
   reference = start_train(straight, *common)  # side by side with the interrupted run
 
   process = start_train(interrupted, *common)
-  wait_for_step(interrupted, 12, process)
-  kill(process)  # SIGKILL: no chance to save; resume from the step-10 checkpoint
-  assert max(r["step"] for r in logged_steps(interrupted)) < 24
-  run_train(interrupted, *common)
+  wait_for_step(interrupted, 11, process)
+  # SIGKILL: no chance to save; resume from the newest checkpoint (step 10 or a later one). The
+  # kill comes 37 steps before the end: a run that got there first fails here, not later.
+  assert kill(process) == -signal.SIGKILL, "the run ended before it was killed"
+  logged_before = [r["step"] for r in logged_steps(interrupted)]
+  checkpoint = int(tf.train.latest_checkpoint(str(interrupted / "checkpoints")).split("-")[-1])
+  saved_step = int(
+    latest_variables(interrupted)["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]
+  )
+  assert 10 <= saved_step < total and saved_step % 5 == 0, (checkpoint, saved_step)
+
+  resumed = run_train(interrupted, *common)
+  assert f"at step {saved_step}" in resumed.stdout + resumed.stderr
+  assert any(
+    "resumed from" in line and line.endswith(f"ckpt-{checkpoint} at step {saved_step}")
+    for line in (resumed.stdout + resumed.stderr).splitlines()
+  ), (resumed.stdout + resumed.stderr)[-3000:]
+  # The log is appended: steps up to the checkpoint once, then the steps the kill lost again.
+  steps = [r["step"] for r in logged_steps(interrupted)]
+  assert logged_before == list(range(1, len(logged_before) + 1))
+  assert steps == logged_before + list(range(saved_step + 1, total + 1)), steps
   assert reference.wait(timeout=300) == 0, reference.communicate()[0][-4000:]
 
   assert_same_variables(latest_variables(straight), latest_variables(interrupted))
 
   def final(d):
-    return [r["loss"] for r in logged_steps(d) if r["step"] > 12]
+    return [r["loss"] for r in logged_steps(d) if r["step"] > total - 5]
 
   np.testing.assert_array_equal(final(straight)[-5:], final(interrupted)[-5:])
 

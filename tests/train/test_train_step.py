@@ -124,6 +124,7 @@ def averaging_runs(tmp_path_factory):
       "--keep_best_by=token_accuracy",
       "--attention_images=3",
       f"--export_base_path={tmp / 'best_models'}",
+      "--export_decode=graph",
     ),
   )
   return tmp, outputs
@@ -214,7 +215,12 @@ def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(avera
   assert sorted(images) == [f"attention/validation_example_{i}" for i in range(3)]
   assert all(set(steps) == {2, 4, 6} for steps in images.values())
   with open(tmp / "best_models" / "1" / export.EXPORT_INFO_FILE) as f:
-    assert json.load(f)["checkpoints"] == [f"best-{best_step}"]
+    info = json.load(f)
+  assert info["checkpoints"] == [f"best-{best_step}"]
+  # --export_decode=graph: recorded by the run (default "auto") and obeyed by its export.
+  with open(tmp / "best" / "run_config.json") as f:
+    assert json.load(f)["export_decode"] == "graph"
+  assert info["decode"] == "graph"
 
 
 def test_loops_end_at_every_log_checkpoint_and_evaluation_step_and_the_last():

@@ -84,6 +84,19 @@ MISTAKES = [
     2,
   ),
   (
+    "train-tsv-missing-eval-file",
+    [
+      "train",
+      "--task=tsv",
+      "--train_file={tmp}/good.tsv",
+      "--eval_file={tmp}/nope-*.tsv",
+      "--run_dir={tmp}/new",
+    ],
+    "good_tsv",
+    "--validation_file: no file matches {tmp}/nope-*.tsv",  # --eval_file is its alias
+    2,
+  ),
+  (
     "train-tsv-bad-utf8",
     ["train", "--task=tsv", "--train_file={tmp}/latin1.tsv", "--run_dir={tmp}/new"],
     "latin1_tsv",
@@ -218,6 +231,8 @@ def _write_saved_run(tmp, run):
 def _prepare(setup, tmp, run, trained_run):
   if setup == "latin1_tsv":
     (tmp / "latin1.tsv").write_bytes("4\tfour\nd\xe9j\xe0\tvu\n".encode("latin-1"))
+  elif setup == "good_tsv":
+    (tmp / "good.tsv").write_text("4\tfour\n")
   elif setup == "one_field_tsv":
     (tmp / "one_field.tsv").write_text("only one field\n")
   elif setup == "saved_run":
@@ -289,42 +304,56 @@ def test_user_mistake_is_one_line_and_changes_nothing(outcomes, case_id, argv, s
     assert not os.path.exists(tmp / "new")
 
 
+@pytest.mark.slow
+def test_verbose_errors_adds_the_traceback_before_the_one_line(tmp_path):
+  argv = ["train", "--task=tsv", f"--train_file={tmp_path}/nope.tsv", f"--run_dir={tmp_path}/r"]
+  result = _run_program([*argv, "--verbose_errors"])
+  assert result.returncode == 2
+  assert "Traceback (most recent call last)" in result.stderr
+  lines = own_lines(result.stderr)
+  assert (
+    lines[-1] == f"train: error: TSV file {tmp_path}/nope.tsv does not exist (or is not a file)"
+  )
+
+
+HELP_PROGRAMS = ["train", "serving.export", "serving.check", "serving.client", "serving.server"]
+
+
 @pytest.fixture(scope="module")
 def helps():
-  programs = ["train", "serving.export", "serving.check", "serving.client"]
+  """{program: (its --help, its --helpxml)}."""
+  runs = [[p, h] for p in HELP_PROGRAMS for h in ("--help", "--helpxml")]
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-    return dict(zip(programs, pool.map(_run_program, [[p, "--help"] for p in programs])))
+    results = list(pool.map(_run_program, runs))
+  return {p: (results[2 * i], results[2 * i + 1]) for i, p in enumerate(HELP_PROGRAMS)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("program", ["train", "serving.export", "serving.check", "serving.client"])
+@pytest.mark.parametrize("program", HELP_PROGRAMS)
 def test_help_lists_every_flag_and_exits_0(helps, program):
+  """Every flag the program accepts (its --helpxml, less absl's own) is in its --help."""
+  import xml.etree.ElementTree as ElementTree
+
   from tfattn import settings
   from tfattn.decode_options import DecodeOptions
   from train.run_config import FLAGLESS, RunConfig
 
-  result = helps[program]
-  assert result.returncode == 0, result.stderr[-2000:]
-  every_setting = [
-    settings.flag_name(f) for f in dataclasses.fields(RunConfig) if f.name not in FLAGLESS
+  result, xml = helps[program]
+  assert result.returncode == 0 and xml.returncode == 0, result.stderr[-2000:]
+  accepted = [
+    flag.findtext("name")
+    for flag in ElementTree.fromstring(xml.stdout).iter("flag")
+    if not flag.findtext("file").startswith("absl.")
   ]
-  decode_flags = [settings.flag_name(f) for f in dataclasses.fields(DecodeOptions)]
-  expected = {
-    "train": every_setting + decode_flags + ["eval_file", "eval_beam_size"],
-    "serving.export": ["run_dir", "base_path", "decode", "beam_size"],
-    "serving.check": ["verbose_errors"],  # the shared one: check takes a DIR
-    "serving.client": [
-      "host",
-      "port",
-      "text",
-      "metadata",
-      "signature_name",
-      "seed",
-      "model_version",
-      "version_label",
-    ],
-  }[program]
-  for flag in expected:  # absl lists booleans as --[no]name
+  if program == "train":  # every setting of a run is a flag
+    every_setting = [
+      settings.flag_name(f) for f in dataclasses.fields(RunConfig) if f.name not in FLAGLESS
+    ]
+    assert set(every_setting) <= set(accepted)
+  if program in ("train", "serving.export"):  # and every decoding option
+    assert {settings.flag_name(f) for f in dataclasses.fields(DecodeOptions)} <= set(accepted)
+  assert "verbose_errors" in accepted and len(accepted) > 1
+  for flag in accepted:  # absl lists booleans as --[no]name
     assert f"  --{flag}:" in result.stdout or f"  --[no]{flag}:" in result.stdout, (
       flag,
       result.stdout[:3000],

@@ -1,0 +1,68 @@
+"""benchmarks/batch_predict.py at a tiny size, every mode: the fda25e5 seq2seq fixture export
+over 24 lines (sorted and unsorted, REST with 2 clients, Beam in-process, memory at two
+sizes) prints each rate, the ratios, and Beam's output identical to serving.predict's."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from train_helpers import REPO, environment
+
+pytestmark = pytest.mark.slow  # a server, a Beam pipeline and predict runs in subprocesses
+
+
+def test_every_mode_prints_its_rate_and_the_ratios(tmp_path):
+  fixtures = os.path.join(REPO, "tests", "fixtures", "fda25e5")
+  result = subprocess.run(
+    [
+      sys.executable,
+      os.path.join("benchmarks", "batch_predict.py"),
+      f"--model={os.path.join(fixtures, 'export_seq2seq')}",
+      f"--input={os.path.join(fixtures, 'seq2seq.tsv')}",
+      "--lines=24",
+      "--batch_size=8",
+      "--window=16",
+      "--clients=2",
+      "--rounds=1",
+      "--memory_factor=2",
+      "--beam_workers=1",  # the pipeline in the benchmark's process: one TensorFlow start less
+      f"--work_dir={tmp_path}",
+    ],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  out = result.stdout
+  for pattern in (
+    r"sorted: [\d,.]+ lines/s",
+    r"unsorted: [\d,.]+ lines/s",
+    r"rest \(2 clients, one line a request\): [\d,.]+ lines/s; 24 of 24 answers equal",
+    r"beam \(FnApiRunner, 1 worker\(s\).*\): [\d,.]+ lines/s; output identical to "
+    r"serving.predict's: True",
+    r"memory: 24 lines: peak RSS [\d,]+ MB",
+    r"memory: 48 lines: peak RSS [\d,]+ MB",
+    r"sorted / unsorted batching: [\d.]+x",
+    r"file command \(sorted\) / REST: [\d.]+x",
+    r"peak RSS at 2x the lines: [\d.]+x",
+  ):
+    assert re.search(pattern, out), (pattern, out)
+  # The input is the TSV's first column, cut to --lines.
+  assert (tmp_path / "input.txt").read_text().count("\n") == 24
+
+
+def test_an_unknown_mode_is_a_usage_error():
+  result = subprocess.run(
+    [sys.executable, os.path.join("benchmarks", "batch_predict.py"), "--modes=fast"],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert result.returncode == 2 and "--modes: unknown ['fast']" in result.stderr
