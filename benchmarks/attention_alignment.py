@@ -10,7 +10,7 @@ the source pieces).
       --multi30k=data/multi30k [--picture=docs/attention_example.png]
 
 `--picture` also draws the cross-attention of one test sentence (the first that holds a noun
-pair in source, reference and translation) with `python -m serving.attention`'s renderer.
+pair in source, reference and translation) with `python -m serving.tools.attention_maps`'s renderer.
 """
 
 import cli
@@ -107,12 +107,12 @@ def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags
 
-  from serving import attention
+  from serving.tools import attention_maps
 
   f = flags.FLAGS
   if not f.model_base_path or not f.multi30k:
     raise cli.UsageError("give --model_base_path and --multi30k")
-  path = attention.version_directory(f.model_base_path, None)
+  path = attention_maps.version_directory(f.model_base_path, None)
   pairs = read_test_pairs(f.multi30k)
   cases = []  # (test index, German noun, English noun)
   for index, (source, reference) in enumerate(pairs):
@@ -139,7 +139,7 @@ def main(argv):
     )
     outputs = {name: value.numpy() for name, value in outputs.items()}
     for row, index in enumerate(chunk):
-      rows[index] = attention.maps_from_outputs({k: v[row] for k, v in outputs.items()}, -1)
+      rows[index] = attention_maps.maps_from_outputs({k: v[row] for k, v in outputs.items()}, -1)
 
   layers = rows[indices[0]].weights["cross"].shape[0]
   hits, judged, chance, missing = np.zeros(layers), 0, [], 0
@@ -188,11 +188,11 @@ def main(argv):
   if f.picture and example is not None:
     maps, german, english = example
     last = layers - 1
-    [(_, png)] = attention.draw(maps, "cross", [last], one_picture=True)
+    [(_, png)] = attention_maps.draw(maps, "cross", [last], one_picture=True)
     with open(f.picture, "wb") as out:
       out.write(png)
     print(
-      f"\nwrote {f.picture}: layer {last} cross-attention of {attention.describe(maps)} "
+      f"\nwrote {f.picture}: layer {last} cross-attention of {attention_maps.describe(maps)} "
       f"({german} -> {english})"
     )
 

@@ -1,4 +1,4 @@
-"""Whole-file prediction, side by side: lines/s of `python -m serving.predict`'s loop with and
+"""Whole-file prediction, side by side: lines/s of `python -m serving.tools.predict`'s loop with and
 without length-sorted batches, the same file through `serving.server`'s REST API (concurrent
 clients, one line a request, the server's default flags), the Beam pipeline on the local runner
 with worker processes, and the command's peak memory at two file sizes.
@@ -12,10 +12,10 @@ Modes (--modes, any of):
                     passes of each in turn, the median.
   rest              `python -m serving.server` on the export (its default flags), fed by
                     --clients threads, one line a request; compared with `sorted`.
-  beam              `serving.beam_predict.run` with FnApiRunner, --beam_workers processes
+  beam              `serving.tools.beam_predict.run` with FnApiRunner, --beam_workers processes
                     (multi_processing), start and model loads included; its output is compared
-                    with `python -m serving.predict`'s, line for line.
-  memory            `python -m serving.predict` on the file repeated to --lines and to
+                    with `python -m serving.tools.predict`'s, line for line.
+  memory            `python -m serving.tools.predict` on the file repeated to --lines and to
                     --memory_factor times that: peak RSS of each process (os.wait4).
 
 The input is cut or repeated to --lines lines. Ratios are printed at the end.
@@ -34,7 +34,8 @@ import time
 
 from absl import flags
 
-from serving import batch_files, batch_model, launch
+from serving.server import launch
+from serving.tools import batch_files, batch_model
 
 MODES = ("sorted", "unsorted", "rest", "beam", "memory")
 
@@ -83,7 +84,7 @@ def loop_lines_per_second(model, path, window, batch_size, sort):
 def rest_lines_per_second(base_path, lines, clients):
   """`serving.server` with its default flags, `clients` threads each sending one line a
   request until the lines run out; -> (lines/s, translations)."""
-  from serving.client import ServingClient
+  from serving.tools.client import ServingClient
 
   process, ports = launch.start_subprocess("bench", base_path)
   try:
@@ -117,7 +118,7 @@ def predict_command(model, input_path, output, *extra):
   return [
     sys.executable,
     "-m",
-    "serving.predict",
+    "serving.tools.predict",
     f"--model={model}",
     f"--input={input_path}",
     f"--output={output}",
@@ -187,14 +188,17 @@ def main(argv):
       flush=True,
     )
   if "beam" in f.modes:
-    from serving import beam_predict
+    from serving.tools import beam_predict
 
     reference = os.path.join(work_dir, "predict.txt")
     seconds, _ = run_measured(
       predict_command(export_dir, path, reference, f"--batch_size={f.batch_size}")
     )
     results["command"] = len(lines) / seconds
-    print(f"command (python -m serving.predict, start included): {results['command']:,.1f} lines/s")
+    print(
+      "command (python -m serving.tools.predict, start included): "
+      f"{results['command']:,.1f} lines/s"
+    )
     beam_output = os.path.join(work_dir, "beam.txt")
     start = time.perf_counter()
     beam_predict.run(
@@ -215,7 +219,7 @@ def main(argv):
     results["beam_identical"] = identical
     print(
       f"beam (FnApiRunner, {f.beam_workers} worker(s), start and loads included): "
-      f"{results['beam']:,.1f} lines/s; output identical to serving.predict's: {identical}",
+      f"{results['beam']:,.1f} lines/s; output identical to serving.tools.predict's: {identical}",
       flush=True,
     )
   if "memory" in f.modes:

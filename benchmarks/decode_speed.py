@@ -61,7 +61,7 @@ def compare_exports(args, batch_sizes=(1, 32)):
   import time
 
   from serving import export
-  from serving.model_manager import Servable
+  from serving.server.model_manager import Servable
   from tfattn import text
   from tfattn.run_dir import RunDir
 

@@ -34,7 +34,9 @@ import threading
 import time
 import types
 
-from serving import export, launch, xla_compilation
+from serving import export
+from serving.server import launch
+from serving.tf_serving import xla_compilation
 
 TEXTS = ["4213", "19", "700005", "31337", "8", "123456", "99", "5000"]
 # Server-side batching pads merged batches to these sizes, so an XLA export compiles (and warms
@@ -149,9 +151,9 @@ def extract_tree(ref):
 
 def start_server(kind, base, model, batching_file, args):
   """(process, launch.Ports) of a started server whose model is AVAILABLE: `new` and `old` are
-  `python -m serving.server` of this tree or of --old_ref's (started by serving.launch), the
+  `python -m serving.server` of this tree or of --old_ref's (started by serving.server.launch), the
   others this tree's RestApp hosted by a candidate library."""
-  from serving.client import ServingClient
+  from serving.tools.client import ServingClient
 
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   base = os.path.abspath(base)
@@ -212,10 +214,10 @@ def _start_candidate(kind, base, model, batching_file, args, env):
 
 def host_app(stack, base, model, port_file, batching_file):
   """Runs in a server process: this tree's RestApp on a candidate HTTP library."""
-  from serving.batching import Batcher, BatchingParameters
-  from serving.model_manager import ModelManager
-  from serving.rest_api import RestApp
-  from serving.server_core import ServerCore
+  from serving.server.batching import Batcher, BatchingParameters
+  from serving.server.model_manager import ModelManager
+  from serving.server.rest_api import RestApp
+  from serving.server.server_core import ServerCore
 
   batcher = None
   if batching_file:

@@ -2,8 +2,8 @@
 matplotlib's Agg canvas (no display, no pyplot state) to PNG bytes.
 
 `render_png` draws what `AttentionWeights` (or the export's `attention` signature) holds for
-one example; `python -m serving.attention` writes it to a file, and `image_tensor` turns it into
-what `tf.summary.image` takes. matplotlib is imported only when a picture is drawn.
+one example; `python -m serving.tools.attention_maps` writes it to a file, and `image_tensor` turns
+it into what `tf.summary.image` takes. matplotlib is imported only when a picture is drawn.
 
 Layout: a row of panels per layer, a panel per head; keys (e.g. source pieces) along x, queries
 (e.g. the target pieces each query predicts) along y, darkest = 0, brightest = the panel's

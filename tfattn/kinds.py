@@ -1,7 +1,7 @@
 """Kinds of model, by the name a run directory records (`task.json`'s "kind"). `ModelKind` is what
 every layer's kind object provides: the model it builds and its vocabularies. The training
 program extends it with batches, loss and evaluation (`train/kinds.py`: `TrainingKind`), the
-export with its serving module (`serving/export.py`: `ExportKind`); each layer keeps a registry
+export with its serving module (`serving/export/`: `ExportKind`); each layer keeps a registry
 by name, and a test checks that the three registries hold the same kinds. Nothing tests a
 kind's name.
 

@@ -3,7 +3,7 @@ model and vocabularies from `tfattn/kinds.py`, plus the batches, the loss, the e
 the FLOPs of a step) as one object per kind, so the trainer never asks which kind it runs, reads
 no batch key and names no tokenizer. `TrainingKind` says what a kind provides; a new kind (say a
 decoder-only language model) is one class here, one in `tfattn/kinds.py` and one in
-`serving/export.py`, each added to its registry.
+`serving/export/`, each added to its registry.
 """
 
 import os

@@ -1,5 +1,5 @@
 """A task kind is one object per layer: the model (`tfattn/kinds.py`), training
-(`train/kinds.py`) and export (`serving/export.py`). Every layer must know the same kinds, each
+(`train/kinds.py`) and export (`serving/export/`). Every layer must know the same kinds, each
 object must provide what its layer's Protocol writes down, and a kind's name is what a run
 records in task.json."""
 

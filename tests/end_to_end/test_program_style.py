@@ -16,8 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _programs():
   paths = []
-  for pattern in ("train/*.py", "serving/*.py", "benchmarks/*.py"):
-    for path in sorted(glob.glob(os.path.join(REPO, pattern))):
+  for pattern in ("train/*.py", "serving/**/*.py", "benchmarks/*.py"):
+    for path in sorted(glob.glob(os.path.join(REPO, pattern), recursive=True)):
       with open(path, encoding="utf-8") as f:
         if 'if __name__ == "__main__":' in f.read():
           paths.append(path)
@@ -26,7 +26,7 @@ def _programs():
 
 def test_the_programs_are_found():
   names = {os.path.relpath(p, REPO) for p in _programs()}
-  assert {"train/__main__.py", "serving/server.py", "benchmarks/rest_latency.py"} <= names
+  assert {"train/__main__.py", "serving/server/__main__.py", "benchmarks/rest_latency.py"} <= names
 
 
 @pytest.mark.parametrize("path", _programs(), ids=lambda p: os.path.relpath(p, REPO))
@@ -54,14 +54,14 @@ def _command(path):
 
 
 # Programs whose own tables of user mistakes run at TF_CPP_MIN_LOG_LEVEL=0 already
-# (tests/train/test_user_mistakes.py, tests/serving/test_server_cli.py).
+# (tests/train/test_user_mistakes.py, tests/serving/server/test_server_cli.py).
 MISTAKE_TABLES = {
   "train",
   "serving.export",
-  "serving.check",
-  "serving.client",
+  "serving.export.check",
+  "serving.tools.client",
   "serving.server",
-  "serving.demo",
+  "serving.tools.demo",
 }
 
 

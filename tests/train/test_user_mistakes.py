@@ -2,7 +2,7 @@
 (1 for a failure while running), no traceback, no TensorFlow start-up noise, and the files the
 user had left as they were. One table; each row runs the real program in a subprocess.
 
-The REST server's own mistakes are in tests/serving/test_server_cli.py.
+The REST server's own mistakes are in tests/serving/server/test_server_cli.py.
 """
 
 import concurrent.futures
@@ -181,25 +181,25 @@ MISTAKES = [
     "--warmup_batch_sizes must be a comma-separated list of integers",
     2,
   ),
-  ("check-no-directory", ["serving.check"], None, "give one SavedModel directory", 2),
+  ("check-no-directory", ["serving.export.check"], None, "give one SavedModel directory", 2),
   (
     "check-missing-directory",
-    ["serving.check", "{tmp}/nope"],
+    ["serving.export.check", "{tmp}/nope"],
     None,
     "{tmp}/nope is not a directory",
     2,
   ),
-  ("client-nothing-to-send", ["serving.client"], None, "nothing to send", 2),
+  ("client-nothing-to-send", ["serving.tools.client"], None, "nothing to send", 2),
   (
     "client-a-seed-per-text",
-    ["serving.client", "--signature_name=sample", "--text=1", "--text=2", "--seed=7"],
+    ["serving.tools.client", "--signature_name=sample", "--text=1", "--text=2", "--seed=7"],
     None,
     "1 --seed for 2 --text",
     2,
   ),
   (
     "client-no-server",
-    ["serving.client", "--text=17", "--port={free_port}"],
+    ["serving.tools.client", "--text=17", "--port={free_port}"],
     None,
     "cannot reach http://127.0.0.1:{free_port}/v1/models/tfattn",
     1,
@@ -316,7 +316,13 @@ def test_verbose_errors_adds_the_traceback_before_the_one_line(tmp_path):
   )
 
 
-HELP_PROGRAMS = ["train", "serving.export", "serving.check", "serving.client", "serving.server"]
+HELP_PROGRAMS = [
+  "train",
+  "serving.export",
+  "serving.export.check",
+  "serving.tools.client",
+  "serving.server",
+]
 
 
 @pytest.fixture(scope="module")
