@@ -102,7 +102,7 @@ def define_flags(
     declared_class: the dataclass (e.g. `RunConfig`, `DecodeOptions`).
     unset: what a flag left unset means, for fields whose default is None (e.g. "the
       recipe's, then the task's value"), unless the field's declaration says (`unset=`);
-      shown in the help with the declared fallback.
+      shown in the help with the declared `when_unset`.
     optional: every flag defaults to None ("unset": e.g. "the run's value", then the field's
       own default).
     skip: field names that get no flag.
@@ -127,7 +127,7 @@ def define_flags(
       raise ValueError(f"{declared_class.__name__}.{field.name} needs a default to be a flag")
     notes = [spec.range_text()] if spec.range_text() else []
     meaning = unset if spec.unset is None else spec.unset
-    fallback = spec.fallback if spec.fallback is not None or not optional else field.default
+    fallback = spec.when_unset if spec.when_unset is not None or not optional else field.default
     if default is None and meaning:
       notes.append(f"default: {meaning}" + ("" if fallback is None else f", else {fallback}"))
     help_text = spec.help + (f" ({'; '.join(notes)})" if notes else "")

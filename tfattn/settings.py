@@ -27,7 +27,13 @@ class Spec:
     choices: the allowed values, or a function returning them (a registry filled later).
     minimum, maximum: inclusive bounds.
     above, below: exclusive bounds.
-    fallback: what an unset (None) field means when nothing else sets it.
+    when_unset: the value an unset (None) field takes when nothing else sets it (a run's
+      recipe and task come first).
+    when_missing: what a save made before the field existed meant: a value, or a function of
+      the saved {name: value} (e.g. another field's value); None: `when_unset`, else the
+      field's default (`from_saved`).
+    old_names: names the field was saved under before (read as this field by `from_saved`).
+    old_values: {value saved before: what it means now}.
     unset: what leaving the field unset (None) means, in words, when the field's owner says
       it differently (e.g. "no export"); "" says nothing.
     flag: the field's name on the command line (default: the field's own name).
@@ -40,7 +46,10 @@ class Spec:
   maximum: Optional[float] = None
   above: Optional[float] = None
   below: Optional[float] = None
-  fallback: Any = None
+  when_unset: Any = None
+  when_missing: Any = None
+  old_names: Tuple[str, ...] = ()
+  old_values: Mapping[Any, Any] = dataclasses.field(default_factory=dict)
   unset: Optional[str] = None
   flag: Optional[str] = None
   extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -109,7 +118,10 @@ def setting(
   maximum=None,
   above=None,
   below=None,
-  fallback=None,
+  when_unset=None,
+  when_missing=None,
+  old_names: Tuple[str, ...] = (),
+  old_values: Optional[Mapping[Any, Any]] = None,
   unset: Optional[str] = None,
   flag: Optional[str] = None,
   **extra,
@@ -122,7 +134,10 @@ def setting(
     maximum=maximum,
     above=above,
     below=below,
-    fallback=fallback,
+    when_unset=when_unset,
+    when_missing=when_missing,
+    old_names=tuple(old_names),
+    old_values=dict(old_values or {}),
     unset=unset,
     flag=flag,
     extra=extra,
@@ -178,9 +193,73 @@ def check_values(cls, values: Mapping[str, Any], prefix: str = "--") -> None:
     raise ValueError(problem)
 
 
-def fallbacks(cls) -> Dict[str, Any]:
-  """{field: fallback} of the fields that declare one."""
-  return {field.name: spec.fallback for field, spec in declared(cls) if spec.fallback is not None}
+def unset_defaults(cls) -> Dict[str, Any]:
+  """{field: when_unset} of the fields that declare one."""
+  return {
+    field.name: spec.when_unset for field, spec in declared(cls) if spec.when_unset is not None
+  }
+
+
+def refer(cls, name: str, default=None, *, help: Optional[str] = None, to=None, **extra):
+  """A field that sets another declared class's setting (a run's `d_model` sets the model's):
+  its choices and bounds are `cls`'s declaration of `name`, not restated; its default, help
+  (default: the declaration's), `when_unset`/`when_missing` and `extra` are this class's own.
+  `to`: the fields of `cls` it sets (default: `name`), kept as `extra["refers_to"]`."""
+  spec = spec_of(next(field for field in dataclasses.fields(cls) if field.name == name))
+  own = {key: extra.pop(key) for key in ("when_unset", "when_missing", "unset") if key in extra}
+  return setting(
+    default,
+    spec.help if help is None else help,
+    choices=spec.choices,
+    minimum=spec.minimum,
+    maximum=spec.maximum,
+    above=spec.above,
+    below=spec.below,
+    refers_to=tuple(to or (name,)),
+    **own,
+    **extra,
+  )
+
+
+def referred(instance) -> Dict[str, Any]:
+  """{field of the referred class: value} of every set (not None) field declared with
+  `refer`."""
+  values = {}
+  for field, spec in declared(instance):
+    value = getattr(instance, field.name)
+    for target in spec.extra.get("refers_to", ()):
+      if value is not None:
+        values[target] = value
+  return values
+
+
+def from_saved(cls, values: Mapping[str, Any], retired: Sequence[str] = ()):
+  """An instance of `cls` from {name: value} as saved, perhaps by an earlier version: a name
+  the field had before (`old_names`) is read as the field, a value it had before is mapped
+  (`old_values`), a field the save lacks takes `when_missing` (a value, or a function of the
+  saved values), else `when_unset`, else its default; `retired` names are dropped. A
+  ValueError names any other unknown name."""
+  saved = dict(values)
+  found = {}
+  for field, spec in declared(cls):
+    for old in (field.name, *spec.old_names):
+      if old in saved:
+        found[field.name] = saved[old]
+        break
+    else:
+      meant = spec.when_missing if spec.when_missing is not None else spec.when_unset
+      found[field.name] = meant(saved) if callable(meant) else meant
+      if found[field.name] is None:
+        del found[field.name]  # the field's default
+      continue
+    value = found[field.name]
+    if isinstance(value, (str, int, float, bool)) and value in spec.old_values:
+      found[field.name] = spec.old_values[value]
+  names = {name for field, spec in declared(cls) for name in (field.name, *spec.old_names)}
+  unknown = sorted(set(saved) - names - set(retired))
+  if unknown:
+    raise ValueError(f"Unknown {cls.__name__} fields in the saved values: {unknown}")
+  return cls(**found)
 
 
 def from_flags(cls, values: Mapping[str, Any], **overrides):

@@ -16,7 +16,7 @@ from tfattn.settings import setting
 class Example:
   size: int = setting(4, "How many.", minimum=1)
   rate: float = setting(0.1, "A rate.", minimum=0, below=1)
-  width: Optional[int] = setting(None, "A width.", above=0, fallback=8)
+  width: Optional[int] = setting(None, "A width.", above=0, when_unset=8)
   mode: str = setting("a", "Which mode.", choices=("a", "b"), flag="example_mode")
   loud: bool = setting(False, "Shout.")
   registry: Optional[str] = setting(None, "From a registry.", choices=lambda: ["x", "y"])
@@ -52,8 +52,8 @@ def test_range_text():
   assert settings.Spec("").range_text() == ""
 
 
-def test_fallbacks_and_flag_names_round_trip():
-  assert settings.fallbacks(Example) == {"width": 8}
+def test_unset_defaults_and_flag_names_round_trip():
+  assert settings.unset_defaults(Example) == {"width": 8}
   flat = settings.to_flags(Example(mode="b"))
   assert flat["example_mode"] == "b" and "mode" not in flat
   assert settings.from_flags(Example, flat) == Example(mode="b")
@@ -92,3 +92,37 @@ def test_define_flags_optional_leaves_every_flag_unset():
   cli.define_flags(Example, optional=True, unset="the run's", flag_values=values)
   values(["prog"])
   assert all(value is None for value in cli.flag_values(Example, parsed=values).values())
+
+
+@dataclasses.dataclass(frozen=True)
+class Saved:
+  size: int = setting(4, "How many.", minimum=1)
+  rate: Optional[float] = setting(None, "A rate.", when_unset=0.5)
+  copy: Optional[int] = setting(None, "Added later.", when_missing=lambda saved: saved.get("size"))
+  path: Optional[str] = setting(None, "Renamed.", old_names=("old_path",))
+  mode: str = setting("graph", "A mode.", choices=("graph", "xla"), old_values={"auto": "graph"})
+
+
+def test_from_saved_reads_what_each_declaration_says_old_saves_meant():
+  loaded = settings.from_saved(
+    Saved, {"size": 7, "old_path": "p", "mode": "auto", "gone": 1}, retired=("gone",)
+  )
+  assert loaded == Saved(size=7, rate=0.5, copy=7, path="p", mode="graph")
+  assert settings.from_saved(Saved, {}) == Saved(rate=0.5)  # copy: None -> its default
+  with pytest.raises(ValueError, match=r"Unknown Saved fields in the saved values: \['gone'\]"):
+    settings.from_saved(Saved, {"gone": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  width: Optional[int] = settings.refer(Example, "width")
+  both: Optional[int] = settings.refer(Example, "size", help="Two at once.", to=("size", "size2"))
+
+
+def test_a_referring_field_takes_the_declarations_bounds_and_hands_its_value_on():
+  width, both = (spec for _, spec in settings.declared(Run))
+  assert (width.help, width.above, width.when_unset) == ("A width.", 0, None)
+  assert (both.help, both.minimum) == ("Two at once.", 1)
+  with pytest.raises(ValueError, match="--both must be >= 1, got 0"):
+    settings.check(Run(both=0))
+  assert settings.referred(Run(both=3)) == {"size": 3, "size2": 3}
