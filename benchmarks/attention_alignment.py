@@ -16,12 +16,15 @@ pair in source, reference and translation) with `python -m serving.tools.attenti
 import cli
 import common
 
+import dataclasses
 import json
 import os
 import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+
+from settings import setting
 
 # Common Multi30k nouns, German -> English (singular and plural forms as separate pairs).
 NOUN_PAIRS = [
@@ -87,19 +90,26 @@ def read_test_pairs(folder: str) -> List[Tuple[str, str]]:
   return list(zip(sources, references))
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class AttentionAlignmentFlags:
+  """The flags of `benchmarks/attention_alignment.py`."""
 
-  flags.DEFINE_string(
-    "model_base_path",
+  model_base_path: Optional[str] = setting(
     None,
     "A Multi30k de->en export's base path (the newest version is used) or a version directory.",
   )
-  flags.DEFINE_string("multi30k", None, "Folder with test_2016_flickr.de and .en.")
-  flags.DEFINE_string("picture", None, "Also draw one test sentence's cross-attention here (.png).")
-  flags.DEFINE_string("results", None, "Write the per-layer results as JSON here.")
+  multi30k: Optional[str] = setting(None, "Folder with test_2016_flickr.de and .en.")
+  picture: Optional[str] = setting(
+    None, "Also draw one test sentence's cross-attention here (.png)."
+  )
+  results: Optional[str] = setting(None, "Write the per-layer results as JSON here.")
+  batch_size: int = setting(8, "Sentences per request to the signature.", minimum=1)
+
+
+def _define_flags():
+
+  cli.define_flags(AttentionAlignmentFlags)
   # Every layer's weights come back: 8 full-length Multi30k rows stay inside the signature's bound.
-  flags.DEFINE_integer("batch_size", 8, "Sentences per request to the signature.", lower_bound=1)
 
 
 def main(argv):

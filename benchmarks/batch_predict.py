@@ -24,6 +24,7 @@ The input is cut or repeated to --lines lines. Ratios are printed at the end.
 import cli
 import common
 
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -31,29 +32,35 @@ import sys
 import tempfile
 import threading
 import time
+from typing import List, Optional
 
 from absl import flags
 
 from serving.server import launch
 from serving.tools import batch_files, batch_model
+from settings import setting
 
 MODES = ("sorted", "unsorted", "rest", "beam", "memory")
 
-flags.DEFINE_string("model", None, "Export base path or version directory (required).")
-flags.DEFINE_string("input", None, "A text file, one input a line (a TSV: its first column).")
-flags.DEFINE_list("modes", list(MODES), f"Which to measure, of {', '.join(MODES)}.")
-flags.DEFINE_integer("lines", 1000, "Lines to predict (the input cut or repeated).", lower_bound=1)
-flags.DEFINE_integer("batch_size", 64, "Lines per signature call (command and Beam).")
-flags.DEFINE_integer("window", 2048, "The command's window.", lower_bound=1)
-flags.DEFINE_integer("clients", 8, "Concurrent REST clients, one line a request.", lower_bound=1)
-flags.DEFINE_integer(
-  "beam_workers", 2, "Beam worker processes (1: Beam's in-process mode).", lower_bound=1
-)
-flags.DEFINE_integer(
-  "memory_factor", 10, "The larger memory file is this many times --lines.", lower_bound=2
-)
-flags.DEFINE_integer("rounds", 3, "Sorted and unsorted passes, in turn (median).", lower_bound=1)
-flags.DEFINE_string("work_dir", None, "Where files are written (default: a temporary folder).")
+
+@dataclasses.dataclass(frozen=True)
+class BatchPredictFlags:
+  """The flags of `benchmarks/batch_predict.py`."""
+
+  model: Optional[str] = setting(None, "Export base path or version directory (required).")
+  input: Optional[str] = setting(None, "A text file, one input a line (a TSV: its first column).")
+  modes: List[str] = setting(tuple(MODES), f"Which to measure, of {', '.join(MODES)}.")
+  lines: int = setting(1000, "Lines to predict (the input cut or repeated).", minimum=1)
+  batch_size: int = setting(64, "Lines per signature call (command and Beam).")
+  window: int = setting(2048, "The command's window.", minimum=1)
+  clients: int = setting(8, "Concurrent REST clients, one line a request.", minimum=1)
+  beam_workers: int = setting(2, "Beam worker processes (1: Beam's in-process mode).", minimum=1)
+  memory_factor: int = setting(10, "The larger memory file is this many times --lines.", minimum=2)
+  rounds: int = setting(3, "Sorted and unsorted passes, in turn (median).", minimum=1)
+  work_dir: Optional[str] = setting(None, "Where files are written (default: a temporary folder).")
+
+
+cli.define_flags(BatchPredictFlags)
 
 
 def input_lines(path, count):

@@ -4,8 +4,9 @@ import dataclasses
 import json
 from typing import Optional
 
-from tfattn import settings, special_ids
-from tfattn.settings import check, setting
+import settings
+from settings import check, setting
+from tfattn import special_ids
 
 _NORM_POSITIONS = ("post", "pre")
 _POSITION_KINDS = ("sinusoidal", "learned")
@@ -19,7 +20,7 @@ class TransformerConfig:
   """Architecture of a Transformer (Vaswani et al., 2017), of the encoder classifier and of the
   decoder-only language model.
 
-  Every field is a declared setting (`tfattn.settings`): its help, allowed values and range are
+  Every field is a declared setting (`settings.py`): its help, allowed values and range are
   checked on creation, and a field added after runs were saved declares `when_missing`, what
   those runs' missing value meant (`from_saved`), so an old `model_config.json` loads without a
   per-field migration.

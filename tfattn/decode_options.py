@@ -8,7 +8,7 @@ import dataclasses
 import json
 from typing import Optional
 
-from tfattn.settings import check, setting
+from settings import check, setting
 
 GREEDY, BEAM, SAMPLE = "greedy", "beam", "sample"
 STRATEGIES = (GREEDY, BEAM, SAMPLE)

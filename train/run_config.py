@@ -17,7 +17,7 @@ import dataclasses
 import json
 from typing import Any, Dict, Optional
 
-from tfattn import settings
+import settings
 from tfattn.config import PRESETS, TransformerConfig
 from tfattn.decode_options import DECODE_MODES, DecodeOptions
 from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, MODEL_KINDS, SEQ2SEQ
@@ -54,7 +54,7 @@ MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
 
 
 def run_setting(default, help: str, *, resume: str, **checks):
-  """A RunConfig field: `tfattn.settings.setting` plus its resume policy (required)."""
+  """A RunConfig field: `settings.setting` plus its resume policy (required)."""
   if resume not in RESUME_POLICIES:
     raise ValueError(f"resume policy must be one of {RESUME_POLICIES}, got {resume!r}")
   return settings.setting(default, help, resume=resume, **checks)

@@ -9,57 +9,62 @@ its flags, the run directory and the base path first, so a mistake is told at on
 
 import cli
 
+import dataclasses
 import os
+from typing import List, Optional
 
 from serving.export.destination import check_destination
 from serving.export.saved_model import export
 from serving.export.trained_run import run_decode_options
 from serving.tf_serving import xla_compilation
+from settings import setting
 from tfattn.decode_options import DECODE_MODES, DecodeOptions
 from tfattn.run_dir import RunDir
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class ExportFlags:
+  """The flags of `python -m serving.export` (the decoding options come from DecodeOptions)."""
 
-  flags.DEFINE_string("run_dir", None, "Training run directory (uses its latest checkpoint).")
-  flags.DEFINE_string(
-    "checkpoint",
+  run_dir: Optional[str] = setting(None, "Training run directory (uses its latest checkpoint).")
+  checkpoint: Optional[str] = setting(
     None,
     "A checkpoint prefix, e.g. runs/default/checkpoints/ckpt-4000; its run "
     "directory is two levels up unless --run_dir is given.",
   )
-  flags.DEFINE_string(
-    "base_path", None, "Model base path (required): versions go in <base_path>/<N>."
+  base_path: Optional[str] = setting(
+    None, "Model base path (required): versions go in <base_path>/<N>."
   )
-  flags.DEFINE_integer("version", None, "Version number (default: one above the newest).")
-  flags.DEFINE_string("model_name", "tfattn", "Model name recorded in the warm-up requests.")
-  cli.define_flags(DecodeOptions, optional=True, unset="the run's")
-  flags.DEFINE_multi_string("warmup_text", None, "Texts for the warm-up requests.")
-  flags.DEFINE_integer(
-    "average_last",
+  version: Optional[int] = setting(None, "Version number (default: one above the newest).")
+  model_name: str = setting("tfattn", "Model name recorded in the warm-up requests.")
+  warmup_text: Optional[List[str]] = setting(None, "Texts for the warm-up requests.", repeat=True)
+  average_last: Optional[int] = setting(
     None,
     "Average the weights of the last N kept "
     "checkpoints (default: the weights the run's final evaluation judged: "
     "its last, averaged or best-on-validation checkpoints).",
-    lower_bound=1,
+    minimum=1,
   )
-  flags.DEFINE_enum(
-    "decode",
+  decode: str = setting(
     "graph",
-    list(DECODE_MODES),
     "How the signatures run their searches: graph = graph-mode cached search (loads on "
     "every TF Serving image, CPU and GPU, with no flag); xla = padded search compiled with "
     "XLA per source length bucket (TF Serving then needs --xla_cpu_compilation_enabled=true "
     "on CPU images, --xla_gpu_compilation_enabled=true on GPU images >= 2.18; GPU images "
     "<= 2.17 cannot serve it).",
+    choices=tuple(DECODE_MODES),
   )
-  flags.DEFINE_list(
-    "warmup_batch_sizes",
-    ["1"],
+  warmup_batch_sizes: List[str] = setting(
+    ("1",),
     "With --decode=xla: batch sizes the warm-up requests compile for every "
     "length bucket (list TF Serving's allowed_batch_sizes here).",
   )
+
+
+def _define_flags():
+
+  cli.define_flags(ExportFlags)
+  cli.define_flags(DecodeOptions, optional=True, unset="the run's")
 
 
 def main(argv):

@@ -13,6 +13,7 @@ Exit status 1 when a version fails.
 
 import cli
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -20,13 +21,21 @@ import sys
 from absl import flags
 
 from serving.tf_serving import versions, xla_compilation
+from settings import setting
 
-flags.DEFINE_bool(
-  "verbose",
-  False,
-  "Per version, print every op, each signature with its dtypes and shapes, and saved_model_cli's "
-  "full dump (default: one line per version).",
-)
+
+@dataclasses.dataclass(frozen=True)
+class CheckFlags:
+  """The flags of `python -m serving.export.check`."""
+
+  verbose: bool = setting(
+    False,
+    "Per version, print every op, each signature with its dtypes and shapes, and saved_model_cli's "
+    "full dump (default: one line per version).",
+  )
+
+
+cli.define_flags(CheckFlags)
 
 # TF-Text ops that TF Serving 2.12-2.19 links (TF-Text 2.12.1's ops_lib).
 SERVING_TEXT_OPS = frozenset(

@@ -23,6 +23,7 @@ import urllib.parse
 from typing import Dict, List, Optional
 
 from serving.tf_serving import versions
+from settings import setting
 
 KINDS = ("cross", "encoder", "decoder")
 KIND_NAMES = {
@@ -298,47 +299,46 @@ def from_server(client, text: str, target: str, layer: int, kind: Optional[str])
 # ---- the program ---------------------------------------------------------------------------
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class AttentionMapsFlags:
+  """The flags of `python -m serving.tools.attention_maps`."""
 
-  flags.DEFINE_string(
-    "model_base_path",
+  model_base_path: Optional[str] = setting(
     None,
     "A local export: the base path (its newest version, or --version) or a "
     "version directory. Give this or --server.",
   )
-  flags.DEFINE_integer(
-    "version", None, "With --model_base_path: the version to load.", lower_bound=1
-  )
-  flags.DEFINE_string(
-    "server",
+  version: Optional[int] = setting(None, "With --model_base_path: the version to load.", minimum=1)
+  server: Optional[str] = setting(
     None,
     "A running server's REST address, e.g. http://127.0.0.1:8501 "
     "(python -m serving.server or TF Serving). Give this or "
     "--model_base_path.",
   )
-  flags.DEFINE_string("model_name", "tfattn", "With --server: the model's name.")
-  flags.DEFINE_string("text", None, "The input text (required).")
-  flags.DEFINE_string(
-    "target", "", "Seq2seq: the target text to attend with (default: the model's own translation)."
+  model_name: str = setting("tfattn", "With --server: the model's name.")
+  text: Optional[str] = setting(None, "The input text (required).")
+  target: str = setting(
+    "", "Seq2seq: the target text to attend with (default: the model's own translation)."
   )
-  flags.DEFINE_string(
-    "out", None, "Where to write: a .png picture or a self-contained .html page (required)."
+  out: Optional[str] = setting(
+    None, "Where to write: a .png picture or a self-contained .html page (required)."
   )
-  flags.DEFINE_integer(
-    "layer", None, "The layer to draw, 0 = the first (default: the last).", lower_bound=0
+  layer: Optional[int] = setting(
+    None, "The layer to draw, 0 = the first (default: the last).", minimum=0
   )
-  flags.DEFINE_bool("all_layers", False, "Draw every layer (a row of heads each).")
-  flags.DEFINE_enum(
-    "kind",
+  all_layers: bool = setting(False, "Draw every layer (a row of heads each).")
+  kind: Optional[str] = setting(
     None,
-    list(KINDS),
     "Which attention: cross (decoder to source), encoder or decoder "
     "self-attention (default: cross for seq2seq, encoder for a classifier).",
+    choices=tuple(KINDS),
   )
-  flags.DEFINE_float(
-    "timeout", 120.0, "With --server: seconds to wait for an answer.", lower_bound=0.0
-  )
+  timeout: float = setting(120.0, "With --server: seconds to wait for an answer.", minimum=0.0)
+
+
+def _define_flags():
+
+  cli.define_flags(AttentionMapsFlags)
 
 
 def _check_flags(f):

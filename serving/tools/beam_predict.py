@@ -22,59 +22,63 @@ download the Prism runner at run time). Other runners take Beam's own options in
 
 import cli
 
+import dataclasses
 import os
 import shlex
 import time
+from typing import Optional
 
 from absl import flags
 
 from serving.tools import batch_files, batch_model
+from settings import setting
 
 LOCAL_RUNNER = "FnApiRunner"
 
 
-def define_flags():
-  flags.DEFINE_string(
-    "model", None, "Export base path (its newest version is used) or a version directory."
+@dataclasses.dataclass(frozen=True)
+class BeamPredictFlags:
+  """The flags of `python -m serving.tools.beam_predict`."""
+
+  model: Optional[str] = setting(
+    None, "Export base path (its newest version is used) or a version directory."
   )
-  flags.DEFINE_string("input", None, "Input: a file, a glob or a comma list of them.")
-  flags.DEFINE_string("output", None, "Output file; chunks are written to <output>.parts/ first.")
-  flags.DEFINE_string(
-    "signature_name", "serving_default", "Signature to call: any that takes text (as predict)."
+  input: Optional[str] = setting(None, "Input: a file, a glob or a comma list of them.")
+  output: Optional[str] = setting(None, "Output file; chunks are written to <output>.parts/ first.")
+  signature_name: str = setting(
+    "serving_default", "Signature to call: any that takes text (as predict)."
   )
-  flags.DEFINE_enum(
-    "format",
+  format: str = setting(
     batch_model.TEXT,
-    list(batch_model.OUTPUT_FORMATS),
     "text or jsonl, as serving.tools.predict writes them.",
+    choices=tuple(batch_model.OUTPUT_FORMATS),
   )
-  flags.DEFINE_integer(
-    "column", 0, "0: the whole line is the text; N: the N-th TAB-separated field.", lower_bound=0
+  column: int = setting(
+    0, "0: the whole line is the text; N: the N-th TAB-separated field.", minimum=0
   )
-  flags.DEFINE_integer(
-    "batch_size", 64, "Most lines per call of the signature (Beam's BatchElements).", lower_bound=1
+  batch_size: int = setting(
+    64, "Most lines per call of the signature (Beam's BatchElements).", minimum=1
   )
-  flags.DEFINE_integer(
-    "chunk_lines",
-    2048,
-    "Input lines a chunk file covers (the unit of the final join).",
-    lower_bound=1,
+  chunk_lines: int = setting(
+    2048, "Input lines a chunk file covers (the unit of the final join).", minimum=1
   )
-  flags.DEFINE_integer("seed", 0, "With the sample signature: as serving.tools.predict's --seed.")
-  flags.DEFINE_enum(
-    "bad_lines",
+  seed: int = setting(0, "With the sample signature: as serving.tools.predict's --seed.")
+  bad_lines: str = setting(
     batch_files.FAIL,
-    list(batch_files.BAD_LINE_POLICIES),
     "As serving.tools.predict: fail = stop naming the line's file:line; skip = an empty line "
     "in its place.",
+    choices=tuple(batch_files.BAD_LINE_POLICIES),
   )
-  flags.DEFINE_string(
-    "beam_options",
+  beam_options: str = setting(
     "",
     f"Beam pipeline options, one string (default runner here: {LOCAL_RUNNER}), e.g. "
     "'--direct_num_workers=2 --direct_running_mode=multi_processing' or "
     "'--runner=DataflowRunner --project=...'.",
   )
+
+
+def define_flags():
+  cli.define_flags(BeamPredictFlags)
 
 
 class BadLineError(ValueError):

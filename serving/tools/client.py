@@ -10,10 +10,14 @@
 
 import cli
 
+import dataclasses
 import json
 import time
 import urllib.error
 import urllib.request
+from typing import List, Optional
+
+from settings import setting
 
 
 class ServingError(Exception):
@@ -152,34 +156,36 @@ class GrpcServingClient:
     self.channel.close()
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class ClientFlags:
+  """The flags of `python -m serving.tools.client`."""
 
-  flags.DEFINE_string("host", "127.0.0.1", "Server host.")
-  flags.DEFINE_enum("protocol", "rest", ["rest", "grpc"], "TF Serving API to use.")
-  flags.DEFINE_integer(
-    "port",
-    None,
-    "Server port (default: 8501 for REST, 8500 for gRPC).",
-    lower_bound=1,
-    upper_bound=65535,
+  host: str = setting("127.0.0.1", "Server host.")
+  protocol: str = setting("rest", "TF Serving API to use.", choices=("rest", "grpc"))
+  port: Optional[int] = setting(
+    None, "Server port (default: 8501 for REST, 8500 for gRPC).", minimum=1, maximum=65535
   )
-  flags.DEFINE_string("model", "tfattn", "Model name.")
-  flags.DEFINE_multi_string("text", [], "Texts to send (repeat the flag).")
-  flags.DEFINE_string(
-    "signature_name",
-    None,
-    "Signature to call (default: serving_default), e.g. translate_nbest, sample, attention.",
+  model: str = setting("tfattn", "Model name.")
+  text: List[str] = setting((), "Texts to send (repeat the flag).", repeat=True)
+  signature_name: Optional[str] = setting(
+    None, "Signature to call (default: serving_default), e.g. translate_nbest, sample, attention."
   )
-  flags.DEFINE_multi_integer(
-    "seed", [], "With --signature_name=sample: one seed per --text (repeat the flag, in order)."
+  seed: List[int] = setting(
+    (),
+    "With --signature_name=sample: one seed per --text (repeat the flag, in order).",
+    repeat=True,
   )
-  flags.DEFINE_integer(
-    "model_version", None, "Ask this version (default: the newest available).", lower_bound=1
+  model_version: Optional[int] = setting(
+    None, "Ask this version (default: the newest available).", minimum=1
   )
-  flags.DEFINE_string("version_label", None, "Ask the version with this label (e.g. stable).")
-  flags.DEFINE_bool("metadata", False, "Print the model's metadata instead.")
-  flags.DEFINE_float("timeout", 60.0, "Seconds to wait for an answer.", lower_bound=0.0)
+  version_label: Optional[str] = setting(None, "Ask the version with this label (e.g. stable).")
+  metadata: bool = setting(False, "Print the model's metadata instead.")
+  timeout: float = setting(60.0, "Seconds to wait for an answer.", minimum=0.0)
+
+
+def _define_flags():
+
+  cli.define_flags(ClientFlags)
 
 
 def main(argv):

@@ -4,9 +4,11 @@ command and the model's held-out accuracy from training."""
 
 import cli
 
+import dataclasses
 import json
 import os
 import socket
+from typing import List
 
 from absl import flags
 
@@ -14,24 +16,28 @@ from serving import export
 from serving.server import launch
 from serving.tf_serving import xla_compilation
 from serving.tools.client import ServingClient, ServingError
+from settings import setting
 
 DEFAULT_TEXTS = ["4213", "19", "700005", "31337"]
 FLAGS = flags.FLAGS
 
 
+@dataclasses.dataclass(frozen=True)
+class DemoFlags:
+  """The flags of `python -m serving.tools.demo`."""
+
+  run_dir: str = setting("runs/default", "Training run (for its eval.json).")
+  model_base_path: str = setting("models/tfattn", "Exported model base path.")
+  model_name: str = setting("tfattn", "Model name to serve under.")
+  port: int = setting(8501, "REST port (0 picks a free one).", minimum=0, maximum=65535)
+  text: List[str] = setting(tuple(DEFAULT_TEXTS), "Texts to translate.", repeat=True)
+  preflight: bool = setting(
+    False, "Only check that --port is free, and exit (make run does this before it trains)."
+  )
+
+
 def _define_flags():
-  flags.DEFINE_string("run_dir", "runs/default", "Training run (for its eval.json).")
-  flags.DEFINE_string("model_base_path", "models/tfattn", "Exported model base path.")
-  flags.DEFINE_string("model_name", "tfattn", "Model name to serve under.")
-  flags.DEFINE_integer(
-    "port", 8501, "REST port (0 picks a free one).", lower_bound=0, upper_bound=65535
-  )
-  flags.DEFINE_multi_string("text", DEFAULT_TEXTS, "Texts to translate.")
-  flags.DEFINE_bool(
-    "preflight",
-    False,
-    "Only check that --port is free, and exit (make run does this before it trains).",
-  )
+  cli.define_flags(DemoFlags)
 
 
 def _check_port_free(port):

@@ -21,80 +21,80 @@ Flags, inputs and the export are checked before TensorFlow loads.
 
 import cli
 
+import dataclasses
 import os
 import sys
 import time
+from typing import Optional
 
 from absl import flags
 
 from serving.tools import batch_files, batch_model
+from settings import setting
 
 
-def define_flags():
-  flags.DEFINE_string(
-    "model", None, "Export base path (its newest version is used) or a version directory."
+@dataclasses.dataclass(frozen=True)
+class PredictFlags:
+  """The flags of `python -m serving.tools.predict`."""
+
+  model: Optional[str] = setting(
+    None, "Export base path (its newest version is used) or a version directory."
   )
-  flags.DEFINE_string(
-    "input", None, "Input: a file, a glob ('data/*.de') or a comma list of them, or - for stdin."
+  input: Optional[str] = setting(
+    None, "Input: a file, a glob ('data/*.de') or a comma list of them, or - for stdin."
   )
-  flags.DEFINE_string(
-    "output", "-", "Output file (- = stdout); written through <output>.parts/ chunk files."
+  output: str = setting(
+    "-", "Output file (- = stdout); written through <output>.parts/ chunk files."
   )
-  flags.DEFINE_string(
-    "signature_name",
+  signature_name: str = setting(
     "serving_default",
     "Signature to call: any that takes text, e.g. serving_default, translate_nbest, sample, "
     "generate, generate_nbest.",
   )
-  flags.DEFINE_enum(
-    "format",
+  format: str = setting(
     batch_model.TEXT,
-    list(batch_model.OUTPUT_FORMATS),
     "text: the translation, generation or label (n-best: every beam, TAB-separated); "
     "jsonl: every output of the signature as a JSON object (scores, beams, probabilities).",
+    choices=tuple(batch_model.OUTPUT_FORMATS),
   )
-  flags.DEFINE_integer(
-    "column", 0, "0: the whole line is the text; N: the N-th TAB-separated field.", lower_bound=0
+  column: int = setting(
+    0, "0: the whole line is the text; N: the N-th TAB-separated field.", minimum=0
   )
-  flags.DEFINE_integer("batch_size", 64, "Lines per call of the signature.", lower_bound=1)
-  flags.DEFINE_integer(
-    "window",
-    2048,
-    "Lines read, sorted by length into batches and written as one chunk at a time.",
-    lower_bound=1,
+  batch_size: int = setting(64, "Lines per call of the signature.", minimum=1)
+  window: int = setting(
+    2048, "Lines read, sorted by length into batches and written as one chunk at a time.", minimum=1
   )
-  flags.DEFINE_bool(
-    "sort_by_length", True, "Sort each window by length into batches (less padding)."
-  )
-  flags.DEFINE_integer(
-    "seed",
+  sort_by_length: bool = setting(True, "Sort each window by length into batches (less padding).")
+  seed: int = setting(
     0,
     "With a signature that takes seeds (sample): line N of input file F gets seed "
     f"--seed + N + F * {batch_files.SEED_STRIDE_PER_FILE:,} (the same in any batch).",
   )
-  flags.DEFINE_enum(
-    "bad_lines",
+  bad_lines: str = setting(
     batch_files.FAIL,
-    list(batch_files.BAD_LINE_POLICIES),
     "A line that is not UTF-8, lacks --column or is refused by the export: fail = stop "
     "naming its file:line (finished chunks are kept); skip = an empty line (JSON: an error) "
     "in its place, counted.",
+    choices=tuple(batch_files.BAD_LINE_POLICIES),
   )
-  flags.DEFINE_bool(
-    "resume", False, "Continue an interrupted run: keep <output>.parts/ and skip its lines."
+  resume: bool = setting(
+    False, "Continue an interrupted run: keep <output>.parts/ and skip its lines."
   )
-  flags.DEFINE_string(
-    "reference",
+  reference: Optional[str] = setting(
     None,
     "Score the output against this file (a line per input line): sacreBLEU BLEU (cased and "
     "lowercased) and chrF for text, accuracy for labels.",
   )
-  flags.DEFINE_integer(
-    "reference_column", 0, "0: whole reference lines; N: their N-th TAB field.", lower_bound=0
+  reference_column: int = setting(
+    0, "0: whole reference lines; N: their N-th TAB field.", minimum=0
   )
-  flags.DEFINE_float(
-    "progress_every", 10.0, "Seconds between progress lines on stderr (0: none).", lower_bound=0
+  progress_every: float = setting(
+    10.0, "Seconds between progress lines on stderr (0: none).", minimum=0
   )
+
+
+def define_flags():
+  cli.define_flags(PredictFlags)
 
 
 def run_settings(f, files, export_dir) -> dict:

@@ -48,7 +48,7 @@ def test_a_transformer_without_decoder_layers_is_refused_where_it_is_built():
 
 
 def test_every_field_is_a_declared_setting_checked_on_creation():
-  from tfattn import settings
+  import settings
 
   declared = {field.name for field, _ in settings.declared(TransformerConfig)}
   assert declared == set(TransformerConfig.__dataclass_fields__)
@@ -64,7 +64,7 @@ def test_a_config_saved_before_later_fields_takes_what_their_declarations_say_it
   import json
   import os
 
-  from tfattn import settings
+  import settings
 
   path = os.path.join(
     os.path.dirname(__file__), "..", "fixtures", "fda25e5", "run_seq2seq", "model_config.json"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tfattn import settings
+import settings
 from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
 from train import recipes, tasks

@@ -340,7 +340,7 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
   """Every flag the program accepts (its --helpxml, less absl's own) is in its --help."""
   import xml.etree.ElementTree as ElementTree
 
-  from tfattn import settings
+  import settings
   from tfattn.decode_options import DecodeOptions
   from train.run_config import FLAGLESS, RunConfig
 

@@ -150,7 +150,7 @@ def spec_of(field: dataclasses.Field) -> Spec:
   try:
     return field.metadata[_METADATA_KEY]
   except KeyError:
-    raise ValueError(f"field {field.name!r} is not declared with tfattn.settings.setting") from None
+    raise ValueError(f"field {field.name!r} is not declared with settings.setting") from None
 
 
 def declared(cls) -> Iterator[Tuple[dataclasses.Field, Spec]]:

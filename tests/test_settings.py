@@ -1,4 +1,4 @@
-"""Declared settings (`tfattn.settings`) and the flags `cli.define_flags` makes from them."""
+"""Declared settings (`settings.py`) and the flags `cli.define_flags` makes from them."""
 
 import cli
 
@@ -8,8 +8,8 @@ from typing import Optional
 import pytest
 from absl import flags
 
-from tfattn import settings
-from tfattn.settings import setting
+import settings
+from settings import setting
 
 
 @dataclasses.dataclass(frozen=True)
