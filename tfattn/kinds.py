@@ -9,7 +9,8 @@ This module imports no TensorFlow (the models do, when one is built): the traini
 reads the kind names while it parses its flags, before TensorFlow loads.
 """
 
-from typing import TYPE_CHECKING, Dict, Protocol, Tuple, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Dict, Mapping, Protocol, Tuple, runtime_checkable
 
 from tfattn.config import TransformerConfig
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
   import tensorflow as tf
 
 SEQ2SEQ, CLASSIFICATION, LANGUAGE_MODEL = "seq2seq", "classification", "language_model"
+# Which way a validation metric improves (`best_by`).
+HIGHER, LOWER = "higher", "lower"
 
 
 @runtime_checkable
@@ -27,10 +30,22 @@ class ModelKind(Protocol):
     name: the kind's name, recorded in a run's `task.json`.
     vocabulary_sides: one vocabulary per side ("source", "target"), learned from the first,
       second, ... element of a training example.
+    example_features: a training example's fields as a TFRecord's tf.train.Example holds
+      them: (name, dtype name), in the order of the example's elements.
+    best_by: {validation metric: HIGHER or LOWER}, the metrics a run may keep its best
+      checkpoint by (`--keep_best_by`) and which way each improves.
+    shares_vocabulary: whether its two sides may learn one vocabulary and share one embedding
+      table (`--shared_vocabulary`).
+    attention: the attention maps its model draws (`cross`, `encoder`, `decoder`), the first
+      the default.
   """
 
   name: str
   vocabulary_sides: Tuple[str, ...]
+  example_features: Tuple[Tuple[str, str], ...]
+  best_by: Mapping[str, str]
+  shares_vocabulary: bool
+  attention: Tuple[str, ...]
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     """A new model of this kind with every variable created."""
@@ -44,6 +59,17 @@ class Seq2SeqModel:
 
   name = SEQ2SEQ
   vocabulary_sides: Tuple[str, ...] = ("source", "target")
+  example_features = (("source", "string"), ("target", "string"))
+  best_by: Mapping[str, str] = MappingProxyType(
+    {
+      "bleu": HIGHER,
+      "bleu_lowercase": HIGHER,
+      "exact_match": HIGHER,
+      "token_accuracy": HIGHER,
+    }
+  )
+  shares_vocabulary = True
+  attention = ("cross", "encoder", "decoder")
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import Transformer
@@ -59,6 +85,10 @@ class ClassifierModel:
 
   name = CLASSIFICATION
   vocabulary_sides: Tuple[str, ...] = ("source",)
+  example_features = (("text", "string"), ("label", "int64"))
+  best_by: Mapping[str, str] = MappingProxyType({"accuracy": HIGHER})
+  shares_vocabulary = False
+  attention = ("encoder",)
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import EncoderClassifier
@@ -75,6 +105,10 @@ class LanguageModelKind:
 
   name = LANGUAGE_MODEL
   vocabulary_sides: Tuple[str, ...] = ("source",)
+  example_features = (("text", "string"),)  # a text alone; the pair's second element is ""
+  best_by: Mapping[str, str] = MappingProxyType({"token_accuracy": HIGHER, "perplexity": LOWER})
+  shares_vocabulary = False
+  attention = ("decoder",)
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.language_model import LanguageModel

@@ -234,7 +234,13 @@ class LanguageModel(tf.Module):
 def perplexity_sums(model: LanguageModel, ids: tf.Tensor, targets: tf.Tensor, pad_id: int = 0):
   """(summed negative log-likelihood, counted tokens) of `targets` `[batch, length]` (the next
   token of each of `ids`' positions; padding not counted), float32 scalars."""
-  log_probs = tf.nn.log_softmax(model(ids))
+  return perplexity_sums_of_logits(model(ids), targets, pad_id)
+
+
+def perplexity_sums_of_logits(logits: tf.Tensor, targets: tf.Tensor, pad_id: int = 0):
+  """`perplexity_sums` from the model's logits `[batch, length, vocab]` (a caller that needs
+  the logits for more than the likelihood runs the model once)."""
+  log_probs = tf.nn.log_softmax(logits)
   token = tf.gather(log_probs, targets, batch_dims=2)  # [batch, length]
   mask = tf.cast(tf.not_equal(targets, pad_id), tf.float32)
   return -tf.reduce_sum(token * mask), tf.reduce_sum(mask)

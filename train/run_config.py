@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 import settings
 from tfattn.config import PRESETS, TransformerConfig
 from tfattn.decode_options import DECODE_MODES, DecodeOptions
-from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, MODEL_KINDS, SEQ2SEQ
+from tfattn.kinds import MODEL_KINDS, SEQ2SEQ
 from train import recipes
 from train.files import write_json_atomically
 from train.flag_choices import (
@@ -42,13 +42,6 @@ SCHEDULES = ("noam", "rsqrt", "cosine", "constant")
 TRUNCATE_SIDES = ("right", "left")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
-# Validation metrics a run can keep its best checkpoint by, per task kind.
-BEST_BY = {
-  CLASSIFICATION: ("accuracy",),
-  SEQ2SEQ: ("bleu", "bleu_lowercase", "exact_match", "token_accuracy"),
-  # Higher is better for every metric here: perplexity (lower is better) is not offered.
-  LANGUAGE_MODEL: ("token_accuracy",),
-}
 # Model sizes an explicit --model preset keeps (the recipe's and task's are not applied).
 MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
 
@@ -354,7 +347,7 @@ class RunConfig:
     "Also keep the checkpoint with the best validation value of this metric (at each "
     "--eval_every); the final evaluation, the test number and the export then use it "
     "instead of the last weights.",
-    choices=tuple(sorted({m for metrics in BEST_BY.values() for m in metrics})),
+    choices=tuple(sorted({m for kind in MODEL_KINDS.values() for m in kind.best_by})),
     unset="off",
     resume=MAY_CHANGE,
   )
@@ -486,14 +479,14 @@ class RunConfig:
         "--keep_best_by and --average_checkpoints > 1 each choose the final "
         "weights: give one of them"
       )
-    if kind is not None and self.keep_best_by and self.keep_best_by not in BEST_BY[kind]:
+    best_by = MODEL_KINDS[kind].best_by if kind is not None else {}
+    if kind is not None and self.keep_best_by and self.keep_best_by not in best_by:
       raise ValueError(
-        f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose "
-        f"one of {list(BEST_BY[kind])}"
+        f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose one of {list(best_by)}"
       )
     if self.cpu_replicas > 1 and self.gpu_replicas > 1:
       raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")
-    if kind is not None and self.shared_vocabulary and kind != SEQ2SEQ:
+    if kind is not None and self.shared_vocabulary and not MODEL_KINDS[kind].shares_vocabulary:
       raise ValueError(f"--shared_vocabulary is for seq2seq tasks (one side), not {kind}")
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):

@@ -225,7 +225,12 @@ class Trainer:
       self.checkpoint, directory, max_to_keep=self.config.keep_checkpoints
     )
     self.best = (
-      BestCheckpoint(self.model, self.run_dir.best_checkpoints, self.config.keep_best_by)
+      BestCheckpoint(
+        self.model,
+        self.run_dir.best_checkpoints,
+        self.config.keep_best_by,
+        self.kind.best_by[self.config.keep_best_by],
+      )
       if self.config.keep_best_by and self.is_chief
       else None
     )
