@@ -36,8 +36,6 @@ class ModelKind(Protocol):
       checkpoint by (`--keep_best_by`) and which way each improves.
     shares_vocabulary: whether its two sides may learn one vocabulary and share one embedding
       table (`--shared_vocabulary`).
-    attention: the attention maps its model draws (`cross`, `encoder`, `decoder`), the first
-      the default.
   """
 
   name: str
@@ -45,7 +43,6 @@ class ModelKind(Protocol):
   example_features: Tuple[Tuple[str, str], ...]
   best_by: Mapping[str, str]
   shares_vocabulary: bool
-  attention: Tuple[str, ...]
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     """A new model of this kind with every variable created."""
@@ -69,7 +66,6 @@ class Seq2SeqModel:
     }
   )
   shares_vocabulary = True
-  attention = ("cross", "encoder", "decoder")
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import Transformer
@@ -88,7 +84,6 @@ class ClassifierModel:
   example_features = (("text", "string"), ("label", "int64"))
   best_by: Mapping[str, str] = MappingProxyType({"accuracy": HIGHER})
   shares_vocabulary = False
-  attention = ("encoder",)
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import EncoderClassifier
@@ -108,7 +103,6 @@ class LanguageModelKind:
   example_features = (("text", "string"),)  # a text alone; the pair's second element is ""
   best_by: Mapping[str, str] = MappingProxyType({"token_accuracy": HIGHER, "perplexity": LOWER})
   shares_vocabulary = False
-  attention = ("decoder",)
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.language_model import LanguageModel
