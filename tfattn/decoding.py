@@ -18,7 +18,9 @@ returning `Hypotheses`. For brevity in programs and tests, `greedy_decode`, `sam
 
 A new decoding option is a `DecodeOptions` field and the one function that uses it (e.g.
 `sampling.draw` for a sampling cut, a model's `start_decoding` for a length rule, the search's
-`_step_logits` for a constraint on the next token): nothing passes it along.
+`_step_logits` for a rule on the next token given the ids so far, as `no_repeat_ngram_size`'s
+`banned_by_ngrams`): nothing passes it along. `_step_logits` keeps the model's logits apart from
+the search's: a rule changes what the search may choose, never the log-probabilities reported.
 
 Every hypothesis has a `log_prob` (the sum of its tokens' log-probabilities under the model) and a
 `score` (log_prob / length_penalty(length, alpha), what beam search ranks by), whatever the
@@ -174,11 +176,41 @@ def _shape_invariants(state, start: DecodingStart):
   return shapes._replace(cache=start.cache_shapes)
 
 
-def _step_logits(start: DecodingStart, last_tokens, step, cache, options: DecodeOptions):
-  """The model's next-token logits `[rows, vocab]` and new cache: where a constraint on the next
-  token (one that reads `options` and `step`) would change the logits, for every search."""
-  del options  # no constraint today: the place a new one goes
-  return start.step_fn(last_tokens, step, cache)
+def banned_by_ngrams(ids: tf.Tensor, step: tf.Tensor, n: int, vocab) -> tf.Tensor:
+  """bool `[rows, vocab]`: the tokens that would repeat an n-gram of `ids` (`no_repeat_ngram_size`).
+
+  Args:
+    ids: int32 `[rows, length]`, each row's tokens so far at positions 0..step (then padding).
+    step: int32 scalar, the position of the newest token.
+    n: the n-gram size (>= 1).
+    vocab: the vocabulary size.
+  """
+  rows, length = tf.shape(ids)[0], ids.shape[1] or tf.shape(ids)[1]
+  if isinstance(length, int) and length < n:
+    return tf.zeros([rows, vocab], tf.bool)
+  starts = tf.range(tf.shape(ids)[1] - n + 1)  # [positions]: where an earlier n-gram starts
+  windows = tf.stack(
+    [tf.gather(ids, starts + k, axis=1) for k in range(n)], axis=-1
+  )  # [rows, positions, n]
+  last = tf.gather(ids, tf.maximum(step - n + 2 + tf.range(n - 1), 0), axis=1)  # [rows, n - 1]
+  repeats = tf.reduce_all(tf.equal(windows[:, :, : n - 1], last[:, tf.newaxis]), axis=-1)
+  repeats &= (starts <= step - n + 1)[tf.newaxis] & (step >= n - 1)  # [rows, positions]
+  row_index = tf.broadcast_to(tf.range(rows)[:, tf.newaxis], tf.shape(repeats))
+  where = tf.stack([row_index, windows[:, :, n - 1]], axis=-1)  # [rows, positions, 2]
+  hits = tf.scatter_nd(where, tf.cast(repeats, tf.int32), [rows, vocab])  # [rows, vocab]
+  return hits > 0
+
+
+def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: DecodeOptions):
+  """(the model's next-token logits, the search's logits, new cache), logits `[rows, vocab]`:
+  a rule on the next token, reading `options` and the `ids` so far `[rows, length + 1]`, changes
+  only the search's logits (a banned token gets a finite minus infinity)."""
+  logits, cache = start.step_fn(last_tokens, step, cache)
+  search_logits = logits
+  if options.no_repeat_ngram_size:
+    banned = banned_by_ngrams(ids, step, options.no_repeat_ngram_size, tf.shape(logits)[-1])
+    search_logits = tf.where(banned, _NEG_INF, logits)
+  return logits, search_logits, cache
 
 
 # --- One token a row per step: greedy and sampling -------------------------------------------
@@ -220,9 +252,11 @@ def _token_step(
   state: GreedyState, start: DecodingStart, choose: ChooseFn, options: DecodeOptions
 ) -> GreedyState:
   """Appends the token `choose` picks to every unfinished row."""
-  logits, cache = _step_logits(start, state.last_tokens, state.step, state.cache, options)
-  tokens = tf.where(state.finished, start.pad_id, choose(logits, state))  # [batch]
-  chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]
+  logits, search_logits, cache = _step_logits(
+    start, state.ids, state.last_tokens, state.step, state.cache, options
+  )
+  tokens = tf.where(state.finished, start.pad_id, choose(search_logits, state))  # [batch]
+  chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]: the model's
   finished = (
     state.finished | tf.equal(tokens, start.eos_id) | (state.step + 1 >= start.limits)
   )  # [batch]
@@ -417,11 +451,19 @@ def _grow_alive(
   them end, k can stay alive. Also returns the new cache (rows still in the old beam order)."""
   beam_size = options.beam_size
   batch = tf.shape(state.alive.log_probs)[0]
-  logits, cache = _step_logits(
-    start, tf.reshape(state.alive.last_tokens, [-1]), state.step, state.cache, options
+  logits, search_logits, cache = _step_logits(
+    start,
+    _flatten_beams(state.alive.ids),
+    tf.reshape(state.alive.last_tokens, [-1]),
+    state.step,
+    state.cache,
+    options,
   )  # logits: [batch * beam, vocab]
   vocab = tf.shape(logits)[-1]
   log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch, beam_size, vocab])
+  if options.no_repeat_ngram_size:  # a banned token is never a candidate; the rest keep the model's
+    banned = tf.reshape(tf.equal(search_logits, _NEG_INF), [batch, beam_size, vocab])
+    log_probs = tf.where(banned, _NEG_INF, log_probs)
   log_probs += state.alive.log_probs[:, :, tf.newaxis]  # sequence log-probs [batch, beam, vocab]
   top_log_probs, top_indices = tf.math.top_k(
     tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size
