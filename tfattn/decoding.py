@@ -204,7 +204,8 @@ def banned_by_ngrams(ids: tf.Tensor, step: tf.Tensor, n: int, vocab) -> tf.Tenso
 def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: DecodeOptions):
   """(the model's next-token logits, the search's logits, new cache), logits `[rows, vocab]`:
   a rule on the next token, reading `options` and the `ids` so far `[rows, length + 1]`, changes
-  only the search's logits (a banned token gets a finite minus infinity)."""
+  only the search's logits (a banned token gets a finite minus infinity): a new rule is one
+  `if` here calling its function; every search follows."""
   logits, cache = start.step_fn(last_tokens, step, cache)
   search_logits = logits
   if options.no_repeat_ngram_size:
@@ -461,9 +462,9 @@ def _grow_alive(
   )  # logits: [batch * beam, vocab]
   vocab = tf.shape(logits)[-1]
   log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch, beam_size, vocab])
-  if options.no_repeat_ngram_size:  # a banned token is never a candidate; the rest keep the model's
-    banned = tf.reshape(tf.equal(search_logits, _NEG_INF), [batch, beam_size, vocab])
-    log_probs = tf.where(banned, _NEG_INF, log_probs)
+  if search_logits is not logits:  # a rule ruled tokens out: never candidates; the rest keep
+    ruled_out = tf.reshape(search_logits <= _NEG_INF, [batch, beam_size, vocab])  # the model's
+    log_probs = tf.where(ruled_out, _NEG_INF, log_probs)
   log_probs += state.alive.log_probs[:, :, tf.newaxis]  # sequence log-probs [batch, beam, vocab]
   top_log_probs, top_indices = tf.math.top_k(
     tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size
