@@ -210,7 +210,7 @@ def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: D
   search_logits = logits
   if options.no_repeat_ngram_size:
     banned = banned_by_ngrams(ids, step, options.no_repeat_ngram_size, tf.shape(logits)[-1])
-    search_logits = tf.where(banned, _NEG_INF, logits)
+    search_logits = tf.where(banned, _NEG_INF, search_logits)  # rules compose
   return logits, search_logits, cache
 
 
