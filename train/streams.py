@@ -298,15 +298,21 @@ def head(files: Sequence[str], kind, bad_lines: str, lines: int) -> List[Tuple]:
   return pairs
 
 
-def parse_line(raw: bytes, kind) -> Optional[Tuple]:
-  """A TSV line -> (first field, the kind's target), None for a blank line; a ValueError
-  saying why for a bad one."""
+def decode_line(raw: bytes) -> str:
+  """A line of a file as read in binary -> its text without the line end; a ValueError saying
+  where for bytes that are not UTF-8. The one decoder of training's text files."""
   try:
-    line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
+    return raw.decode("utf-8").rstrip("\n").rstrip("\r")
   except UnicodeDecodeError as error:
     raise ValueError(
       f"not valid UTF-8 ({error.reason} at byte {error.start} of the line); save the file as UTF-8"
     ) from None
+
+
+def parse_line(raw: bytes, kind) -> Optional[Tuple]:
+  """A TSV line -> (first field, the kind's target), None for a blank line; a ValueError
+  saying why for a bad one."""
+  line = decode_line(raw)
   if not line.strip():
     return None
   fields = line.split("\t")

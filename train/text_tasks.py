@@ -4,6 +4,7 @@ model's task."""
 import os
 
 from tfattn import kinds
+from train import streams
 from train.task import LANGUAGE_MODEL_DEFAULTS, Task, strings_dataset
 from train.tsv_tasks import UNHELD_VALIDATION_LINES
 
@@ -48,11 +49,9 @@ def _read_lines(path):
   with open(path, "rb") as f:
     for number, raw in enumerate(f, 1):
       try:
-        line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
-      except UnicodeDecodeError as error:
-        raise ValueError(
-          f"{path}:{number}: not valid UTF-8 ({error.reason}); save it as UTF-8"
-        ) from None
+        line = streams.decode_line(raw)
+      except ValueError as error:
+        raise ValueError(f"{path}:{number}: {error}") from None
       if line.strip():
         lines.append(line)
   if not lines:
