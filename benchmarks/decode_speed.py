@@ -67,7 +67,7 @@ def compare_exports(args, batch_sizes=(1, 32)):
   from serving import export
   from serving.server.model_manager import Servable
   from tfattn import text
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
 
   base = tempfile.mkdtemp(prefix="decode-speed-")
   options = DecodeOptions(beam_size=args.beam)

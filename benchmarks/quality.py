@@ -38,7 +38,7 @@ import time
 from typing import List, Optional
 
 from settings import setting
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 from train.flag_choices import TFDS_TASKS
 from train.recipes import RECIPES
 

@@ -30,7 +30,7 @@ def classifier_run(tmp_path_factory):
 
 def _make_classifier_run(tmp_path_factory):
   from tfattn import text
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
   from train import tasks, tokenizer
 
   run_dir = tmp_path_factory.mktemp("classifier_run")

@@ -81,7 +81,7 @@ def trained_run(tmp_path_factory):
   import json
 
   from tfattn import text
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
   from train import tasks, tokenizer
 
   run_dir = tmp_path_factory.mktemp("run")

@@ -19,7 +19,7 @@ from serving.export.trained_run import run_decode_options
 from serving.tf_serving import xla_compilation
 from settings import setting
 from tfattn.decode_options import DECODE_MODES, DecodeOptions
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,9 +9,10 @@ import numpy as np
 import tensorflow as tf
 
 from serving.export import attention_export
-from tfattn import decoding, shapes
+from tfattn import decoding
 from tfattn import text as tfattn_text
 from tfattn.decode_options import BEAM, DECODE_MODES, SAMPLE, DecodeOptions
+from tfattn.support import shapes
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")

@@ -40,7 +40,7 @@ def export(
   """Exports the run's model as `<base_path>/<version>`; returns that directory.
 
   Args:
-    run_dir: the training run directory (`tfattn/run_dir.py`).
+    run_dir: the training run directory (`tfattn/support/run_dir.py`).
     base_path: TF Serving's model base path; created if missing.
     options: how the signatures decode; default: the run's own (`run_decode_options`), so the
       export serves what the run evaluated.

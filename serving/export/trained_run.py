@@ -1,4 +1,4 @@
-"""Reading a training run directory (`tfattn/run_dir.py`) without the training program: its
+"""Reading a training run directory (`tfattn/support/run_dir.py`) without the training program: its
 decoding options, the weights its final evaluation judged, and its model, rebuilt and restored."""
 
 import json
@@ -9,7 +9,7 @@ from serving.export.export_kinds import EXPORT_KINDS
 from tfattn import kinds
 from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 
 if TYPE_CHECKING:
   import tensorflow as tf
@@ -77,7 +77,7 @@ def load_trained(
   judged (or the latest checkpoint of an unfinished run), or the given checkpoint, or the
   average of the last `average_last` checkpoints."""
   from tfattn import text
-  from tfattn.checkpoints import checkpoints_to_average, restore_average
+  from tfattn.support.checkpoints import checkpoints_to_average, restore_average
 
   layout = check_run_dir(run_dir)
   with open(layout.task) as f:

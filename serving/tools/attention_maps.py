@@ -107,7 +107,7 @@ def describe(maps: Maps) -> str:
 
 def draw(maps: Maps, kind: str, draw_layers: List[int], one_picture: bool):
   """-> [(caption, PNG bytes)]: one picture with a row per layer, or one a layer."""
-  from tfattn import attention_plot
+  from tfattn.support import attention_plot
 
   x_labels, y_labels = labels(maps, kind)
   weights = maps.weights[kind]  # [returned layers, heads, q, k]

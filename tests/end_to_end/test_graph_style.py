@@ -13,7 +13,7 @@ from train_helpers import REPO
 
 def _tf_function_uses():
   """(file, line, whether AutoGraph is turned off) of every `tf.function` in our code."""
-  for pattern in ("tfattn/*.py", "train/*.py", "serving/**/*.py", "benchmarks/*.py"):
+  for pattern in ("tfattn/**/*.py", "train/*.py", "serving/**/*.py", "benchmarks/*.py"):
     for path in sorted(glob.glob(os.path.join(REPO, pattern), recursive=True)):
       with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())

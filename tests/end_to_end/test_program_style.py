@@ -63,7 +63,7 @@ def test_every_flag_is_a_declared_setting_made_by_cli_define_flags(tmp_path):
   assert _defines(str(raw)) == [f"{os.path.relpath(str(raw), REPO)}:2"]  # the rule sees one
   ours = [
     path
-    for pattern in ("*.py", "tfattn/*.py", "train/*.py", "serving/**/*.py", "benchmarks/*.py")
+    for pattern in ("*.py", "tfattn/**/*.py", "train/*.py", "serving/**/*.py", "benchmarks/*.py")
     for path in glob.glob(os.path.join(REPO, pattern), recursive=True)
     if os.path.basename(path) != "cli.py"
   ]

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tfattn import text
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 from train import data, kinds, streams, tsv_tasks, vocabularies
 from train.run_config import RunConfig
 from train.tasks import get_task

@@ -210,7 +210,7 @@ MISTAKES = [
 def _write_saved_run(tmp, run):
   """A run directory as a first `python -m train` leaves it, without training it: the saved
   configuration is the built-in task's, resolved as the trainer resolves it."""
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
   from train.run_config import RunConfig
   from train.task import BUILTIN_DEFAULTS
 

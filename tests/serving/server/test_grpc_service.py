@@ -92,7 +92,7 @@ def _classifier_export(trained_run, tmp_path):
   vocabulary, made as `python -m train` + `serving.export` make one."""
   import tfattn
   from serving import export
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
 
   run = RunDir(tmp_path / "run")
   shutil.copytree(trained_run / "vocab", run.vocab)

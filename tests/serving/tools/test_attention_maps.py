@@ -17,7 +17,7 @@ from serving.server.model_manager import ModelManager
 from serving.server.rest_api import make_server
 from serving.tools import attention_maps
 from serving.tools.client import ServingClient
-from tfattn import attention_plot
+from tfattn.support import attention_plot
 
 import classifier_fixtures
 from train_helpers import REPO, free_ports

@@ -1,10 +1,11 @@
-"""Heat maps of attention weights as PNG bytes (`tfattn.attention_plot`): size, content, labels."""
+"""Heat maps of attention weights as PNG bytes (`tfattn.support.attention_plot`): size,
+content, labels."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfattn import attention_plot
+from tfattn.support import attention_plot
 
 SOURCE = ["\u2581Ein", " Mann", " kostet", " $5", "."]
 TARGET = [" A", " man", " costs", " $5", "[END]"]
