@@ -2,9 +2,9 @@
 beam search, driven by `tf.while_loop`.
 
 The search never knows the model. A model supplies a `DecodingStart` (its
-`start_decoding(inputs, options, beams=, padded=, use_cache=)`): a step function `(last tokens,
-step, cache) -> (logits, new cache)`, the initial cache, each row's first token and each
-example's limit. The `Transformer` encodes its source there (and projects it once for every
+`start_decoding(inputs, options, beams=, padded=, use_cache=)`): a step function `(ids so far,
+last tokens, step, cache) -> (logits, new cache)`, the initial cache, each row's first token and
+each example's limit. The `Transformer` encodes its source there (and projects it once for every
 step); a decoder-only language model prefills its prompt there. `token_loop(start, options,
 choose)` (one token a row per step, picked by a choice function) and `beam_search(start,
 options)` take that start and the `DecodeOptions` whole, as Model Garden's
@@ -51,17 +51,20 @@ _NEG_INF = -1e9
 # Every default below is DecodeOptions' (one value each: evaluation judges what is served).
 _DEFAULTS = DecodeOptions()
 
-# (last tokens int32 `[rows]`, step, cache) -> (float32 logits `[rows, vocab]`, new cache).
-StepFn = Callable[[tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
+# (ids so far int32 `[rows, length + 1]`, last tokens int32 `[rows]`, step, cache) ->
+# (float32 logits `[rows, vocab]`, new cache).
+StepFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
 
 
 class DecodingStart(NamedTuple):
   """How a model starts decoding a batch: everything a search needs and nothing about the model.
 
   Attributes:
-    step_fn: (last tokens int32 `[rows]`, step int32 scalar, cache) -> (float32 logits
-      `[rows, vocab]`, the new cache); rows = batch * beams. `step` counts the tokens generated
-      before `last tokens` (0: the first token).
+    step_fn: (ids so far int32 `[rows, length + 1]`, last tokens int32 `[rows]`, step int32
+      scalar, cache) -> (float32 logits `[rows, vocab]`, the new cache); rows = batch * beams.
+      `step` counts the tokens generated before `last tokens` (0: the first token); the ids hold
+      the first token and the generated ones at 0..step, then padding (Model Garden's
+      `symbols_to_logits_fn(ids, i, cache)`). A cached step reads `last tokens` alone.
     cache: the initial cache, any nest of `[rows, ...]` tensors (`()` without one).
     first_tokens: int32 `[batch]`, the token each row's first step reads (the start token; a
       language model's last prompt token).
@@ -206,7 +209,7 @@ def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: D
   a rule on the next token, reading `options` and the `ids` so far `[rows, length + 1]`, changes
   only the search's logits (a banned token gets a finite minus infinity): a new rule is one
   `if` here calling its function; every search follows."""
-  logits, cache = start.step_fn(last_tokens, step, cache)
+  logits, cache = start.step_fn(ids, last_tokens, step, cache)
   search_logits = logits
   if options.no_repeat_ngram_size:
     banned = banned_by_ngrams(ids, step, options.no_repeat_ngram_size, tf.shape(logits)[-1])

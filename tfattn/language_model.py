@@ -193,7 +193,8 @@ class LanguageModel(tf.Module):
       growing = window is None and not padded
       cache_shapes = tf.nest.map_structure(decoding.growing_shape, cache) if growing else None
 
-      def step_fn(last_tokens, step, cache):
+      def step_fn(ids, last_tokens, step, cache):
+        del ids  # the cache holds what came before
         column = columns - 1 + step  # the position of `last_tokens`
         x = self.decoder.embed(last_tokens[:, tf.newaxis], (column - shift)[:, tf.newaxis])
         if window is not None:  # the column each ring slot holds
@@ -212,8 +213,8 @@ class LanguageModel(tf.Module):
         cache = decoding.tile_beams(cache, beams)
       cache_shapes = tf.TensorShape([None, None])
 
-      def step_fn(last_tokens, step, tokens):
-        del step  # the sequence's length
+      def step_fn(ids, last_tokens, step, tokens):
+        del ids, step  # the prompt is not in ids: the sequence is carried
         sequence = tf.concat([tokens, last_tokens[:, tf.newaxis]], 1)  # [rows, columns + step]
         states, _ = self.decoder(sequence, *_alignment(shift, tf.shape(sequence)[1]))
         return self._logits(states[:, -1]), sequence

@@ -516,16 +516,16 @@ class Transformer(tf.Module):
       cache = self.init_cache(batch * beams, length if padded else None)
       cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
 
-      def step_fn(last_tokens, step, cache):
+      def step_fn(ids, last_tokens, step, cache):
+        del ids  # the cache holds what came before
         return self.decode_step(last_tokens, step, cache, projected)
-    else:
-      cache = tf.zeros([batch * beams, 0], tf.int32)  # the tokens before the newest
-      cache_shapes = tf.TensorShape([None, None])
+    else:  # the reference: the whole prefix through the decoder at every step
+      cache, cache_shapes = (), None
 
-      def step_fn(last_tokens, step, tokens):
-        del step  # the prefix's length
-        prefix = tf.concat([tokens, last_tokens[:, tf.newaxis]], axis=1)  # [rows, step + 1]
-        return self.decode(prefix, memory, memory_bias)[:, -1], prefix
+      def step_fn(ids, last_tokens, step, cache):
+        del last_tokens  # ids[:, step]
+        prefix = ids[:, : step + 1]  # [rows, step + 1]: START and the tokens so far
+        return self.decode(prefix, memory, memory_bias)[:, -1], cache
 
     return decoding.DecodingStart(
       step_fn=step_fn,

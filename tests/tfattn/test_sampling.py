@@ -34,7 +34,7 @@ class FixedLogitsModel:
     length, limits = decoding.source_lengths(self, source_ids, options)
     rows = tf.shape(source_ids)[0] * beams
 
-    def step_fn(last_tokens, step, cache):
+    def step_fn(ids, last_tokens, step, cache):
       return tf.tile(self.logits[tf.newaxis], [rows, 1]), cache
 
     return decoding.DecodingStart(
