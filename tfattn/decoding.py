@@ -104,47 +104,6 @@ class Hypotheses(NamedTuple):
   log_probs: tf.Tensor
 
 
-# --- Length rules of a model whose output follows a source ----------------------------------
-
-
-def decode_length(
-  model,
-  source_ids: tf.Tensor,
-  *,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-):
-  """Size of the output buffer: `max_decode_length`, else the padded source length + extra,
-  capped by the config's `max_length`."""
-  if max_decode_length is not None:
-    return max_decode_length
-  return tf.minimum(tf.shape(source_ids)[1] + extra_decode_length, model.config.max_length)
-
-
-def example_limits(
-  model,
-  source_ids: tf.Tensor,
-  *,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-) -> tf.Tensor:
-  """int32 `[batch]`: tokens each example may generate. Each example's own (unpadded) source
-  length sets its limit, so an output never depends on the other sources in its batch."""
-  batch = tf.shape(source_ids)[0]
-  if max_decode_length is not None:
-    return tf.fill([batch], tf.cast(max_decode_length, tf.int32))
-  lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, model.config.pad_id), tf.int32), 1)
-  return tf.minimum(lengths + extra_decode_length, model.config.max_length)
-
-
-def source_lengths(model, source_ids: tf.Tensor, options: DecodeOptions):
-  """(buffer size, int32 `[batch]` limits) of a source-conditioned model under `options`."""
-  lengths = dict(
-    extra_decode_length=options.extra_decode_length, max_decode_length=options.max_decode_length
-  )
-  return decode_length(model, source_ids, **lengths), example_limits(model, source_ids, **lengths)
-
-
 def length_penalty(length, alpha: float) -> tf.Tensor:
   """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper."""
   return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
@@ -636,11 +595,11 @@ def first_beam(hypotheses: Hypotheses) -> Hypotheses:
   return Hypotheses(*(field[:, 0] for field in hypotheses))
 
 
-def source_seeds(model, source_ids: tf.Tensor, options: DecodeOptions) -> Optional[tf.Tensor]:
+def source_seeds(source_ids: tf.Tensor, options: DecodeOptions, pad_id: int) -> Optional[tf.Tensor]:
   """The per-row seeds an export's serving_default and the evaluation sample with: options.seed
   mixed with a fingerprint of each row's tokens (`sampling.source_seeds`), so a source gets the
   same sample whatever its batch-mates and its place in the batch (server-side batching merges
   requests). None unless `options.strategy` is sample. Graph mode only (string ops)."""
   if options.strategy != SAMPLE:
     return None
-  return sampling.source_seeds(source_ids, options.seed, model.config.pad_id)
+  return sampling.source_seeds(source_ids, options.seed, pad_id)

@@ -161,7 +161,7 @@ class _DecodingExport(_Exportable):
     if self._best_is_first_beam:
       return decoding.first_beam(self._nbest(ids))
     if seeds is None:
-      seeds = decoding.source_seeds(self.model, ids, self.options)
+      seeds = decoding.source_seeds(ids, self.options, self.model.config.pad_id)
     if self.decode_mode == "graph":
       return decoding.decode(self.model, ids, self.options, seeds=seeds)
     if seeds is None:  # the compiled search takes seeds whether it samples or not
@@ -228,12 +228,7 @@ class Seq2SeqExport(_DecodingExport):
   def _trimmed(self, found, source_ids):
     """Limits come from each example's own length, so columns past the unpadded buffer size are
     padding: trimming them gives exactly the graph mode's output shape."""
-    width = decoding.decode_length(
-      self.model,
-      source_ids,
-      extra_decode_length=self.options.extra_decode_length,
-      max_decode_length=self.options.max_decode_length,
-    )
+    width, _ = self.model.decoding_lengths(source_ids, self.options)
     return found._replace(ids=found.ids[..., :width])
 
   # --- Signatures ---
