@@ -25,10 +25,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 venv: $(VENV)/.installed
 
 run: venv
-	$(PY) -m serving.demo --port=$(PORT) --preflight
+	$(PY) -m serving.tools.demo --port=$(PORT) --preflight
 	$(PY) -m train --run_dir=$(RUN_DIR) --export_base_path=$(MODEL_BASE)
-	$(PY) -m serving.check $(MODEL_BASE)
-	$(PY) -m serving.demo --run_dir=$(RUN_DIR) --model_base_path=$(MODEL_BASE) --port=$(PORT)
+	$(PY) -m serving.export.check $(MODEL_BASE)
+	$(PY) -m serving.tools.demo --run_dir=$(RUN_DIR) --model_base_path=$(MODEL_BASE) --port=$(PORT)
 
 test: venv lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests

@@ -1,5 +1,8 @@
 """The shell every command-line program shares: absl flags, `--help`, one-line errors, a quiet
-TensorFlow start. It imports nothing of ours, so `train/` and `serving/` can both use it.
+TensorFlow start. It imports only `settings.py` (declared settings, no TensorFlow), so
+`train/`, `serving/` (the server included, which imports nothing of `tfattn`) and the
+benchmarks all declare their flags one way: a dataclass of `settings.setting` fields, made into
+flags by `define_flags` and checked against their bounds by `run` before `main` starts.
 
 Exit statuses: 0 done; 2 a mistake the user can fix (bad flag value, missing input, busy port),
 told in one line on stderr that names the problem and the fix; 1 a failure at run time, also one
@@ -19,6 +22,8 @@ import tempfile
 import traceback
 
 from absl import app, flags
+
+import settings
 
 flags.DEFINE_bool(
   "verbose_errors", False, "On an error, print the Python traceback after the one-line message."
@@ -72,6 +77,7 @@ def run(main, arguments: str = "") -> None:
     if len(argv) > 1 and not arguments:
       fail(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
     try:
+      _check_declared()
       return main(argv)
     except UsageError as error:
       _maybe_traceback()
@@ -91,10 +97,28 @@ def run(main, arguments: str = "") -> None:
   app.run(guarded, flags_parser=_parse_flags)
 
 
+# (declared class, fields without a flag, FlagValues) of every define_flags call: `run` checks
+# their parsed values against the declarations before `main`.
+_DEFINED = []
+
+
+def _check_declared() -> None:
+  for declared_class, skip, parsed in _DEFINED:
+    values = flag_values(declared_class, skip=skip, parsed=parsed)
+    for problem in settings.problems(declared_class, values):
+      raise UsageError(problem)
+
+
 def define_flags(
-  declared_class, *, unset: str = "", optional: bool = False, skip=(), flag_values=None
+  declared_class,
+  *,
+  unset: str = "",
+  optional: bool = False,
+  skip=(),
+  flag_values=None,
+  aliases=None,
 ) -> None:
-  """One absl flag per field of a dataclass declared with `tfattn.settings.setting`: its type,
+  """One absl flag per field of a dataclass declared with `settings.setting`: its type,
   default, help, allowed values (an enum) and bounds (in the help; `settings.check` enforces
   them with one-line messages).
 
@@ -102,16 +126,15 @@ def define_flags(
     declared_class: the dataclass (e.g. `RunConfig`, `DecodeOptions`).
     unset: what a flag left unset means, for fields whose default is None (e.g. "the
       recipe's, then the task's value"), unless the field's declaration says (`unset=`);
-      shown in the help with the declared fallback.
+      shown in the help with the declared `when_unset`.
     optional: every flag defaults to None ("unset": e.g. "the run's value", then the field's
       own default).
     skip: field names that get no flag.
     flag_values: where to define them (default: absl's global `flags.FLAGS`).
+    aliases: {older flag name: flag} still accepted (e.g. train's --eval_file).
   """
   import dataclasses
   import typing
-
-  from tfattn import settings  # here, not at the top: tfattn imports TensorFlow
 
   define = {"flag_values": flags.FLAGS if flag_values is None else flag_values}
   hints = typing.get_type_hints(declared_class)
@@ -123,16 +146,25 @@ def define_flags(
     if typing.get_origin(kind) is typing.Union:  # Optional[X] -> X
       kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
     default = None if optional else field.default
+    if isinstance(default, tuple):  # a dataclass default is immutable; absl takes a list
+      default = list(default)
     if default is dataclasses.MISSING:
       raise ValueError(f"{declared_class.__name__}.{field.name} needs a default to be a flag")
     notes = [spec.range_text()] if spec.range_text() else []
     meaning = unset if spec.unset is None else spec.unset
-    fallback = spec.fallback if spec.fallback is not None or not optional else field.default
+    fallback = spec.when_unset if spec.when_unset is not None or not optional else field.default
     if default is None and meaning:
       notes.append(f"default: {meaning}" + ("" if fallback is None else f", else {fallback}"))
     help_text = spec.help + (f" ({'; '.join(notes)})" if notes else "")
     allowed = spec.allowed()
-    if allowed is not None:
+    if typing.get_origin(kind) is list:  # List[str], List[int]
+      item = typing.get_args(kind)[0]
+      if spec.extra.get("repeat"):  # --text=a --text=b
+        define_multi = flags.DEFINE_multi_integer if item is int else flags.DEFINE_multi_string
+        define_multi(name, default, help_text, **define)
+      else:  # --sizes=1,2
+        flags.DEFINE_list(name, default, help_text, **define)
+    elif allowed is not None:
       flags.DEFINE_enum(name, default, [str(choice) for choice in allowed], help_text, **define)
     elif kind is bool:
       flags.DEFINE_bool(name, default, help_text, **define)
@@ -146,14 +178,16 @@ def define_flags(
       raise TypeError(f"{declared_class.__name__}.{field.name}: no flag type for {kind}")
     # --help lists the main module's key flags: these belong there, not to this module.
     define["flag_values"].register_key_flag_for_module(sys.argv[0], define["flag_values"][name])
+  for old, name in (aliases or {}).items():  # older names a program still accepts
+    flags.DEFINE_alias(old, name, **define)
+    define["flag_values"].register_key_flag_for_module(sys.argv[0], define["flag_values"][old])
+  _DEFINED.append((declared_class, tuple(skip), define["flag_values"]))
 
 
 def flag_values(declared_class, *, only_present: bool = False, skip=(), parsed=None) -> dict:
   """{field name: parsed flag value} for the flags `define_flags` made for `declared_class`;
   with `only_present`, just the flags given on the command line. `parsed`: the parsed
   `flags.FlagValues` (default: absl's global one)."""
-  from tfattn import settings
-
   parsed, values = (flags.FLAGS if parsed is None else parsed), {}
   for field, _ in settings.declared(declared_class):
     name = settings.flag_name(field)

@@ -10,18 +10,21 @@ the source pieces).
       --multi30k=data/multi30k [--picture=docs/attention_example.png]
 
 `--picture` also draws the cross-attention of one test sentence (the first that holds a noun
-pair in source, reference and translation) with `python -m serving.attention`'s renderer.
+pair in source, reference and translation) with `python -m serving.tools.attention_maps`'s renderer.
 """
 
 import cli
 import common
 
+import dataclasses
 import json
 import os
 import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+
+from settings import setting
 
 # Common Multi30k nouns, German -> English (singular and plural forms as separate pairs).
 NOUN_PAIRS = [
@@ -87,19 +90,26 @@ def read_test_pairs(folder: str) -> List[Tuple[str, str]]:
   return list(zip(sources, references))
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class AttentionAlignmentFlags:
+  """The flags of `benchmarks/attention_alignment.py`."""
 
-  flags.DEFINE_string(
-    "model_base_path",
+  model_base_path: Optional[str] = setting(
     None,
     "A Multi30k de->en export's base path (the newest version is used) or a version directory.",
   )
-  flags.DEFINE_string("multi30k", None, "Folder with test_2016_flickr.de and .en.")
-  flags.DEFINE_string("picture", None, "Also draw one test sentence's cross-attention here (.png).")
-  flags.DEFINE_string("results", None, "Write the per-layer results as JSON here.")
+  multi30k: Optional[str] = setting(None, "Folder with test_2016_flickr.de and .en.")
+  picture: Optional[str] = setting(
+    None, "Also draw one test sentence's cross-attention here (.png)."
+  )
+  results: Optional[str] = setting(None, "Write the per-layer results as JSON here.")
+  batch_size: int = setting(8, "Sentences per request to the signature.", minimum=1)
+
+
+def _define_flags():
+
+  cli.define_flags(AttentionAlignmentFlags)
   # Every layer's weights come back: 8 full-length Multi30k rows stay inside the signature's bound.
-  flags.DEFINE_integer("batch_size", 8, "Sentences per request to the signature.", lower_bound=1)
 
 
 def main(argv):
@@ -107,12 +117,12 @@ def main(argv):
   del argv  # cli.run refuses positional arguments
   from absl import flags
 
-  from serving import attention
+  from serving.tools import attention_maps
 
   f = flags.FLAGS
   if not f.model_base_path or not f.multi30k:
     raise cli.UsageError("give --model_base_path and --multi30k")
-  path = attention.version_directory(f.model_base_path, None)
+  path = attention_maps.version_directory(f.model_base_path, None)
   pairs = read_test_pairs(f.multi30k)
   cases = []  # (test index, German noun, English noun)
   for index, (source, reference) in enumerate(pairs):
@@ -139,7 +149,7 @@ def main(argv):
     )
     outputs = {name: value.numpy() for name, value in outputs.items()}
     for row, index in enumerate(chunk):
-      rows[index] = attention.maps_from_outputs({k: v[row] for k, v in outputs.items()}, -1)
+      rows[index] = attention_maps.maps_from_outputs({k: v[row] for k, v in outputs.items()}, -1)
 
   layers = rows[indices[0]].weights["cross"].shape[0]
   hits, judged, chance, missing = np.zeros(layers), 0, [], 0
@@ -188,11 +198,11 @@ def main(argv):
   if f.picture and example is not None:
     maps, german, english = example
     last = layers - 1
-    [(_, png)] = attention.draw(maps, "cross", [last], one_picture=True)
+    [(_, png)] = attention_maps.draw(maps, "cross", [last], one_picture=True)
     with open(f.picture, "wb") as out:
       out.write(png)
     print(
-      f"\nwrote {f.picture}: layer {last} cross-attention of {attention.describe(maps)} "
+      f"\nwrote {f.picture}: layer {last} cross-attention of {attention_maps.describe(maps)} "
       f"({german} -> {english})"
     )
 

@@ -1,4 +1,4 @@
-"""Whole-file prediction, side by side: lines/s of `python -m serving.predict`'s loop with and
+"""Whole-file prediction, side by side: lines/s of `python -m serving.tools.predict`'s loop with and
 without length-sorted batches, the same file through `serving.server`'s REST API (concurrent
 clients, one line a request, the server's default flags), the Beam pipeline on the local runner
 with worker processes, and the command's peak memory at two file sizes.
@@ -12,10 +12,10 @@ Modes (--modes, any of):
                     passes of each in turn, the median.
   rest              `python -m serving.server` on the export (its default flags), fed by
                     --clients threads, one line a request; compared with `sorted`.
-  beam              `serving.beam_predict.run` with FnApiRunner, --beam_workers processes
+  beam              `serving.tools.beam_predict.run` with FnApiRunner, --beam_workers processes
                     (multi_processing), start and model loads included; its output is compared
-                    with `python -m serving.predict`'s, line for line.
-  memory            `python -m serving.predict` on the file repeated to --lines and to
+                    with `python -m serving.tools.predict`'s, line for line.
+  memory            `python -m serving.tools.predict` on the file repeated to --lines and to
                     --memory_factor times that: peak RSS of each process (os.wait4).
 
 The input is cut or repeated to --lines lines. Ratios are printed at the end.
@@ -24,6 +24,7 @@ The input is cut or repeated to --lines lines. Ratios are printed at the end.
 import cli
 import common
 
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -31,28 +32,35 @@ import sys
 import tempfile
 import threading
 import time
+from typing import List, Optional
 
 from absl import flags
 
-from serving import batch_files, batch_model, launch
+from serving.server import launch
+from serving.tools import batch_files, batch_model
+from settings import setting
 
 MODES = ("sorted", "unsorted", "rest", "beam", "memory")
 
-flags.DEFINE_string("model", None, "Export base path or version directory (required).")
-flags.DEFINE_string("input", None, "A text file, one input a line (a TSV: its first column).")
-flags.DEFINE_list("modes", list(MODES), f"Which to measure, of {', '.join(MODES)}.")
-flags.DEFINE_integer("lines", 1000, "Lines to predict (the input cut or repeated).", lower_bound=1)
-flags.DEFINE_integer("batch_size", 64, "Lines per signature call (command and Beam).")
-flags.DEFINE_integer("window", 2048, "The command's window.", lower_bound=1)
-flags.DEFINE_integer("clients", 8, "Concurrent REST clients, one line a request.", lower_bound=1)
-flags.DEFINE_integer(
-  "beam_workers", 2, "Beam worker processes (1: Beam's in-process mode).", lower_bound=1
-)
-flags.DEFINE_integer(
-  "memory_factor", 10, "The larger memory file is this many times --lines.", lower_bound=2
-)
-flags.DEFINE_integer("rounds", 3, "Sorted and unsorted passes, in turn (median).", lower_bound=1)
-flags.DEFINE_string("work_dir", None, "Where files are written (default: a temporary folder).")
+
+@dataclasses.dataclass(frozen=True)
+class BatchPredictFlags:
+  """The flags of `benchmarks/batch_predict.py`."""
+
+  model: Optional[str] = setting(None, "Export base path or version directory (required).")
+  input: Optional[str] = setting(None, "A text file, one input a line (a TSV: its first column).")
+  modes: List[str] = setting(tuple(MODES), f"Which to measure, of {', '.join(MODES)}.")
+  lines: int = setting(1000, "Lines to predict (the input cut or repeated).", minimum=1)
+  batch_size: int = setting(64, "Lines per signature call (command and Beam).")
+  window: int = setting(2048, "The command's window.", minimum=1)
+  clients: int = setting(8, "Concurrent REST clients, one line a request.", minimum=1)
+  beam_workers: int = setting(2, "Beam worker processes (1: Beam's in-process mode).", minimum=1)
+  memory_factor: int = setting(10, "The larger memory file is this many times --lines.", minimum=2)
+  rounds: int = setting(3, "Sorted and unsorted passes, in turn (median).", minimum=1)
+  work_dir: Optional[str] = setting(None, "Where files are written (default: a temporary folder).")
+
+
+cli.define_flags(BatchPredictFlags)
 
 
 def input_lines(path, count):
@@ -83,7 +91,7 @@ def loop_lines_per_second(model, path, window, batch_size, sort):
 def rest_lines_per_second(base_path, lines, clients):
   """`serving.server` with its default flags, `clients` threads each sending one line a
   request until the lines run out; -> (lines/s, translations)."""
-  from serving.client import ServingClient
+  from serving.tools.client import ServingClient
 
   process, ports = launch.start_subprocess("bench", base_path)
   try:
@@ -117,7 +125,7 @@ def predict_command(model, input_path, output, *extra):
   return [
     sys.executable,
     "-m",
-    "serving.predict",
+    "serving.tools.predict",
     f"--model={model}",
     f"--input={input_path}",
     f"--output={output}",
@@ -187,14 +195,17 @@ def main(argv):
       flush=True,
     )
   if "beam" in f.modes:
-    from serving import beam_predict
+    from serving.tools import beam_predict
 
     reference = os.path.join(work_dir, "predict.txt")
     seconds, _ = run_measured(
       predict_command(export_dir, path, reference, f"--batch_size={f.batch_size}")
     )
     results["command"] = len(lines) / seconds
-    print(f"command (python -m serving.predict, start included): {results['command']:,.1f} lines/s")
+    print(
+      "command (python -m serving.tools.predict, start included): "
+      f"{results['command']:,.1f} lines/s"
+    )
     beam_output = os.path.join(work_dir, "beam.txt")
     start = time.perf_counter()
     beam_predict.run(
@@ -215,7 +226,7 @@ def main(argv):
     results["beam_identical"] = identical
     print(
       f"beam (FnApiRunner, {f.beam_workers} worker(s), start and loads included): "
-      f"{results['beam']:,.1f} lines/s; output identical to serving.predict's: {identical}",
+      f"{results['beam']:,.1f} lines/s; output identical to serving.tools.predict's: {identical}",
       flush=True,
     )
   if "memory" in f.modes:

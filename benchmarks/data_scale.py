@@ -14,6 +14,7 @@ vocabularies <= 60 s, first step <= 60 s after them. The corpus is deleted after
 import cli
 import common
 
+import dataclasses
 import os
 import re
 import shutil
@@ -21,8 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import List, Optional
 
 import numpy as np
+
+from settings import setting
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A small model: the benchmark measures the data path, not the model.
@@ -130,15 +134,21 @@ def measure(corpus, validation, run_dir, train_steps, extra):
   }
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class DataScaleFlags:
+  """The flags of `benchmarks/data_scale.py`."""
 
-  flags.DEFINE_list("lines", ["300000", "3000000"], "Corpus sizes in lines, compared.")
-  flags.DEFINE_integer("train_steps", 30, "Steps trained at each size.", lower_bound=2)
-  flags.DEFINE_integer("seed", 0, "Corpus seed.")
-  flags.DEFINE_string("work_dir", None, "Where the corpora go (default: a new temp folder).")
-  flags.DEFINE_bool("keep_corpus", False, "Keep the corpora and runs.")
-  flags.DEFINE_multi_string("extra_flag", [], "Passed to `python -m train`.")
+  lines: List[str] = setting(("300000", "3000000"), "Corpus sizes in lines, compared.")
+  train_steps: int = setting(30, "Steps trained at each size.", minimum=2)
+  seed: int = setting(0, "Corpus seed.")
+  work_dir: Optional[str] = setting(None, "Where the corpora go (default: a new temp folder).")
+  keep_corpus: bool = setting(False, "Keep the corpora and runs.")
+  extra_flag: List[str] = setting((), "Passed to `python -m train`.", repeat=True)
+
+
+def _define_flags():
+
+  cli.define_flags(DataScaleFlags)
 
 
 def main(argv):

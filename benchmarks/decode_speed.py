@@ -14,10 +14,14 @@ a line in --texts_file, else random vocabulary pieces) with the run's trained we
 import cli
 import common
 
+import dataclasses
 import json
 import os
+from typing import Optional
 
 import numpy as np
+
+from settings import setting
 
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()  # before TensorFlow is imported below
@@ -61,9 +65,9 @@ def compare_exports(args, batch_sizes=(1, 32)):
   import time
 
   from serving import export
-  from serving.model_manager import Servable
+  from serving.server.model_manager import Servable
   from tfattn import text
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
 
   base = tempfile.mkdtemp(prefix="decode-speed-")
   options = DecodeOptions(beam_size=args.beam)
@@ -132,19 +136,25 @@ def compare_exports(args, batch_sizes=(1, 32)):
   return results
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class DecodeSpeedFlags:
+  """The flags of `benchmarks/decode_speed.py`."""
 
-  flags.DEFINE_integer("batch", 8, "Rows per decoded batch.", lower_bound=1)
-  flags.DEFINE_integer("source_length", 32, "Source pieces per row.", lower_bound=1)
-  flags.DEFINE_integer("rounds", 5, "Interleaved rounds (the median is reported).", lower_bound=1)
-  flags.DEFINE_string("run_dir", None, "Also compare the graph and XLA exports of this run.")
-  flags.DEFINE_string(
-    "texts_file", None, "Inputs for the export comparison, one a line (TSV: the first column)."
+  batch: int = setting(8, "Rows per decoded batch.", minimum=1)
+  source_length: int = setting(32, "Source pieces per row.", minimum=1)
+  rounds: int = setting(5, "Interleaved rounds (the median is reported).", minimum=1)
+  run_dir: Optional[str] = setting(None, "Also compare the graph and XLA exports of this run.")
+  texts_file: Optional[str] = setting(
+    None, "Inputs for the export comparison, one a line (TSV: the first column)."
   )
-  flags.DEFINE_integer("beam", 4, "Export beam size.", lower_bound=1)
-  flags.DEFINE_float("seconds", 20.0, "Export comparison: seconds per batch size.", lower_bound=0)
-  flags.DEFINE_bool("skip_model", False, "Only the export comparison.")
+  beam: int = setting(4, "Export beam size.", minimum=1)
+  seconds: float = setting(20.0, "Export comparison: seconds per batch size.", minimum=0)
+  skip_model: bool = setting(False, "Only the export comparison.")
+
+
+def _define_flags():
+
+  cli.define_flags(DecodeSpeedFlags)
 
 
 def main(argv):

@@ -12,6 +12,10 @@ ratio to the first.
 import cli
 import common
 
+import dataclasses
+
+from settings import setting
+
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()  # before TensorFlow is imported below
 
@@ -41,13 +45,19 @@ VARIANTS = {
 }
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class DropoutCostFlags:
+  """The flags of `benchmarks/dropout_cost.py`."""
 
-  flags.DEFINE_integer("rows", 4096, "Rows of the input.", lower_bound=1)
-  flags.DEFINE_integer("width", 1024, "Columns of the input.", lower_bound=1)
-  flags.DEFINE_integer("rounds", 5, "Interleaved rounds (the median is reported).", lower_bound=1)
-  flags.DEFINE_integer("repeats", 5, "Calls timed per round.", lower_bound=1)
+  rows: int = setting(4096, "Rows of the input.", minimum=1)
+  width: int = setting(1024, "Columns of the input.", minimum=1)
+  rounds: int = setting(5, "Interleaved rounds (the median is reported).", minimum=1)
+  repeats: int = setting(5, "Calls timed per round.", minimum=1)
+
+
+def _define_flags():
+
+  cli.define_flags(DropoutCostFlags)
 
 
 def main(argv):

@@ -24,6 +24,7 @@ a GPU report "skipped: no GPU". This parent process never imports TensorFlow.
 
 import cli
 
+import dataclasses
 import itertools
 import json
 import os
@@ -34,9 +35,11 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import List, Optional
 
 from absl import flags
 
+from settings import setting
 from train.files import write_json_atomically, write_text_atomically
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,15 +76,22 @@ TINY_TRAIN = [
 ]
 
 
-def _define_flags():
-  flags.DEFINE_string("out_dir", "gpu_pass", "Where the reports (gpu_pass.json, gpu_pass.md) go.")
-  flags.DEFINE_bool("quick", False, "The tiniest sizes: checks the pass itself on a CPU.")
-  flags.DEFINE_list("skip", [], f"Steps not to run, a comma list of {', '.join(STEPS)}.")
-  flags.DEFINE_integer(
-    "budget_seconds", 480, "The whole pass's time limit; steps past it are skipped.", lower_bound=1
+@dataclasses.dataclass(frozen=True)
+class GpuPassFlags:
+  """The flags of `benchmarks/gpu_pass.py`."""
+
+  out_dir: str = setting("gpu_pass", "Where the reports (gpu_pass.json, gpu_pass.md) go.")
+  quick: bool = setting(False, "The tiniest sizes: checks the pass itself on a CPU.")
+  skip: List[str] = setting((), f"Steps not to run, a comma list of {', '.join(STEPS)}.")
+  budget_seconds: int = setting(
+    480, "The whole pass's time limit; steps past it are skipped.", minimum=1
   )
-  flags.DEFINE_string("run_step", None, "Internal: run one step in this process.")
-  flags.DEFINE_string("work_dir", None, "Internal: the pass's working folder.")
+  run_step: Optional[str] = setting(None, "Internal: run one step in this process.")
+  work_dir: Optional[str] = setting(None, "Internal: the pass's working folder.")
+
+
+def _define_flags():
+  cli.define_flags(GpuPassFlags)
 
 
 # --- Steps (each runs in a child process: `--run_step=NAME`) ----------------------------------

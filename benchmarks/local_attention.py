@@ -23,14 +23,18 @@ window's time exponent <= 1.15 (full ~2); generation memory flat in the output l
 import cli
 import common
 
+import dataclasses
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from typing import List, Optional
 
 import numpy as np
+
+from settings import setting
 
 FULL = "full"
 PROMPT_IDS = [[5, 6, 7, 8]]  # the generation's prompt
@@ -305,24 +309,28 @@ def run_all(args):
   return results, slopes
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class LocalAttentionFlags:
+  """The flags of `benchmarks/local_attention.py`."""
 
-  flags.DEFINE_list(
-    "lengths", ["512", "1024", "2048", "4096", "8192", "16384"], "Layer: sequence lengths."
+  lengths: List[str] = setting(
+    ("512", "1024", "2048", "4096", "8192", "16384"), "Layer: sequence lengths."
   )
-  flags.DEFINE_list("windows", ["64", "128"], "Windows r compared with full attention.")
-  flags.DEFINE_integer(
-    "max_full_length", 8192, "Layer: the longest n full attention runs at.", lower_bound=1
+  windows: List[str] = setting(("64", "128"), "Windows r compared with full attention.")
+  max_full_length: int = setting(8192, "Layer: the longest n full attention runs at.", minimum=1)
+  train_length: int = setting(4096, "Training step: tokens a row.", minimum=2)
+  generate_tokens: int = setting(
+    2000, "Generation: tokens generated (and half as many).", minimum=2
   )
-  flags.DEFINE_integer("train_length", 4096, "Training step: tokens a row.", lower_bound=2)
-  flags.DEFINE_integer(
-    "generate_tokens", 2000, "Generation: tokens generated (and half as many).", lower_bound=2
-  )
-  flags.DEFINE_integer("repeats", 3, "Timed calls a measurement (the median).", lower_bound=1)
-  flags.DEFINE_list("sections", ["layer", "train", "generate"], "What to measure.")
-  flags.DEFINE_bool("in_process", False, "Measure in this process (tests; memory then shared).")
-  flags.DEFINE_string("worker", None, "Internal: what:mode:n, one measurement, printed as JSON.")
+  repeats: int = setting(3, "Timed calls a measurement (the median).", minimum=1)
+  sections: List[str] = setting(("layer", "train", "generate"), "What to measure.")
+  in_process: bool = setting(False, "Measure in this process (tests; memory then shared).")
+  worker: Optional[str] = setting(None, "Internal: what:mode:n, one measurement, printed as JSON.")
+
+
+def _define_flags():
+
+  cli.define_flags(LocalAttentionFlags)
 
 
 def main(argv):

@@ -27,6 +27,7 @@ set with the SavedModel, as served.
 import cli
 import common
 
+import dataclasses
 import json
 import os
 import random
@@ -34,8 +35,10 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import List, Optional
 
-from tfattn.run_dir import RunDir
+from settings import setting
+from tfattn.support.run_dir import RunDir
 from train.flag_choices import TFDS_TASKS
 from train.recipes import RECIPES
 
@@ -259,37 +262,39 @@ def print_report(results):
     )
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class QualityFlags:
+  """The flags of `benchmarks/quality.py`."""
 
-  flags.DEFINE_string("imdb", None, "aclImdb folder, folder with train/test.tsv, or TFDS dir.")
-  flags.DEFINE_string("multi30k", None, "Folder with the Multi30k task-1 raw files.")
-  flags.DEFINE_string("wmt14", None, "TFDS data_dir with wmt14_translate/de-en prepared.")
-  flags.DEFINE_list(
-    "recipes",
-    [name for name, recipe in RECIPES.items() if recipe.dataset not in ON_REQUEST],
+  imdb: Optional[str] = setting(None, "aclImdb folder, folder with train/test.tsv, or TFDS dir.")
+  multi30k: Optional[str] = setting(None, "Folder with the Multi30k task-1 raw files.")
+  wmt14: Optional[str] = setting(None, "TFDS data_dir with wmt14_translate/de-en prepared.")
+  recipes: List[str] = setting(
+    tuple([name for name, recipe in RECIPES.items() if recipe.dataset not in ON_REQUEST]),
     "Recipes to train and judge (wmt14_base, days on a GPU, only when named).",
   )
-  flags.DEFINE_string(
-    "work_dir",
-    os.path.join(REPO, "runs", "quality"),
-    "Where the runs, data files and results.jsonl go.",
+  work_dir: str = setting(
+    os.path.join(REPO, "runs", "quality"), "Where the runs, data files and results.jsonl go."
   )
-  flags.DEFINE_integer("seeds", 1, "Seeds to run: --seed, --seed + 1, ...", lower_bound=1)
-  flags.DEFINE_integer("seed", 0, "The first seed.")
-  flags.DEFINE_bool(
-    "validation_only",
+  seeds: int = setting(1, "Seeds to run: --seed, --seed + 1, ...", minimum=1)
+  seed: int = setting(0, "The first seed.")
+  validation_only: bool = setting(
     False,
     "Train and judge validation only (the whole validation role), never the test set, "
     "whatever the data route (TSV, aclImdb folder or TFDS): for choosing a setting. The "
     "same command without it then resumes each finished run and judges its test set once.",
   )
-  flags.DEFINE_bool(
-    "through_export", False, "Translation recipes: also translate the test set with the export."
+  through_export: bool = setting(
+    False, "Translation recipes: also translate the test set with the export."
   )
-  flags.DEFINE_multi_string(
-    "extra_flag", [], "Passed to every `python -m train` (e.g. --extra_flag=--train_steps=10)."
+  extra_flag: List[str] = setting(
+    (), "Passed to every `python -m train` (e.g. --extra_flag=--train_steps=10).", repeat=True
   )
+
+
+def _define_flags():
+
+  cli.define_flags(QualityFlags)
 
 
 def main(argv):

@@ -22,6 +22,7 @@ Needs an exported model (`make run` makes one at models/tfattn) or a run directo
 import cli
 import common
 
+import dataclasses
 import http.client
 import json
 import os
@@ -33,8 +34,12 @@ import tempfile
 import threading
 import time
 import types
+from typing import List, Optional
 
-from serving import export, launch, xla_compilation
+from serving import export
+from serving.server import launch
+from serving.tf_serving import xla_compilation
+from settings import setting
 
 TEXTS = ["4213", "19", "700005", "31337", "8", "123456", "99", "5000"]
 # Server-side batching pads merged batches to these sizes, so an XLA export compiles (and warms
@@ -149,9 +154,9 @@ def extract_tree(ref):
 
 def start_server(kind, base, model, batching_file, args):
   """(process, launch.Ports) of a started server whose model is AVAILABLE: `new` and `old` are
-  `python -m serving.server` of this tree or of --old_ref's (started by serving.launch), the
+  `python -m serving.server` of this tree or of --old_ref's (started by serving.server.launch), the
   others this tree's RestApp hosted by a candidate library."""
-  from serving.client import ServingClient
+  from serving.tools.client import ServingClient
 
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   base = os.path.abspath(base)
@@ -212,10 +217,10 @@ def _start_candidate(kind, base, model, batching_file, args, env):
 
 def host_app(stack, base, model, port_file, batching_file):
   """Runs in a server process: this tree's RestApp on a candidate HTTP library."""
-  from serving.batching import Batcher, BatchingParameters
-  from serving.model_manager import ModelManager
-  from serving.rest_api import RestApp
-  from serving.server_core import ServerCore
+  from serving.server.batching import Batcher, BatchingParameters
+  from serving.server.model_manager import ModelManager
+  from serving.server.rest_api import RestApp
+  from serving.server.server_core import ServerCore
 
   batcher = None
   if batching_file:
@@ -285,56 +290,54 @@ def measure(base, args, batching_file, label, kind="new", protocol="rest"):
   return results
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class RestLatencyFlags:
+  """The flags of `benchmarks/rest_latency.py`."""
 
-  flags.DEFINE_string("model_base_path", "models/tfattn", "The export to serve.")
-  flags.DEFINE_string(
-    "run_dir",
+  model_base_path: str = setting("models/tfattn", "The export to serve.")
+  run_dir: Optional[str] = setting(
     None,
     "Export this run with graph and with XLA decoding and compare the two "
     "(instead of --model_base_path).",
   )
-  flags.DEFINE_integer("beam", 4, "--run_dir: export beam size.", lower_bound=1)
-  flags.DEFINE_string(
-    "texts_file",
+  beam: int = setting(4, "--run_dir: export beam size.", minimum=1)
+  texts_file: Optional[str] = setting(
     None,
     "Request texts, one a line (TSV: the first column); default: numbers for the built-in task.",
   )
-  flags.DEFINE_string("model", "tfattn", "The served model's name.")
-  flags.DEFINE_float("seconds", 8.0, "Seconds of load per measurement.", lower_bound=0)
-  flags.DEFINE_integer("concurrency", 8, "Concurrent clients.", lower_bound=1)
-  flags.DEFINE_bool(
-    "echo_model",
+  model: str = setting("tfattn", "The served model's name.")
+  seconds: float = setting(8.0, "Seconds of load per measurement.", minimum=0)
+  concurrency: int = setting(8, "Concurrent clients.", minimum=1)
+  echo_model: bool = setting(
     False,
     "Serve a model that only appends '!' to each text (instead of --model_base_path): "
     "measures the HTTP stack.",
   )
-  flags.DEFINE_list(
-    "servers", ["new"], "HTTP stacks to compare: new, old, cheroot, tornado (comma-separated)."
+  servers: List[str] = setting(
+    ("new",), "HTTP stacks to compare: new, old, cheroot, tornado (comma-separated)."
   )
-  flags.DEFINE_list(
-    "protocols", ["rest", "grpc"], "With the new server alone: measure REST, gRPC or both."
+  protocols: List[str] = setting(
+    ("rest", "grpc"), "With the new server alone: measure REST, gRPC or both."
   )
-  flags.DEFINE_integer(
-    "rounds",
-    1,
-    "With --servers: measure every server this many times, report medians.",
-    lower_bound=1,
+  rounds: int = setting(
+    1, "With --servers: measure every server this many times, report medians.", minimum=1
   )
-  flags.DEFINE_string(
-    "old_ref",
-    "ae5f38d",
-    "Git commit whose serving.server is `old` (default: the last one on http.server).",
+  old_ref: str = setting(
+    "ae5f38d", "Git commit whose serving.server is `old` (default: the last one on http.server)."
   )
-  flags.DEFINE_string(
-    "candidates_path", "", "Directory with cheroot/tornado installed (pip install --target)."
+  candidates_path: str = setting(
+    "", "Directory with cheroot/tornado installed (pip install --target)."
   )
+  load: Optional[str] = setting(None, "Internal: run as the load process (protocol,port,batch).")
+  host_app: Optional[str] = setting(None, "Internal: host a candidate HTTP stack.")
+  port_file: Optional[str] = setting(None, "Internal: where a candidate server writes its port.")
+  batching_file: Optional[str] = setting(None, "Internal: a candidate server's batching config.")
+
+
+def _define_flags():
+
+  cli.define_flags(RestLatencyFlags)
   # Internal: the benchmark starts itself as the load process and as a candidate server.
-  flags.DEFINE_string("load", None, "Internal: run as the load process (protocol,port,batch).")
-  flags.DEFINE_string("host_app", None, "Internal: host a candidate HTTP stack.")
-  flags.DEFINE_string("port_file", None, "Internal: where a candidate server writes its port.")
-  flags.DEFINE_string("batching_file", None, "Internal: a candidate server's batching config.")
 
 
 def main(argv):

@@ -15,6 +15,9 @@ import cli
 import common
 
 import dataclasses
+from typing import List
+
+from settings import setting
 
 if __name__ == "__main__":
   cli.start_tensorflow_quietly()  # before TensorFlow (and Keras, which imports it) below
@@ -178,23 +181,28 @@ MODELS = ("tfattn", "tfattn_ffd", "keras_mha")
 XLA_MODES = ("off", "on")
 
 
-def _define_flags():
-  from absl import flags
+@dataclasses.dataclass(frozen=True)
+class TrainThroughputFlags:
+  """The flags of `benchmarks/train_throughput.py`."""
 
-  flags.DEFINE_enum("config", "small", sorted(CONFIGS), "Model size.")
-  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
-  flags.DEFINE_integer("steps", 3, "Timed steps per round.", lower_bound=1)
-  flags.DEFINE_integer("rounds", 3, "Interleaved rounds (the median is reported).", lower_bound=1)
-  flags.DEFINE_integer("batch", 64, "Batch size.", lower_bound=1)
-  flags.DEFINE_integer("length", 64, "Source and target length.", lower_bound=1)
-  flags.DEFINE_list(
-    "models",
-    list(MODELS),
+  config: str = setting("small", "Model size.", choices=tuple(sorted(CONFIGS)))
+  dtype: str = setting("float32", "Compute dtype.", choices=("float32", "bfloat16"))
+  steps: int = setting(3, "Timed steps per round.", minimum=1)
+  rounds: int = setting(3, "Interleaved rounds (the median is reported).", minimum=1)
+  batch: int = setting(64, "Batch size.", minimum=1)
+  length: int = setting(64, "Source and target length.", minimum=1)
+  models: List[str] = setting(
+    tuple(MODELS),
     "Models to measure, a comma list: tfattn, tfattn_ffd (+ dropout on the feed-forward hidden "
     "layer), keras_mha (the peer). Each model and XLA mode is one compile: ask only for what "
     "you need.",
   )
-  flags.DEFINE_list("xla", list(XLA_MODES), "XLA modes, a comma list: off, on.")
+  xla: List[str] = setting(tuple(XLA_MODES), "XLA modes, a comma list: off, on.")
+
+
+def _define_flags():
+
+  cli.define_flags(TrainThroughputFlags)
 
 
 def measure(

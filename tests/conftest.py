@@ -29,22 +29,22 @@ tf.config.experimental.enable_tensor_float_32_execution(False)
 # --no-loadscope-reorder, or xdist would order files by their number of tests instead. A file
 # missing here only runs later; the order changes no result.
 LONGEST_FILES = (
-  "serving/test_export.py",  # 136 s
+  "serving/export/test_export.py",  # 136 s
   "train/test_train_distributed.py",  # 134
   "train/test_user_mistakes.py",  # 102
   "train/test_train_step.py",  # 98
   "end_to_end/test_recipes.py",  # 98
-  "serving/test_server.py",  # 88
+  "serving/server/test_server.py",  # 88
   "benchmarks/test_gpu_pass.py",  # 60
   "benchmarks/test_quality.py",  # 53
   "end_to_end/test_compatibility.py",  # 49
   "benchmarks/test_data_scale.py",  # 41
-  "serving/test_server_lifecycle.py",  # 37
+  "serving/server/test_server_lifecycle.py",  # 37
   "tfattn/test_decoding.py",  # 33
-  "serving/test_server_config_file.py",  # 29
+  "serving/server/test_server_config_file.py",  # 29
   "train/test_streams.py",  # 26
-  "serving/test_grpc_service.py",  # 23
-  "serving/test_attention_command.py",  # 21
+  "serving/server/test_grpc_service.py",  # 23
+  "serving/tools/test_attention_maps.py",  # 21
 )
 
 
@@ -81,7 +81,7 @@ def trained_run(tmp_path_factory):
   import json
 
   from tfattn import text
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
   from train import tasks, tokenizer
 
   run_dir = tmp_path_factory.mktemp("run")

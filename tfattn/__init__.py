@@ -2,7 +2,7 @@
 
 `tfattn.Transformer`, `from tfattn import Encoder`, ... work as usual; each name's module is
 imported when the name is first used (PEP 562), so the modules that need no TensorFlow
-(`tfattn.config`, `tfattn.settings`, `tfattn.decode_options`, `tfattn.kinds`) import without
+(`tfattn.config`, `tfattn.decode_options`, `tfattn.kinds`) import without
 it: a program can parse and check its flags before TensorFlow's ~3 s import.
 """
 

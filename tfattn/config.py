@@ -4,8 +4,9 @@ import dataclasses
 import json
 from typing import Optional
 
+import settings
+from settings import check, setting
 from tfattn import special_ids
-from tfattn.settings import check, fallbacks, setting
 
 _NORM_POSITIONS = ("post", "pre")
 _POSITION_KINDS = ("sinusoidal", "learned")
@@ -19,9 +20,9 @@ class TransformerConfig:
   """Architecture of a Transformer (Vaswani et al., 2017), of the encoder classifier and of the
   decoder-only language model.
 
-  Every field is a declared setting (`tfattn.settings`): its help, allowed values and range are
-  checked on creation, and a field added after runs were saved declares a `fallback`, what those
-  runs' missing value meant (`from_saved`), so an old `model_config.json` loads without a
+  Every field is a declared setting (`settings.py`): its help, allowed values and range are
+  checked on creation, and a field added after runs were saved declares `when_missing`, what
+  those runs' missing value meant (`from_saved`), so an old `model_config.json` loads without a
   per-field migration.
 
   Token ids 0/1/2 are reserved for padding / start-of-sequence / end-of-sequence by default.
@@ -41,14 +42,14 @@ class TransformerConfig:
     below=1,
   )
   attention_dropout_rate: float = setting(
-    0.0, "Dropout on the attention weights.", minimum=0, below=1, fallback=0.0
+    0.0, "Dropout on the attention weights.", minimum=0, below=1, when_missing=0.0
   )
   feed_forward_dropout_rate: float = setting(
     0.0,
     "Dropout on the feed-forward hidden layer: not in the paper (tensor2tensor's relu_dropout).",
     minimum=0,
     below=1,
-    fallback=0.0,
+    when_missing=0.0,
   )
   max_length: int = setting(512, "Learned positions and the decoding length limit.", above=0)
   position_encoding: str = setting(
@@ -75,12 +76,12 @@ class TransformerConfig:
   pad_id: int = setting(special_ids.PAD_ID, "Padding token id.", minimum=0)
   bos_id: int = setting(special_ids.START_ID, "Start-of-sequence token id.", minimum=0)
   eos_id: int = setting(special_ids.END_ID, "End-of-sequence token id.", minimum=0)
-  num_classes: int = setting(2, "EncoderClassifier only: classes.", minimum=2, fallback=2)
+  num_classes: int = setting(2, "EncoderClassifier only: classes.", minimum=2, when_missing=2)
   pooling: str = setting(
     "mean",
     "EncoderClassifier only: masked mean or first token.",
     choices=_POOLINGS,
-    fallback="mean",
+    when_missing="mean",
   )
   classifier_body: str = setting(
     "transformer",
@@ -88,7 +89,7 @@ class TransformerConfig:
     "embeddings + positions, no residual, norm or feed-forward (the single-layer experiment of "
     "Su Jianlin's write-up; dropout_rate then applies after pooling).",
     choices=_CLASSIFIER_BODIES,
-    fallback="transformer",
+    when_missing="transformer",
   )
   attention_window: Optional[int] = setting(
     None,
@@ -96,7 +97,6 @@ class TransformerConfig:
     "this many positions (encoder |i - j| <= r, decoder 0 <= i - j <= r), in blocks, O(n r); "
     "cross-attention stays full. Unset: full attention.",
     above=0,
-    fallback=None,
   )
   seed: int = setting(0, "Initialisers and dropout.")
 
@@ -146,12 +146,8 @@ class TransformerConfig:
   @classmethod
   def from_saved(cls, values: dict) -> "TransformerConfig":
     """{field: value} as saved, perhaps by an earlier version: a field it lacks takes its
-    declared fallback (what runs saved before the field meant), else its default."""
-    known = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-      raise ValueError(f"Unknown TransformerConfig fields in JSON: {unknown}")
-    return cls(**{**fallbacks(cls), **values})
+    declared `when_missing` (what runs saved before the field meant), else its default."""
+    return settings.from_saved(cls, values)
 
   @classmethod
   def preset(cls, name: str, **overrides) -> "TransformerConfig":

@@ -8,7 +8,7 @@ import dataclasses
 import json
 from typing import Optional
 
-from tfattn.settings import check, setting
+from settings import check, setting
 
 GREEDY, BEAM, SAMPLE = "greedy", "beam", "sample"
 STRATEGIES = (GREEDY, BEAM, SAMPLE)
@@ -63,6 +63,12 @@ class DecodeOptions:
     "it becomes greedy (below float32's smallest normal, 1.2e-38, it is greedy: the most "
     "likely token, or one of several tied for it).",
     above=0,
+  )
+  no_repeat_ngram_size: int = setting(
+    0,
+    "Every search: never produce an n-gram of this many tokens twice in one output (the start "
+    "token counts, the prompt does not); 0 = off. Reported log-probabilities stay the model's.",
+    minimum=0,
   )
   top_k: int = setting(
     0, "Sampling: draw only from the k most likely tokens (0 = no limit).", minimum=0

@@ -2,9 +2,9 @@
 beam search, driven by `tf.while_loop`.
 
 The search never knows the model. A model supplies a `DecodingStart` (its
-`start_decoding(inputs, options, beams=, padded=, use_cache=)`): a step function `(last tokens,
-step, cache) -> (logits, new cache)`, the initial cache, each row's first token and each
-example's limit. The `Transformer` encodes its source there (and projects it once for every
+`start_decoding(inputs, options, beams=, padded=, use_cache=)`): a step function `(ids so far,
+last tokens, step, cache) -> (logits, new cache)`, the initial cache, each row's first token and
+each example's limit. The `Transformer` encodes its source there (and projects it once for every
 step); a decoder-only language model prefills its prompt there. `token_loop(start, options,
 choose)` (one token a row per step, picked by a choice function) and `beam_search(start,
 options)` take that start and the `DecodeOptions` whole, as Model Garden's
@@ -18,7 +18,9 @@ returning `Hypotheses`. For brevity in programs and tests, `greedy_decode`, `sam
 
 A new decoding option is a `DecodeOptions` field and the one function that uses it (e.g.
 `sampling.draw` for a sampling cut, a model's `start_decoding` for a length rule, the search's
-`_step_logits` for a constraint on the next token): nothing passes it along.
+`_step_logits` for a rule on the next token given the ids so far, as `no_repeat_ngram_size`'s
+`banned_by_ngrams`): nothing passes it along. `_step_logits` keeps the model's logits apart from
+the search's: a rule changes what the search may choose, never the log-probabilities reported.
 
 Every hypothesis has a `log_prob` (the sum of its tokens' log-probabilities under the model) and a
 `score` (log_prob / length_penalty(length, alpha), what beam search ranks by), whatever the
@@ -49,17 +51,20 @@ _NEG_INF = -1e9
 # Every default below is DecodeOptions' (one value each: evaluation judges what is served).
 _DEFAULTS = DecodeOptions()
 
-# (last tokens int32 `[rows]`, step, cache) -> (float32 logits `[rows, vocab]`, new cache).
-StepFn = Callable[[tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
+# (ids so far int32 `[rows, length + 1]`, last tokens int32 `[rows]`, step, cache) ->
+# (float32 logits `[rows, vocab]`, new cache).
+StepFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
 
 
 class DecodingStart(NamedTuple):
   """How a model starts decoding a batch: everything a search needs and nothing about the model.
 
   Attributes:
-    step_fn: (last tokens int32 `[rows]`, step int32 scalar, cache) -> (float32 logits
-      `[rows, vocab]`, the new cache); rows = batch * beams. `step` counts the tokens generated
-      before `last tokens` (0: the first token).
+    step_fn: (ids so far int32 `[rows, length + 1]`, last tokens int32 `[rows]`, step int32
+      scalar, cache) -> (float32 logits `[rows, vocab]`, the new cache); rows = batch * beams.
+      `step` counts the tokens generated before `last tokens` (0: the first token); the ids hold
+      the first token and the generated ones at 0..step, then padding (Model Garden's
+      `symbols_to_logits_fn(ids, i, cache)`). A cached step reads `last tokens` alone.
     cache: the initial cache, any nest of `[rows, ...]` tensors (`()` without one).
     first_tokens: int32 `[batch]`, the token each row's first step reads (the start token; a
       language model's last prompt token).
@@ -99,47 +104,6 @@ class Hypotheses(NamedTuple):
   log_probs: tf.Tensor
 
 
-# --- Length rules of a model whose output follows a source ----------------------------------
-
-
-def decode_length(
-  model,
-  source_ids: tf.Tensor,
-  *,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-):
-  """Size of the output buffer: `max_decode_length`, else the padded source length + extra,
-  capped by the config's `max_length`."""
-  if max_decode_length is not None:
-    return max_decode_length
-  return tf.minimum(tf.shape(source_ids)[1] + extra_decode_length, model.config.max_length)
-
-
-def example_limits(
-  model,
-  source_ids: tf.Tensor,
-  *,
-  extra_decode_length: int = _DEFAULTS.extra_decode_length,
-  max_decode_length: Optional[int] = _DEFAULTS.max_decode_length,
-) -> tf.Tensor:
-  """int32 `[batch]`: tokens each example may generate. Each example's own (unpadded) source
-  length sets its limit, so an output never depends on the other sources in its batch."""
-  batch = tf.shape(source_ids)[0]
-  if max_decode_length is not None:
-    return tf.fill([batch], tf.cast(max_decode_length, tf.int32))
-  lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, model.config.pad_id), tf.int32), 1)
-  return tf.minimum(lengths + extra_decode_length, model.config.max_length)
-
-
-def source_lengths(model, source_ids: tf.Tensor, options: DecodeOptions):
-  """(buffer size, int32 `[batch]` limits) of a source-conditioned model under `options`."""
-  lengths = dict(
-    extra_decode_length=options.extra_decode_length, max_decode_length=options.max_decode_length
-  )
-  return decode_length(model, source_ids, **lengths), example_limits(model, source_ids, **lengths)
-
-
 def length_penalty(length, alpha: float) -> tf.Tensor:
   """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper."""
   return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
@@ -174,11 +138,42 @@ def _shape_invariants(state, start: DecodingStart):
   return shapes._replace(cache=start.cache_shapes)
 
 
-def _step_logits(start: DecodingStart, last_tokens, step, cache, options: DecodeOptions):
-  """The model's next-token logits `[rows, vocab]` and new cache: where a constraint on the next
-  token (one that reads `options` and `step`) would change the logits, for every search."""
-  del options  # no constraint today: the place a new one goes
-  return start.step_fn(last_tokens, step, cache)
+def banned_by_ngrams(ids: tf.Tensor, step: tf.Tensor, n: int, vocab) -> tf.Tensor:
+  """bool `[rows, vocab]`: the tokens that would repeat an n-gram of `ids` (`no_repeat_ngram_size`).
+
+  Args:
+    ids: int32 `[rows, length]`, each row's tokens so far at positions 0..step (then padding).
+    step: int32 scalar, the position of the newest token.
+    n: the n-gram size (>= 1).
+    vocab: the vocabulary size.
+  """
+  rows, length = tf.shape(ids)[0], ids.shape[1] or tf.shape(ids)[1]
+  if isinstance(length, int) and length < n:
+    return tf.zeros([rows, vocab], tf.bool)
+  starts = tf.range(tf.shape(ids)[1] - n + 1)  # [positions]: where an earlier n-gram starts
+  windows = tf.stack(
+    [tf.gather(ids, starts + k, axis=1) for k in range(n)], axis=-1
+  )  # [rows, positions, n]
+  last = tf.gather(ids, tf.maximum(step - n + 2 + tf.range(n - 1), 0), axis=1)  # [rows, n - 1]
+  repeats = tf.reduce_all(tf.equal(windows[:, :, : n - 1], last[:, tf.newaxis]), axis=-1)
+  repeats &= (starts <= step - n + 1)[tf.newaxis] & (step >= n - 1)  # [rows, positions]
+  row_index = tf.broadcast_to(tf.range(rows)[:, tf.newaxis], tf.shape(repeats))
+  where = tf.stack([row_index, windows[:, :, n - 1]], axis=-1)  # [rows, positions, 2]
+  hits = tf.scatter_nd(where, tf.cast(repeats, tf.int32), [rows, vocab])  # [rows, vocab]
+  return hits > 0
+
+
+def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: DecodeOptions):
+  """(the model's next-token logits, the search's logits, new cache), logits `[rows, vocab]`:
+  a rule on the next token, reading `options` and the `ids` so far `[rows, length + 1]`, changes
+  only the search's logits (a banned token gets a finite minus infinity): a new rule is one
+  `if` here calling its function; every search follows."""
+  logits, cache = start.step_fn(ids, last_tokens, step, cache)
+  search_logits = logits
+  if options.no_repeat_ngram_size:
+    banned = banned_by_ngrams(ids, step, options.no_repeat_ngram_size, tf.shape(logits)[-1])
+    search_logits = tf.where(banned, _NEG_INF, search_logits)  # rules compose
+  return logits, search_logits, cache
 
 
 # --- One token a row per step: greedy and sampling -------------------------------------------
@@ -220,9 +215,11 @@ def _token_step(
   state: GreedyState, start: DecodingStart, choose: ChooseFn, options: DecodeOptions
 ) -> GreedyState:
   """Appends the token `choose` picks to every unfinished row."""
-  logits, cache = _step_logits(start, state.last_tokens, state.step, state.cache, options)
-  tokens = tf.where(state.finished, start.pad_id, choose(logits, state))  # [batch]
-  chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]
+  logits, search_logits, cache = _step_logits(
+    start, state.ids, state.last_tokens, state.step, state.cache, options
+  )
+  tokens = tf.where(state.finished, start.pad_id, choose(search_logits, state))  # [batch]
+  chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]: the model's
   finished = (
     state.finished | tf.equal(tokens, start.eos_id) | (state.step + 1 >= start.limits)
   )  # [batch]
@@ -417,11 +414,19 @@ def _grow_alive(
   them end, k can stay alive. Also returns the new cache (rows still in the old beam order)."""
   beam_size = options.beam_size
   batch = tf.shape(state.alive.log_probs)[0]
-  logits, cache = _step_logits(
-    start, tf.reshape(state.alive.last_tokens, [-1]), state.step, state.cache, options
+  logits, search_logits, cache = _step_logits(
+    start,
+    _flatten_beams(state.alive.ids),
+    tf.reshape(state.alive.last_tokens, [-1]),
+    state.step,
+    state.cache,
+    options,
   )  # logits: [batch * beam, vocab]
   vocab = tf.shape(logits)[-1]
   log_probs = tf.reshape(tf.nn.log_softmax(logits), [batch, beam_size, vocab])
+  if search_logits is not logits:  # a rule ruled tokens out: never candidates; the rest keep
+    ruled_out = tf.reshape(search_logits <= _NEG_INF, [batch, beam_size, vocab])  # the model's
+    log_probs = tf.where(ruled_out, _NEG_INF, log_probs)
   log_probs += state.alive.log_probs[:, :, tf.newaxis]  # sequence log-probs [batch, beam, vocab]
   top_log_probs, top_indices = tf.math.top_k(
     tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size
@@ -590,11 +595,11 @@ def first_beam(hypotheses: Hypotheses) -> Hypotheses:
   return Hypotheses(*(field[:, 0] for field in hypotheses))
 
 
-def source_seeds(model, source_ids: tf.Tensor, options: DecodeOptions) -> Optional[tf.Tensor]:
+def source_seeds(source_ids: tf.Tensor, options: DecodeOptions, pad_id: int) -> Optional[tf.Tensor]:
   """The per-row seeds an export's serving_default and the evaluation sample with: options.seed
   mixed with a fingerprint of each row's tokens (`sampling.source_seeds`), so a source gets the
   same sample whatever its batch-mates and its place in the batch (server-side batching merges
   requests). None unless `options.strategy` is sample. Graph mode only (string ops)."""
   if options.strategy != SAMPLE:
     return None
-  return sampling.source_seeds(source_ids, options.seed, model.config.pad_id)
+  return sampling.source_seeds(source_ids, options.seed, pad_id)

@@ -1,7 +1,7 @@
 """Kinds of model, by the name a run directory records (`task.json`'s "kind"). `ModelKind` is what
 every layer's kind object provides: the model it builds and its vocabularies. The training
 program extends it with batches, loss and evaluation (`train/kinds.py`: `TrainingKind`), the
-export with its serving module (`serving/export.py`: `ExportKind`); each layer keeps a registry
+export with its serving module (`serving/export/`: `ExportKind`); each layer keeps a registry
 by name, and a test checks that the three registries hold the same kinds. Nothing tests a
 kind's name.
 
@@ -9,7 +9,8 @@ This module imports no TensorFlow (the models do, when one is built): the traini
 reads the kind names while it parses its flags, before TensorFlow loads.
 """
 
-from typing import TYPE_CHECKING, Dict, Protocol, Tuple, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Dict, Mapping, Protocol, Tuple, runtime_checkable
 
 from tfattn.config import TransformerConfig
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
   import tensorflow as tf
 
 SEQ2SEQ, CLASSIFICATION, LANGUAGE_MODEL = "seq2seq", "classification", "language_model"
+# Which way a validation metric improves (`best_by`).
+HIGHER, LOWER = "higher", "lower"
 
 
 @runtime_checkable
@@ -27,10 +30,19 @@ class ModelKind(Protocol):
     name: the kind's name, recorded in a run's `task.json`.
     vocabulary_sides: one vocabulary per side ("source", "target"), learned from the first,
       second, ... element of a training example.
+    example_features: a training example's fields as a TFRecord's tf.train.Example holds
+      them: (name, dtype name), in the order of the example's elements.
+    best_by: {validation metric: HIGHER or LOWER}, the metrics a run may keep its best
+      checkpoint by (`--keep_best_by`) and which way each improves.
+    shares_vocabulary: whether its two sides may learn one vocabulary and share one embedding
+      table (`--shared_vocabulary`).
   """
 
   name: str
   vocabulary_sides: Tuple[str, ...]
+  example_features: Tuple[Tuple[str, str], ...]
+  best_by: Mapping[str, str]
+  shares_vocabulary: bool
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     """A new model of this kind with every variable created."""
@@ -44,6 +56,16 @@ class Seq2SeqModel:
 
   name = SEQ2SEQ
   vocabulary_sides: Tuple[str, ...] = ("source", "target")
+  example_features = (("source", "string"), ("target", "string"))
+  best_by: Mapping[str, str] = MappingProxyType(
+    {
+      "bleu": HIGHER,
+      "bleu_lowercase": HIGHER,
+      "exact_match": HIGHER,
+      "token_accuracy": HIGHER,
+    }
+  )
+  shares_vocabulary = True
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import Transformer
@@ -59,6 +81,9 @@ class ClassifierModel:
 
   name = CLASSIFICATION
   vocabulary_sides: Tuple[str, ...] = ("source",)
+  example_features = (("text", "string"), ("label", "int64"))
+  best_by: Mapping[str, str] = MappingProxyType({"accuracy": HIGHER})
+  shares_vocabulary = False
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import EncoderClassifier
@@ -75,6 +100,9 @@ class LanguageModelKind:
 
   name = LANGUAGE_MODEL
   vocabulary_sides: Tuple[str, ...] = ("source",)
+  example_features = (("text", "string"),)  # a text alone; the pair's second element is ""
+  best_by: Mapping[str, str] = MappingProxyType({"token_accuracy": HIGHER, "perplexity": LOWER})
+  shares_vocabulary = False
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.language_model import LanguageModel

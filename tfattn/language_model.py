@@ -193,7 +193,8 @@ class LanguageModel(tf.Module):
       growing = window is None and not padded
       cache_shapes = tf.nest.map_structure(decoding.growing_shape, cache) if growing else None
 
-      def step_fn(last_tokens, step, cache):
+      def step_fn(ids, last_tokens, step, cache):
+        del ids  # the cache holds what came before
         column = columns - 1 + step  # the position of `last_tokens`
         x = self.decoder.embed(last_tokens[:, tf.newaxis], (column - shift)[:, tf.newaxis])
         if window is not None:  # the column each ring slot holds
@@ -212,8 +213,8 @@ class LanguageModel(tf.Module):
         cache = decoding.tile_beams(cache, beams)
       cache_shapes = tf.TensorShape([None, None])
 
-      def step_fn(last_tokens, step, tokens):
-        del step  # the sequence's length
+      def step_fn(ids, last_tokens, step, tokens):
+        del ids, step  # the prompt is not in ids: the sequence is carried
         sequence = tf.concat([tokens, last_tokens[:, tf.newaxis]], 1)  # [rows, columns + step]
         states, _ = self.decoder(sequence, *_alignment(shift, tf.shape(sequence)[1]))
         return self._logits(states[:, -1]), sequence
@@ -234,7 +235,13 @@ class LanguageModel(tf.Module):
 def perplexity_sums(model: LanguageModel, ids: tf.Tensor, targets: tf.Tensor, pad_id: int = 0):
   """(summed negative log-likelihood, counted tokens) of `targets` `[batch, length]` (the next
   token of each of `ids`' positions; padding not counted), float32 scalars."""
-  log_probs = tf.nn.log_softmax(model(ids))
+  return perplexity_sums_of_logits(model(ids), targets, pad_id)
+
+
+def perplexity_sums_of_logits(logits: tf.Tensor, targets: tf.Tensor, pad_id: int = 0):
+  """`perplexity_sums` from the model's logits `[batch, length, vocab]` (a caller that needs
+  the logits for more than the likelihood runs the model once)."""
+  log_probs = tf.nn.log_softmax(logits)
   token = tf.gather(log_probs, targets, batch_dims=2)  # [batch, length]
   mask = tf.cast(tf.not_equal(targets, pad_id), tf.float32)
   return -tf.reduce_sum(token * mask), tf.reduce_sum(mask)

@@ -483,6 +483,20 @@ class Transformer(tf.Module):
     states, cache = self.decoder.step(token_ids[:, tf.newaxis], step, cache, memory)
     return self._logits(states)[:, 0], cache  # [batch, target_vocab]
 
+  def decoding_lengths(self, source_ids: tf.Tensor, options: DecodeOptions):
+    """The seq2seq length rule: (the output buffer size, int32 `[batch]` the tokens each example
+    may generate). `max_decode_length` when set; else each example's own (unpadded) source
+    length + `extra_decode_length`, capped by `max_length`, so an output never depends on the
+    other sources in its batch (the buffer: the padded source length + extra, capped)."""
+    batch = tf.shape(source_ids)[0]
+    if options.max_decode_length is not None:
+      return options.max_decode_length, tf.fill(
+        [batch], tf.cast(options.max_decode_length, tf.int32)
+      )
+    extra, cap = options.extra_decode_length, self.config.max_length
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, self.config.pad_id), tf.int32), 1)
+    return tf.minimum(tf.shape(source_ids)[1] + extra, cap), tf.minimum(lengths + extra, cap)
+
   def start_decoding(
     self,
     source_ids: tf.Tensor,
@@ -494,7 +508,7 @@ class Transformer(tf.Module):
   ) -> decoding.DecodingStart:
     """How decoding `source_ids` starts: the source encoded and projected once, an empty cache
     for `batch * beams` rows, the start token, and each example's limit from its own source
-    length (`decoding.example_limits`).
+    length (`decoding_lengths`).
 
     Args:
       source_ids: int32 `[batch, s_len]`.
@@ -506,7 +520,7 @@ class Transformer(tf.Module):
     """
     c = self.config
     batch = tf.shape(source_ids)[0]
-    length, limits = decoding.source_lengths(self, source_ids, options)
+    length, limits = self.decoding_lengths(source_ids, options)
     memory, memory_bias = self.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
     if beams > 1:
       memory = decoding.tile_beams(memory, beams)  # [batch * beams, s_len, d_model]
@@ -516,16 +530,16 @@ class Transformer(tf.Module):
       cache = self.init_cache(batch * beams, length if padded else None)
       cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
 
-      def step_fn(last_tokens, step, cache):
+      def step_fn(ids, last_tokens, step, cache):
+        del ids  # the cache holds what came before
         return self.decode_step(last_tokens, step, cache, projected)
-    else:
-      cache = tf.zeros([batch * beams, 0], tf.int32)  # the tokens before the newest
-      cache_shapes = tf.TensorShape([None, None])
+    else:  # the reference: the whole prefix through the decoder at every step
+      cache, cache_shapes = (), None
 
-      def step_fn(last_tokens, step, tokens):
-        del step  # the prefix's length
-        prefix = tf.concat([tokens, last_tokens[:, tf.newaxis]], axis=1)  # [rows, step + 1]
-        return self.decode(prefix, memory, memory_bias)[:, -1], prefix
+      def step_fn(ids, last_tokens, step, cache):
+        del last_tokens  # ids[:, step]
+        prefix = ids[:, : step + 1]  # [rows, step + 1]: START and the tokens so far
+        return self.decode(prefix, memory, memory_bias)[:, -1], cache
 
     return decoding.DecodingStart(
       step_fn=step_fn,

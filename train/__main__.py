@@ -24,12 +24,14 @@ UNSET = "the recipe's, then the task's value"
 
 
 def _define_flags():
-  cli.define_flags(RunConfig, unset=UNSET, skip=FLAGLESS)
-  cli.define_flags(DecodeOptions, optional=True, unset=UNSET)
-  # The names these settings had before DecodeOptions and the three data roles.
-  flags.DEFINE_alias("eval_beam_size", "beam_size")
-  flags.DEFINE_alias("eval_alpha", "alpha")
-  flags.DEFINE_alias("eval_file", "validation_file")
+  # The names these settings had before DecodeOptions and the three data roles still work.
+  cli.define_flags(RunConfig, unset=UNSET, skip=FLAGLESS, aliases={"eval_file": "validation_file"})
+  cli.define_flags(
+    DecodeOptions,
+    optional=True,
+    unset=UNSET,
+    aliases={"eval_beam_size": "beam_size", "eval_alpha": "alpha"},
+  )
 
 
 def config_from_flags() -> RunConfig:

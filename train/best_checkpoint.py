@@ -9,22 +9,26 @@ from typing import Dict, Optional
 import tensorflow as tf
 from absl import logging
 
+from tfattn.kinds import HIGHER, LOWER
 from train.files import write_json_atomically
 
 RECORD = "best.json"
 
 
 class BestCheckpoint:
-  """Saves the model whenever `metric` improves on validation (higher is better).
+  """Saves the model whenever `metric` improves on validation.
 
   Args:
     model: the model whose weights are kept.
     directory: where (created on the first save); a resumed run reads its record there.
-    metric: a key of the validation metrics, e.g. "accuracy" or "bleu".
+    metric: a key of the validation metrics, e.g. "accuracy", "bleu" or "perplexity".
+    direction: HIGHER or LOWER, which way the metric improves (the kind's `best_by`).
   """
 
-  def __init__(self, model: tf.Module, directory: str, metric: str):
-    self.metric, self.directory = metric, directory
+  def __init__(self, model: tf.Module, directory: str, metric: str, direction: str = HIGHER):
+    if direction not in (HIGHER, LOWER):
+      raise ValueError(f"direction must be {HIGHER!r} or {LOWER!r}, got {direction!r}")
+    self.metric, self.directory, self.direction = metric, directory, direction
     self._checkpoint = tf.train.Checkpoint(model=model)
     self._manager = tf.train.CheckpointManager(
       self._checkpoint, directory, max_to_keep=1, checkpoint_name="best"
@@ -38,8 +42,10 @@ class BestCheckpoint:
   def offer(self, metrics: Dict, step: int) -> bool:
     """Saves the current weights if `metrics[metric]` beats the best so far."""
     value = metrics[self.metric]
-    if self.record is not None and value <= self.record["value"]:
-      return False
+    if self.record is not None:
+      best = self.record["value"]
+      if (value <= best) if self.direction == HIGHER else (value >= best):
+        return False
     prefix = self._manager.save(checkpoint_number=step)
     self.record = {
       "metric": self.metric,

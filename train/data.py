@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from tfattn import shapes
+from tfattn.support import shapes
 from tfattn.text import END_ID, START_ID, truncate_tokens
 
 # A dataset whose size is known and at most this is shuffled whole each epoch; larger ones

@@ -32,7 +32,7 @@ def make_decoder(model, options: DecodeOptions):
 
   def decode(source):
     return decoding.decode(
-      model, source, options, seeds=decoding.source_seeds(model, source, options)
+      model, source, options, seeds=decoding.source_seeds(source, options, model.config.pad_id)
     ).ids
 
   return tf.function(

@@ -3,14 +3,16 @@ model and vocabularies from `tfattn/kinds.py`, plus the batches, the loss, the e
 the FLOPs of a step) as one object per kind, so the trainer never asks which kind it runs, reads
 no batch key and names no tokenizer. `TrainingKind` says what a kind provides; a new kind (say a
 decoder-only language model) is one class here, one in `tfattn/kinds.py` and one in
-`serving/export.py`, each added to its registry.
+`serving/export/`, each added to its registry.
 """
 
-import os
 import sys
+from types import MappingProxyType
 from typing import (
+  Any,
   Dict,
   List,
+  Mapping,
   NamedTuple,
   Optional,
   Protocol,
@@ -23,10 +25,13 @@ import numpy as np
 import tensorflow as tf
 
 from tfattn import flops, kinds, losses, text
-from tfattn.language_model import perplexity_sums
+from tfattn.language_model import perplexity_sums_of_logits
 from tfattn.special_ids import END_ID, PAD_ID, START_ID
 from train import data, evaluation
-from train.task import LANGUAGE_MODEL_DEFAULTS, Task, strings_dataset
+from train.task import (
+  CLASSIFICATION_DEFAULTS,
+  TSV_SEQ2SEQ_DEFAULTS,
+)
 
 
 class LossSums(NamedTuple):
@@ -83,7 +88,14 @@ def _self_attention_maps(weights, tokenizer, ids, title, first_piece=()) -> List
 
 @runtime_checkable
 class TrainingKind(kinds.ModelKind, Protocol):
-  """What the trainer needs of a task kind, beyond its model and vocabularies."""
+  """What the trainer needs of a task kind, beyond its model and vocabularies.
+
+  Attributes:
+    tsv_defaults: the training settings a `--task=tsv` run of this kind starts from (before
+      the recipe's and the declared `when_unset`).
+  """
+
+  tsv_defaults: Mapping[str, Any]
 
   def dataset(
     self, raw: tf.data.Dataset, tokenizers: Dict, *, training: bool, truncate: str, **batching
@@ -159,6 +171,8 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
   """Teacher-forced token loss with label smoothing; decoded as the run's DecodeOptions say;
   sacreBLEU and exact match."""
 
+  tsv_defaults = MappingProxyType(TSV_SEQ2SEQ_DEFAULTS)
+
   def dataset(self, raw, tokenizers, *, training, truncate, **batching):
     """Batches of {"source", "target_in", "target_out"} `[batch, length]` int32 (plus
     "target_text" for evaluation)."""
@@ -210,6 +224,8 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
 
 class Classification(kinds.ClassifierModel):
   """Cross-entropy over the classes; accuracy."""
+
+  tsv_defaults = MappingProxyType(CLASSIFICATION_DEFAULTS)
 
   def dataset(self, raw, tokenizers, *, training, truncate, **batching):
     """Batches of {"source": `[batch, length]` int32, "label": `[batch]` int64}."""
@@ -275,8 +291,11 @@ class Classification(kinds.ClassifierModel):
 
 class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
   """Next-token cross-entropy over plain text (BOS + the text -> the text + EOS); judged by
-  perplexity on held-out text. Texts come as (text, anything) pairs, one a line (`text_task`)
-  or a TFDS text feature; long texts keep their first max_length - 1 tokens."""
+  perplexity on held-out text. Texts come as (text, anything) pairs, one a line
+  (`train/text_tasks.py`) or a TFDS text feature; long texts keep their first max_length - 1
+  tokens."""
+
+  tsv_defaults = MappingProxyType({})  # the recipe's and the declared values
 
   def dataset(self, raw, tokenizers, *, training, truncate, **batching):
     """Batches of {"source": int32 `[batch, length]`, the text's tokens}."""
@@ -316,8 +335,9 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
     def sums(source):
       inputs, targets = self.inputs_and_targets({"source": source})
-      nll, count = perplexity_sums(model, inputs, targets)
-      return nll, count, losses.masked_accuracy(model(inputs), targets)[0]
+      logits = model(inputs)  # once: the likelihood and the accuracy both read it
+      nll, count = perplexity_sums_of_logits(logits, targets)
+      return nll, count, losses.masked_accuracy(logits, targets)[0]
 
     nll = tokens = correct = 0.0
     seen, limit = 0, _limit(max_examples)
@@ -356,60 +376,6 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     return flops.language_model_forward_flops(model_config, rows, target_length)
 
 
-def text_task(train_file, validation_file=None, test_file=None) -> Task:
-  """Plain UTF-8 text files, one text a line (blank lines skipped), one file per data role:
-  the language model's task (`--task=text`). Without a validation file, validation reads the
-  first training lines, which are not held out: the start says so."""
-  if not train_file:
-    raise ValueError("--task=text needs --train_file")
-  train_lines = _read_lines(train_file)
-  validation_lines = (
-    _read_lines(validation_file) if validation_file else train_lines[:UNHELD_VALIDATION_LINES]
-  )
-  test_lines = _read_lines(test_file) if test_file else None
-  note = (
-    ""
-    if validation_file
-    else f"validation reads the first {len(validation_lines)} training lines, which are not "
-    "held out: pass --validation_file for an honest number"
-  )
-
-  def examples(lines):
-    return lambda: strings_dataset([(line, "") for line in lines])
-
-  return Task(
-    "text",
-    kinds.LANGUAGE_MODEL,
-    examples(train_lines),
-    examples(validation_lines),
-    examples(test_lines) if test_lines else None,
-    defaults=dict(LANGUAGE_MODEL_DEFAULTS),
-    validation_note=note,
-  )
-
-
-def _read_lines(path):
-  """Every non-blank line of a UTF-8 file, checked now (a bad byte fails with its line)."""
-  if not os.path.isfile(path):
-    raise ValueError(f"text file {path} does not exist (or is not a file)")
-  lines = []
-  with open(path, "rb") as f:
-    for number, raw in enumerate(f, 1):
-      try:
-        line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
-      except UnicodeDecodeError as error:
-        raise ValueError(
-          f"{path}:{number}: not valid UTF-8 ({error.reason}); save it as UTF-8"
-        ) from None
-      if line.strip():
-        lines.append(line)
-  if not lines:
-    raise ValueError(f"{path}: no text")
-  return lines
-
-
-# Without --validation_file, validation reads this many training lines (not held out).
-UNHELD_VALIDATION_LINES = 1000
 TRAINING_KINDS = {kind.name: kind for kind in (Seq2Seq(), Classification(), LanguageModeling())}
 
 

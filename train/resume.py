@@ -10,7 +10,7 @@ import dataclasses
 import os
 from typing import Iterable, Optional
 
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 from train.run_config import FOLLOWS_MACHINE, MUST_MATCH, RunConfig, resume_policy
 
 

@@ -1,11 +1,14 @@
 """`RunConfig`: everything a training run is started with, each setting declared once.
 
 A field's declaration holds its type, default, help, allowed values or range, what an unset
-value falls back to, and its **resume policy** (`resume=`): whether a resumed run must match
+value becomes (`when_unset`), what a run saved before the field existed meant (`when_missing`),
+and its **resume policy** (`resume=`): whether a resumed run must match
 the saved value (it decides what is learned), may change it, or follows the machine it resumes
 on. The flags of `python -m train` (`cli.define_flags`), the value checks (`RunConfig.check`)
 and the resume rules (`train/resume.py`) are all derived from these declarations: a new
-setting is one field here. Decoding choices are `DecodeOptions` fields, carried as `decode`.
+setting is one field here. A setting of the model is `TransformerConfig`'s declaration,
+referred to (`model_setting`): its bounds and choices are not restated, and `model_config()`
+hands every set one to the model. Decoding choices are `DecodeOptions` fields, carried as `decode`.
 
 The resolved configuration is saved as the run's `run_config.json`.
 """
@@ -14,10 +17,10 @@ import dataclasses
 import json
 from typing import Any, Dict, Optional
 
-from tfattn import settings
+import settings
 from tfattn.config import PRESETS, TransformerConfig
 from tfattn.decode_options import DECODE_MODES, DecodeOptions
-from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, MODEL_KINDS, SEQ2SEQ
+from tfattn.kinds import MODEL_KINDS, SEQ2SEQ
 from train import recipes
 from train.files import write_json_atomically
 from train.flag_choices import (
@@ -39,22 +42,33 @@ SCHEDULES = ("noam", "rsqrt", "cosine", "constant")
 TRUNCATE_SIDES = ("right", "left")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
-# Validation metrics a run can keep its best checkpoint by, per task kind.
-BEST_BY = {
-  CLASSIFICATION: ("accuracy",),
-  SEQ2SEQ: ("bleu", "bleu_lowercase", "exact_match", "token_accuracy"),
-  # Higher is better for every metric here: perplexity (lower is better) is not offered.
-  LANGUAGE_MODEL: ("token_accuracy",),
-}
 # Model sizes an explicit --model preset keeps (the recipe's and task's are not applied).
 MODEL_SIZE_FIELDS = ("d_model", "num_heads", "dff", "num_layers")
 
 
 def run_setting(default, help: str, *, resume: str, **checks):
-  """A RunConfig field: `tfattn.settings.setting` plus its resume policy (required)."""
+  """A RunConfig field: `settings.setting` plus its resume policy (required)."""
   if resume not in RESUME_POLICIES:
     raise ValueError(f"resume policy must be one of {RESUME_POLICIES}, got {resume!r}")
   return settings.setting(default, help, resume=resume, **checks)
+
+
+def model_setting(name: str, help=None, *, resume: str, default=None, to=None, **own):
+  """A RunConfig field that sets `TransformerConfig.<name>` (or the fields `to` names): its
+  choices and bounds are the model's declaration (`settings.refer`); default None: the recipe's,
+  then the task's, then the preset's value."""
+  if resume not in RESUME_POLICIES:
+    raise ValueError(f"resume policy must be one of {RESUME_POLICIES}, got {resume!r}")
+  return settings.refer(TransformerConfig, name, default, help=help, to=to, resume=resume, **own)
+
+
+def _split_before_roles(saved, name):
+  """A TFDS run saved before the three data roles: the split it trained or evaluated on."""
+  if saved.get("task") not in TFDS_TASKS:
+    return None
+  from train.tfds_tasks import splits_before_roles
+
+  return splits_before_roles(saved["task"])[name]
 
 
 def resume_policy(field: dataclasses.Field) -> str:
@@ -97,6 +111,7 @@ class RunConfig:
     "TSV validation file: in-run evaluation and checkpoint choice (alias --eval_file). "
     "Without it, validation reads the first 1000 training lines.",
     unset="",
+    old_names=("eval_file",),  # before the three data roles
     resume=MUST_MATCH,
   )
   test_file: Optional[str] = run_setting(
@@ -110,6 +125,7 @@ class RunConfig:
     None,
     "TFDS tasks: the training split slice, e.g. 'train[:90%]' (default: the dataset's).",
     unset="",
+    when_missing=lambda saved: _split_before_roles(saved, "train_split"),
     resume=MUST_MATCH,
   )
   validation_split: Optional[str] = run_setting(
@@ -118,6 +134,7 @@ class RunConfig:
     "dataset's: IMDB holds out the last 10% of train, translation sets their validation "
     "split).",
     unset="",
+    when_missing=lambda saved: _split_before_roles(saved, "validation_split"),
     resume=MUST_MATCH,
   )
   test_split: Optional[str] = run_setting(
@@ -125,6 +142,7 @@ class RunConfig:
     "TFDS tasks: the test split slice, judged once at the end ('' = none; default: the "
     "dataset's test split).",
     unset="",
+    when_missing=lambda saved: _split_before_roles(saved, "test_split"),
     resume=MAY_CHANGE,
   )
   bad_lines: str = run_setting(
@@ -153,43 +171,26 @@ class RunConfig:
   model: Optional[str] = run_setting(
     None, "Model size preset.", choices=tuple(PRESETS), resume=MUST_MATCH
   )
-  d_model: Optional[int] = run_setting(None, "Model width.", above=0, resume=MUST_MATCH)
-  num_heads: Optional[int] = run_setting(None, "Attention heads.", above=0, resume=MUST_MATCH)
-  dff: Optional[int] = run_setting(None, "Feed-forward inner width.", above=0, resume=MUST_MATCH)
-  num_layers: Optional[int] = run_setting(
-    None, "Encoder and decoder layers each.", above=0, resume=MUST_MATCH
-  )
-  norm_position: str = run_setting(
-    "post",
-    "Layer norm after (paper) or before each sublayer.",
-    choices=("post", "pre"),
+  d_model: Optional[int] = model_setting("d_model", resume=MUST_MATCH)
+  num_heads: Optional[int] = model_setting("num_heads", resume=MUST_MATCH)
+  dff: Optional[int] = model_setting("dff", resume=MUST_MATCH)
+  num_layers: Optional[int] = model_setting(
+    "num_encoder_layers",
+    "Encoder and decoder layers each.",
+    to=("num_encoder_layers", "num_decoder_layers"),
     resume=MUST_MATCH,
   )
-  classifier_body: Optional[str] = run_setting(
-    None,
-    "Classification only: the encoder stack, or one self-attention layer over "
-    "embeddings (Su Jianlin's experiment).",
-    choices=("transformer", "attention"),
-    resume=MUST_MATCH,
+  norm_position: str = model_setting("norm_position", default="post", resume=MUST_MATCH)
+  classifier_body: Optional[str] = model_setting("classifier_body", resume=MUST_MATCH)
+  attention_window: Optional[int] = model_setting(
+    "attention_window", unset="full attention", resume=MUST_MATCH
   )
-  attention_window: Optional[int] = run_setting(
-    None,
-    "Restricted self-attention (paper section 4): each position attends only to keys within "
-    "this many positions, in blocks, O(n r) (cross-attention stays full); unset: full.",
-    above=0,
-    unset="full attention",
-    resume=MUST_MATCH,
-  )
-  dropout: Optional[float] = run_setting(
-    None, "The paper's residual and embedding dropout rate.", minimum=0, below=1, resume=MUST_MATCH
-  )
-  feed_forward_dropout: Optional[float] = run_setting(
-    None,
-    "Dropout on the feed-forward hidden layer, after the ReLU (tensor2tensor's "
-    "relu_dropout; not the paper's).",
-    minimum=0,
-    below=1,
-    fallback=0.0,
+  dropout: Optional[float] = model_setting("dropout_rate", resume=MUST_MATCH)
+  feed_forward_dropout: Optional[float] = model_setting(
+    "feed_forward_dropout_rate",
+    when_unset=0.0,
+    # Saved before the field existed: the feed-forward hidden layer dropped at `dropout`.
+    when_missing=lambda saved: saved.get("dropout"),
     resume=MUST_MATCH,
   )
   # Text.
@@ -197,13 +198,13 @@ class RunConfig:
     None,
     "sentencepiece: lossless (case, spacing, punctuation kept); wordpiece: case-folded words.",
     choices=TOKENIZERS,
-    fallback="sentencepiece",
+    when_unset="sentencepiece",
     resume=MUST_MATCH,
   )
   lower_case: Optional[bool] = run_setting(
     None,
     "Case-fold text before SentencePiece (classification tasks do).",
-    fallback=False,
+    when_unset=False,
     resume=MUST_MATCH,
   )
   vocab_size: Optional[int] = run_setting(None, "Vocabulary size.", above=0, resume=MUST_MATCH)
@@ -212,21 +213,19 @@ class RunConfig:
     "Seq2seq: one vocabulary learned from source and target text together, and one embedding "
     "table for the encoder input, the decoder input and the output layer (the paper's "
     "three-way tying).",
-    fallback=False,
+    when_unset=False,
     resume=MUST_MATCH,
   )
   vocab_examples: Optional[int] = run_setting(
     None, "Training examples the vocabulary is learned from.", above=0, resume=MUST_MATCH
   )
-  max_length: Optional[int] = run_setting(
-    None, "Longest sequence in tokens.", above=0, resume=MUST_MATCH
-  )
+  max_length: Optional[int] = model_setting("max_length", resume=MUST_MATCH)
   truncate: Optional[str] = run_setting(
     None,
     "Classification: which end of a long text is cut off; left keeps the last "
     "max_length tokens (reviews end with their verdict).",
     choices=TRUNCATE_SIDES,
-    fallback="right",
+    when_unset="right",
     resume=MUST_MATCH,
   )
   # Optimisation.
@@ -244,7 +243,7 @@ class RunConfig:
     None,
     "Micro-batches per optimizer step (gradient accumulation): a large effective batch on one GPU.",
     above=0,
-    fallback=1,
+    when_unset=1,
     resume=MUST_MATCH,
   )
   train_steps: Optional[int] = run_setting(
@@ -255,7 +254,7 @@ class RunConfig:
     "Learning-rate schedule: noam (the paper's; peak depends on d_model), or a linear "
     "warm-up to --learning_rate then rsqrt decay, cosine decay to 0, or constant.",
     choices=SCHEDULES,
-    fallback="noam",
+    when_unset="noam",
     resume=MUST_MATCH,
   )
   learning_rate: Optional[float] = run_setting(
@@ -266,13 +265,16 @@ class RunConfig:
   )
   warmup_steps: Optional[int] = run_setting(None, "Warm-up steps.", minimum=0, resume=MUST_MATCH)
   label_smoothing: Optional[float] = run_setting(
-    None, "Label smoothing epsilon.", minimum=0, below=1, fallback=0.1, resume=MUST_MATCH
+    None, "Label smoothing epsilon.", minimum=0, below=1, when_unset=0.1, resume=MUST_MATCH
   )
   clip_norm: float = run_setting(
     0.0, "Global gradient-norm clip; 0 disables.", minimum=0, resume=MUST_MATCH
   )
   seed: int = run_setting(
-    0, "Seed for data generation, initialisation, shuffling, dropout.", resume=MUST_MATCH
+    0,
+    "Seed for data generation, initialisation, shuffling, dropout.",
+    refers_to=("seed",),
+    resume=MUST_MATCH,
   )
   # Devices: follow the machine a run resumes on.
   mixed_precision: str = run_setting(
@@ -326,10 +328,10 @@ class RunConfig:
   )
   # Book-keeping, evaluation, export.
   checkpoint_every: Optional[int] = run_setting(
-    None, "Steps between checkpoints.", above=0, fallback=500, resume=MAY_CHANGE
+    None, "Steps between checkpoints.", above=0, when_unset=500, resume=MAY_CHANGE
   )
   keep_checkpoints: Optional[int] = run_setting(
-    None, "Checkpoints to keep.", above=0, fallback=3, resume=MAY_CHANGE
+    None, "Checkpoints to keep.", above=0, when_unset=3, resume=MAY_CHANGE
   )
   average_checkpoints: Optional[int] = run_setting(
     None,
@@ -337,7 +339,7 @@ class RunConfig:
     "checkpoints (the paper averages the last 5 for its base models); needs "
     "--keep_checkpoints >= N.",
     above=0,
-    fallback=1,
+    when_unset=1,
     resume=MAY_CHANGE,
   )
   keep_best_by: Optional[str] = run_setting(
@@ -345,7 +347,7 @@ class RunConfig:
     "Also keep the checkpoint with the best validation value of this metric (at each "
     "--eval_every); the final evaluation, the test number and the export then use it "
     "instead of the last weights.",
-    choices=tuple(sorted({m for metrics in BEST_BY.values() for m in metrics})),
+    choices=tuple(sorted({m for kind in MODEL_KINDS.values() for m in kind.best_by})),
     unset="off",
     resume=MAY_CHANGE,
   )
@@ -379,6 +381,8 @@ class RunConfig:
     None,
     "DecodeOptions values (flags --decode_strategy, --beam_size, ...): how evaluation "
     "decodes, and what the export serves.",
+    # Saved before DecodeOptions: evaluation's beam and alpha were their own settings.
+    when_missing=lambda saved: DecodeOptions.of_run(saved).to_dict(),
     resume=MAY_CHANGE,
   )
   export_base_path: Optional[str] = run_setting(
@@ -395,6 +399,9 @@ class RunConfig:
     "length bucket (TF Serving then needs --xla_cpu_compilation_enabled=true on CPU, "
     "--xla_gpu_compilation_enabled=true on GPU images >= 2.18).",
     choices=DECODE_MODES,
+    # Saved when it could be "auto" (xla where a GPU was present): now the graph export,
+    # which every TF Serving image loads with no flag.
+    old_values={"auto": "graph"},
     resume=MAY_CHANGE,
   )
 
@@ -415,15 +422,15 @@ class RunConfig:
     return RunConfig(**filled)
 
   def resolved(self, *defaults: Dict[str, Any]) -> "RunConfig":
-    """Fills unset fields from each of `defaults` in turn, then from the declared fallbacks;
+    """Fills unset fields from each of `defaults` in turn, then from the declared `when_unset`;
     the decoding options become complete (DecodeOptions' own defaults last)."""
     config = self
-    for values in (*defaults, FALLBACKS):
+    for values in (*defaults, UNSET_DEFAULTS):
       config = config.with_defaults(values)
     return dataclasses.replace(config, decode=config.decode_options().to_dict())
 
   def resolved_for(self, task) -> "RunConfig":
-    """Explicit values, then the recipe, then the task's defaults, then the fallbacks. An
+    """Explicit values, then the recipe, then the task's defaults, then `when_unset`. An
     explicit --model preset is not resized by the recipe's or the task's sizes."""
     layers = (recipes.recipe_values(self.recipe, task.kind),) if self.recipe else ()
     layers += (task.defaults,)
@@ -472,14 +479,14 @@ class RunConfig:
         "--keep_best_by and --average_checkpoints > 1 each choose the final "
         "weights: give one of them"
       )
-    if kind is not None and self.keep_best_by and self.keep_best_by not in BEST_BY[kind]:
+    best_by = MODEL_KINDS[kind].best_by if kind is not None else {}
+    if kind is not None and self.keep_best_by and self.keep_best_by not in best_by:
       raise ValueError(
-        f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose "
-        f"one of {list(BEST_BY[kind])}"
+        f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose one of {list(best_by)}"
       )
     if self.cpu_replicas > 1 and self.gpu_replicas > 1:
       raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")
-    if kind is not None and self.shared_vocabulary and kind != SEQ2SEQ:
+    if kind is not None and self.shared_vocabulary and not MODEL_KINDS[kind].shares_vocabulary:
       raise ValueError(f"--shared_vocabulary is for seq2seq tasks (one side), not {kind}")
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):
@@ -489,32 +496,18 @@ class RunConfig:
   def model_config(
     self, source_vocab_size: int, target_vocab_size: int, num_classes: int
   ) -> TransformerConfig:
-    """The model this configuration describes, for the given vocabularies."""
-    overrides = dict(
+    """The model this configuration describes, for the given vocabularies: the preset, then
+    every set setting that refers to the model's (`model_setting`), then what the run decides
+    in its own terms (vocabularies, precision, one shared table)."""
+    return TransformerConfig.preset(
+      self.model,
+      **settings.referred(self),
       source_vocab_size=source_vocab_size,
       target_vocab_size=target_vocab_size,
-      max_length=self.max_length,
-      norm_position=self.norm_position,
-      compute_dtype=COMPUTE_DTYPES.get(self.mixed_precision, "float32"),
       num_classes=num_classes,
-      seed=self.seed,
-      dropout_rate=self.dropout,
-      feed_forward_dropout_rate=self.feed_forward_dropout,
+      compute_dtype=COMPUTE_DTYPES.get(self.mixed_precision, "float32"),
       share_embeddings=bool(self.shared_vocabulary),
-      attention_window=self.attention_window,
     )
-    if self.classifier_body is not None:
-      overrides["classifier_body"] = self.classifier_body
-    for field, value in (
-      ("d_model", self.d_model),
-      ("num_heads", self.num_heads),
-      ("dff", self.dff),
-      ("num_encoder_layers", self.num_layers),
-      ("num_decoder_layers", self.num_layers),
-    ):
-      if value is not None:
-        overrides[field] = value
-    return TransformerConfig.preset(self.model, **overrides)
 
   # --- files ----------------------------------------------------------------------------
 
@@ -540,31 +533,12 @@ class RunConfig:
 
   @classmethod
   def from_saved(cls, values: Dict[str, Any]) -> "RunConfig":
-    values = dict(values)
-    # Saved before the field existed: the feed-forward hidden layer dropped at `dropout`.
-    values.setdefault("feed_forward_dropout", values.get("dropout"))
-    # Saved before the field existed: one vocabulary per side.
-    values.setdefault("shared_vocabulary", False)
-    # Saved before DecodeOptions: evaluation's beam and alpha were their own settings.
-    if "decode" not in values:
-      values["decode"] = DecodeOptions.of_run(values).to_dict()
-    values.pop("eval_beam_size", None)
-    values.pop("eval_alpha", None)
-    # Saved when export_decode could be "auto" (xla where a GPU was present): now graph, the
-    # export every TF Serving image loads with no flag.
-    if values.get("export_decode") == "auto":
-      values["export_decode"] = "graph"
-    # Saved before the three data roles: the "eval" file or split was the validation one.
-    if "eval_file" in values:
-      values["validation_file"] = values.pop("eval_file")
-    if "validation_split" not in values and values.get("task") in TFDS_TASKS:
-      from train.tfds_tasks import splits_before_roles
-
-      values.update(splits_before_roles(values["task"]))
-    return cls(**values)
+    """A run_config.json of this version or an earlier one: every field says what a save
+    without it meant (`settings.from_saved`); settings that became DecodeOptions are dropped."""
+    return settings.from_saved(cls, values, retired=("eval_beam_size", "eval_alpha"))
 
 
 # What an unset field means when neither the recipe nor the task sets it.
-FALLBACKS = settings.fallbacks(RunConfig)
+UNSET_DEFAULTS = settings.unset_defaults(RunConfig)
 # Fields with no flag of their own (decode's come from DecodeOptions).
 FLAGLESS = ("decode",)

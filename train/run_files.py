@@ -5,7 +5,7 @@ atomic, so a reader (or a crash) never sees half a file."""
 import json
 from typing import Dict
 
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 from train.files import write_json_atomically, write_text_atomically
 
 

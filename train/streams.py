@@ -26,11 +26,6 @@ CHECK_BATCH = 1024
 CYCLE_FILES = 8
 # Skipped lines printed one by one; after that, one line every SKIP_REPORT_EVERY.
 SKIPS_PRINTED, SKIP_REPORT_EVERY = 100, 10_000
-# Column names of a TFRecord example, by kind (the TSV's two columns).
-TFRECORD_FEATURES = {
-  "seq2seq": (("source", tf.string), ("target", tf.string)),
-  "classification": (("text", tf.string), ("label", tf.int64)),
-}
 _FAIL_HINT = " (--bad_lines=skip skips such lines)"
 _OK, _BLANK, _NOT_UTF8, _FIELDS, _TARGET = range(5)
 
@@ -206,15 +201,22 @@ def _tsv_file(path, checker):
   return numbered.batch(CHECK_BATCH).map(lambda numbers, lines: checker(path, numbers, lines))
 
 
-def _tfrecord_file(path, kind_name, compression):
-  """One TFRecord file of tf.train.Examples -> batches of (source, target) or (text, label)."""
-  columns = TFRECORD_FEATURES[kind_name]
-  spec = {name: tf.io.FixedLenFeature([], dtype) for name, dtype in columns}
+def _tfrecord_file(path, kind, compression):
+  """One TFRecord file of tf.train.Examples -> batches of the kind's pairs: its
+  `example_features` ((source, target), (text, label)); a kind with one feature (a language
+  model's text) pairs it with "" as the TSV reader does."""
+  columns = kind.example_features
+  spec = {name: tf.io.FixedLenFeature([], tf.as_dtype(dtype)) for name, dtype in columns}
   records = tf.data.TFRecordDataset(path, compression_type=compression)
+
+  def pair(example):
+    values = tuple(example[name] for name, _ in columns)
+    return values if len(values) == 2 else (values[0], tf.zeros_like(values[0]))
+
   return (
     records.batch(CHECK_BATCH)
     .map(lambda serialized: tf.io.parse_example(serialized, spec))
-    .map(lambda example: tuple(example[name] for name, _ in columns))
+    .map(pair)
   )
 
 
@@ -240,7 +242,7 @@ def examples(
     names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
   if is_tfrecord(files[0]):
     compression = "GZIP" if files[0].endswith(".gz") else ""
-    read = lambda path: _tfrecord_file(path, kind.name, compression)  # noqa: E731
+    read = lambda path: _tfrecord_file(path, kind, compression)  # noqa: E731
   else:
     checker = (checker or LineChecker(kind, bad_lines)).ready()
     read = lambda path: _tsv_file(path, checker)  # noqa: E731
@@ -296,15 +298,21 @@ def head(files: Sequence[str], kind, bad_lines: str, lines: int) -> List[Tuple]:
   return pairs
 
 
-def parse_line(raw: bytes, kind) -> Optional[Tuple]:
-  """A TSV line -> (first field, the kind's target), None for a blank line; a ValueError
-  saying why for a bad one."""
+def decode_line(raw: bytes) -> str:
+  """A line of a file as read in binary -> its text without the line end; a ValueError saying
+  where for bytes that are not UTF-8. The one decoder of training's text files."""
   try:
-    line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
+    return raw.decode("utf-8").rstrip("\n").rstrip("\r")
   except UnicodeDecodeError as error:
     raise ValueError(
       f"not valid UTF-8 ({error.reason} at byte {error.start} of the line); save the file as UTF-8"
     ) from None
+
+
+def parse_line(raw: bytes, kind) -> Optional[Tuple]:
+  """A TSV line -> (first field, the kind's target), None for a blank line; a ValueError
+  saying why for a bad one."""
+  line = decode_line(raw)
   if not line.strip():
     return None
   fields = line.split("\t")

@@ -3,12 +3,13 @@
 * Built-in, generated offline from `--seed` (`train/builtin_tasks.py`).
 * TensorFlow Datasets, one table entry each (`train/tfds_tasks.py`).
 * `tsv`: local files, one per data role (`train/tsv_tasks.py`).
-* `text`: plain text files, one text a line, for the language model (`train/kinds.py`).
+* `text`: plain text files, one text a line, for the language model (`train/text_tasks.py`).
 """
 
 from train.builtin_tasks import builtin_task
 from train.flag_choices import BUILTIN_TASKS, TASK_NAMES, TEXT, TFDS_TASKS, TSV
 from train.task import CLASSIFICATION, SEQ2SEQ, Task  # noqa: F401 (the names users import)
+from train.text_tasks import text_task
 from train.tfds_tasks import tfds_task
 from train.tsv_tasks import tsv_task
 
@@ -33,7 +34,5 @@ def get_task(config) -> Task:
       bad_lines=config.bad_lines,
     )
   if name == TEXT:
-    from train.kinds import text_task  # the language model's kind reads its own files
-
     return text_task(config.train_file, config.validation_file, config.test_file)
   raise ValueError(f"unknown task {name!r}; choose one of {list(TASK_NAMES)}")

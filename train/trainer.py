@@ -1,6 +1,6 @@
 """The training run: model, optimizer, distributed custom loop, checkpoints, evaluation.
 
-What it writes, where: `tfattn/run_dir.py` (RunDir). The vocabularies are learned by
+What it writes, where: `tfattn/support/run_dir.py` (RunDir). The vocabularies are learned by
 `train/vocabularies.py`, the run files written by `train/run_files.py`, the MFU peak measured by
 `train/performance.py`; the task kind (`train/kinds.py`) supplies model, batches, loss and
 evaluation.
@@ -18,9 +18,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from tfattn import attention_plot, checkpoints
-from tfattn.run_dir import RunDir
 from tfattn.schedules import NoamSchedule, WarmupSchedule
+from tfattn.support import attention_plot, checkpoints
+from tfattn.support.run_dir import RunDir
 from train import distribute, kinds, performance, resume, run_files, vocabularies
 from train.best_checkpoint import BestCheckpoint
 from train.run_config import RunConfig
@@ -225,7 +225,12 @@ class Trainer:
       self.checkpoint, directory, max_to_keep=self.config.keep_checkpoints
     )
     self.best = (
-      BestCheckpoint(self.model, self.run_dir.best_checkpoints, self.config.keep_best_by)
+      BestCheckpoint(
+        self.model,
+        self.run_dir.best_checkpoints,
+        self.config.keep_best_by,
+        self.kind.best_by[self.config.keep_best_by],
+      )
       if self.config.keep_best_by and self.is_chief
       else None
     )

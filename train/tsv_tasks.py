@@ -16,17 +16,7 @@ import tensorflow as tf
 from absl import logging
 
 from train import kinds, streams
-from train.task import (
-  CLASSIFICATION,
-  CLASSIFICATION_DEFAULTS,
-  SEQ2SEQ,
-  TSV_SEQ2SEQ_DEFAULTS,
-  Task,
-  strings_dataset,
-)
-
-# Training defaults by kind; a kind without an entry starts from the recipe and the fallbacks.
-DEFAULTS = {SEQ2SEQ: TSV_SEQ2SEQ_DEFAULTS, CLASSIFICATION: CLASSIFICATION_DEFAULTS}
+from train.task import CLASSIFICATION, SEQ2SEQ, Task, strings_dataset
 
 # Without --validation_file, validation reads this many training lines (not held out).
 UNHELD_VALIDATION_LINES = 1000
@@ -137,7 +127,7 @@ def tsv_task(
     lambda: strings_dataset(validation_pairs),
     (lambda: strings_dataset(test_pairs)) if test_pairs else None,
     num_classes=num_classes,
-    defaults=dict(DEFAULTS.get(kind, {})),
+    defaults=dict(kind_object.tsv_defaults),
     validation_note=note,
     train_shard=train_shard,
     vocabulary_sample="reservoir",

@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfattn import text
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 from train import streams, tokenizer
 from train.files import write_bytes_atomically
 

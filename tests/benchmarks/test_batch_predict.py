@@ -1,6 +1,6 @@
 """benchmarks/batch_predict.py at a tiny size, every mode: the fda25e5 seq2seq fixture export
 over 24 lines (sorted and unsorted, REST with 2 clients, Beam in-process, memory at two
-sizes) prints each rate, the ratios, and Beam's output identical to serving.predict's."""
+sizes) prints each rate, the ratios, and Beam's output identical to serving.tools.predict's."""
 
 import os
 import re
@@ -44,7 +44,7 @@ def test_every_mode_prints_its_rate_and_the_ratios(tmp_path):
     r"unsorted: [\d,.]+ lines/s",
     r"rest \(2 clients, one line a request\): [\d,.]+ lines/s; 24 of 24 answers equal",
     r"beam \(FnApiRunner, 1 worker\(s\).*\): [\d,.]+ lines/s; output identical to "
-    r"serving.predict's: True",
+    r"serving.tools.predict's: True",
     r"memory: 24 lines: peak RSS [\d,]+ MB",
     r"memory: 48 lines: peak RSS [\d,]+ MB",
     r"sorted / unsorted batching: [\d.]+x",

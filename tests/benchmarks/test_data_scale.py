@@ -23,8 +23,7 @@ ROWS = (
 
 
 def test_corpus_is_seeded_and_shaped_like_wmt(tmp_path):
-  sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-  import data_scale
+  import data_scale  # benchmarks/ is on the tests' path (pyproject.toml)
 
   sizes = [data_scale.write_corpus(tmp_path / f"{i}.tsv", 500, seed=3) for i in range(2)]
   assert (

@@ -10,11 +10,11 @@ import threading
 import pytest
 import rest_latency
 
-from serving import grpc_service
-from serving.batching import Batcher, BatchingParameters
-from serving.model_manager import ModelManager
-from serving.server import make_server
-from serving.server_core import ServerCore
+from serving.server import grpc_service
+from serving.server.batching import Batcher, BatchingParameters
+from serving.server.model_manager import ModelManager
+from serving.server.rest_api import make_server
+from serving.server.server_core import ServerCore
 
 from train_helpers import REPO, environment
 

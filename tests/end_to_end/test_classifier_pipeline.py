@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from serving import check, export
+from serving import export
+from serving.export import check
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 

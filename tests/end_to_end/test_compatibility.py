@@ -13,10 +13,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the tokenizer ops
 
-from serving import check, export
-from serving.client import ServingClient
-from serving.model_manager import ModelManager
-from serving.server import make_server
+from serving import export
+from serving.export import check
+from serving.server.model_manager import ModelManager
+from serving.server.rest_api import make_server
+from serving.tools.client import ServingClient
 from tfattn.decode_options import DecodeOptions
 from train.run_config import RunConfig
 

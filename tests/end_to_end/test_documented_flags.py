@@ -2,7 +2,7 @@
 
 A flag belongs to the program named last before it: in a command (code block lines joined at
 their trailing backslashes) the command's program; in prose the program last named in the same
-paragraph or table row (`python -m serving.server`, `serving.client`, `benchmarks/x.py`,
+paragraph or table row (`python -m serving.server`, `serving.tools.client`, `benchmarks/x.py`,
 `train: error:`). A flag no program is named for must exist in at least one program. Each
 program's flags come from the program itself (`--helpxml`, its absl flags), and the programs are
 found in the source tree (a module with a `__main__` guard), so a new program or flag needs no
@@ -43,7 +43,7 @@ OTHER_TOOLS = {
     "max_num_load_retries",  # its load retries (serving_conformance.md), which ours skips
     "load_retry_interval_micros",
   },
-  # Beam's own pipeline options, given to serving.beam_predict inside --beam_options='...'
+  # Beam's own pipeline options, given to serving.tools.beam_predict inside --beam_options='...'
   # (docs/batch_prediction.md): checked by Beam's PipelineOptions, not by our flags.
   "apache_beam": {
     "runner",
@@ -67,7 +67,7 @@ OTHER_TOOL_PATTERNS = {
   r"\btensorboard\b": ("tensorboard",),
   r"\btfds build\b": ("tfds",),
   r"\btensorflow_model_server --": ("tensorflow_model_server",),
-  r"--beam_options\b": ("serving.beam_predict", "apache_beam"),
+  r"--beam_options\b": ("serving.tools.beam_predict", "apache_beam"),
   r"\bpython -m build\b": ("python -m build",),
 }
 ABSL_HELP = {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok"}
@@ -77,10 +77,11 @@ FLAG = re.compile(r"(?<![\w-])--(?:\[no\])?([a-z][a-z0-9_]*)")
 def _programs():
   """{name as the docs write it: command that runs it}, found in the source tree."""
   programs = {"train": [sys.executable, "-m", "train"]}
-  for path in sorted(glob.glob(os.path.join(REPO, "serving", "*.py"))):
+  for path in sorted(glob.glob(os.path.join(REPO, "serving", "**", "*.py"), recursive=True)):
     with open(path) as f:
-      if 'if __name__ == "__main__"' in f.read():
-        module = "serving." + os.path.basename(path)[:-3]
+      if 'if __name__ == "__main__"' in f.read() or path.endswith("__main__.py"):
+        relative = os.path.relpath(path, REPO)[: -len(".py")]
+        module = relative.replace(os.sep, ".").removesuffix(".__main__")
         programs[module] = [sys.executable, "-m", module]
   for path in sorted(glob.glob(os.path.join(REPO, "benchmarks", "*.py"))):
     with open(path) as f:
@@ -91,10 +92,10 @@ def _programs():
 
 PROGRAMS = _programs()
 PROGRAM_MENTION = re.compile(
-  r"python -m (train|serving\.\w+)\b"
+  r"python -m (train|serving(?:\.\w+)+)\b"
   r"|(benchmarks/\w+\.py)"
-  r"|`(serving\.\w+)`"
-  r"|^(train|serving\.\w+): error:"
+  r"|`(serving(?:\.\w+)+)`"
+  r"|^(train|serving(?:\.\w+)+): error:"
   r"|(" + "|".join(OTHER_TOOL_PATTERNS) + ")"
 )
 
@@ -149,7 +150,12 @@ def _owner(match):
 SECTION_PROGRAMS = {
   "README.md": {
     "Train on your own data": ("train",),
-    "Serve it": ("serving.export", "serving.server", "serving.client", "serving.check"),
+    "Serve it": (
+      "serving.export",
+      "serving.server",
+      "serving.tools.client",
+      "serving.export.check",
+    ),
     "Speed": ("train", "serving.export", "serving.server"),
   },
   "docs/training.md": {"": ("train",)},
@@ -161,11 +167,11 @@ SECTION_PROGRAMS = {
     "": (
       "serving.export",
       "serving.server",
-      "serving.client",
-      "serving.check",
+      "serving.tools.client",
+      "serving.export.check",
       "tensorflow_model_server",
     ),
-    "Attention maps": ("serving.attention",),
+    "Attention maps": ("serving.tools.attention_maps",),
     "With the real TensorFlow Serving": (
       "serving.export",
       "serving.server",
@@ -228,7 +234,12 @@ def _flags_of(program):
 def program_flags():
   """{program: its flags}, for every program the docs name a flag for (each started once)."""
   named = {o for *_, owners in documented_flags() if owners for o in owners if o in PROGRAMS}
-  named |= {"train", "serving.server", "serving.export", "serving.client"}  # for unowned flags
+  named |= {
+    "train",
+    "serving.server",
+    "serving.export",
+    "serving.tools.client",
+  }  # for unowned flags
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
     return dict(zip(sorted(named), pool.map(_flags_of, sorted(named))))
 
@@ -237,7 +248,7 @@ def test_the_docs_parser_finds_flags_and_their_programs():
   by_flag = {(doc, flag, owners) for doc, _, flag, owners in documented_flags()}
   serving_md = SECTION_PROGRAMS["docs/serving.md"][""]
   assert ("docs/serving.md", "grpc_socket_path", serving_md) in by_flag  # the flag table
-  assert ("README.md", "signature_name", ("serving.client",)) in by_flag
+  assert ("README.md", "signature_name", ("serving.tools.client",)) in by_flag
   assert ("docs/serving.md", "warmup_batch_sizes", ("serving.export",)) in by_flag
   assert ("docs/serving.md", "mount", ("docker", "tensorflow_model_server")) in by_flag
   assert len(by_flag) > 150

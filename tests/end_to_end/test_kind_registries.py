@@ -1,5 +1,5 @@
 """A task kind is one object per layer: the model (`tfattn/kinds.py`), training
-(`train/kinds.py`) and export (`serving/export.py`). Every layer must know the same kinds, each
+(`train/kinds.py`) and export (`serving/export/`). Every layer must know the same kinds, each
 object must provide what its layer's Protocol writes down, and a kind's name is what a run
 records in task.json."""
 
@@ -32,7 +32,7 @@ def test_each_kind_object_provides_its_layers_protocol():
 def test_every_task_names_a_known_kind_and_every_kind_has_a_task(tmp_path):
   from train import tfds_tasks
   from train.builtin_tasks import builtin_task
-  from train.kinds import text_task
+  from train.text_tasks import text_task
 
   text_file = tmp_path / "train.txt"
   text_file.write_text("a line of text\n")
@@ -42,3 +42,32 @@ def test_every_task_names_a_known_kind_and_every_kind_has_a_task(tmp_path):
   for name, kind in kinds_used.items():
     assert kind in model_kinds.MODEL_KINDS, (name, kind)
   assert set(kinds_used.values()) == set(model_kinds.MODEL_KINDS)  # no kind without a task
+
+
+def test_a_kinds_tables_are_its_own_attributes():
+  """What differs by kind is an attribute of the kind object (issue 40), not a table keyed by
+  kind name elsewhere: the metrics with their direction, the TFRecord features, the TSV
+  defaults, the shared-vocabulary rule."""
+  import dataclasses
+
+  import pytest
+  import tensorflow as tf
+
+  import settings
+  from train.run_config import RunConfig
+
+  for name, kind in model_kinds.MODEL_KINDS.items():
+    assert set(kind.best_by.values()) <= {model_kinds.HIGHER, model_kinds.LOWER}, name
+    assert all(tf.as_dtype(dtype) for _, dtype in kind.example_features), name
+    assert isinstance(training_kinds.TRAINING_KINDS[name].tsv_defaults.get("model", ""), str)
+    with_shared = RunConfig(shared_vocabulary=True)
+    if kind.shares_vocabulary:
+      with_shared.check(kind=name)
+    else:
+      with pytest.raises(ValueError, match="--shared_vocabulary is for"):
+        with_shared.check(kind=name)
+  assert model_kinds.MODEL_KINDS["language_model"].best_by["perplexity"] == model_kinds.LOWER
+  field = next(f for f in dataclasses.fields(RunConfig) if f.name == "keep_best_by")
+  assert set(settings.spec_of(field).allowed()) == {
+    metric for kind in model_kinds.MODEL_KINDS.values() for metric in kind.best_by
+  }

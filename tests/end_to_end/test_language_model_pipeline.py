@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from serving import check, export, grpc_service
-from serving.client import GrpcServingClient, ServingClient
-from serving.model_manager import ModelManager
-from serving.server import make_server
-from serving.server_core import ServerCore
+from serving import export
+from serving.export import check
+from serving.server import grpc_service
+from serving.server.model_manager import ModelManager
+from serving.server.rest_api import make_server
+from serving.server.server_core import ServerCore
+from serving.tools.client import GrpcServingClient, ServingClient
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 

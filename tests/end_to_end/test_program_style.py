@@ -16,8 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _programs():
   paths = []
-  for pattern in ("train/*.py", "serving/*.py", "benchmarks/*.py"):
-    for path in sorted(glob.glob(os.path.join(REPO, pattern))):
+  for pattern in ("train/*.py", "serving/**/*.py", "benchmarks/*.py"):
+    for path in sorted(glob.glob(os.path.join(REPO, pattern), recursive=True)):
       with open(path, encoding="utf-8") as f:
         if 'if __name__ == "__main__":' in f.read():
           paths.append(path)
@@ -26,7 +26,7 @@ def _programs():
 
 def test_the_programs_are_found():
   names = {os.path.relpath(p, REPO) for p in _programs()}
-  assert {"train/__main__.py", "serving/server.py", "benchmarks/rest_latency.py"} <= names
+  assert {"train/__main__.py", "serving/server/__main__.py", "benchmarks/rest_latency.py"} <= names
 
 
 @pytest.mark.parametrize("path", _programs(), ids=lambda p: os.path.relpath(p, REPO))
@@ -44,6 +44,32 @@ def test_program_uses_absl_flags_through_cli_run(path):
   assert "cli.run" in calls
 
 
+def _defines(path):
+  """The absl DEFINE_* calls written in one file (`flags.DEFINE_x(...)`, `DEFINE_x(...)`)."""
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  return sorted(
+    f"{os.path.relpath(path, REPO)}:{node.lineno}"
+    for node in ast.walk(tree)
+    if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1].startswith("DEFINE_")
+  )
+
+
+def test_every_flag_is_a_declared_setting_made_by_cli_define_flags(tmp_path):
+  """One flag style (issue 40): no program, and no module of ours but cli.py, calls absl's
+  DEFINE_* itself; every flag is a field of a declared dataclass (`settings.setting`)."""
+  raw = tmp_path / "raw.py"
+  raw.write_text('from absl import flags\nflags.DEFINE_integer("n", 1, "N.")\n')
+  assert _defines(str(raw)) == [f"{os.path.relpath(str(raw), REPO)}:2"]  # the rule sees one
+  ours = [
+    path
+    for pattern in ("*.py", "tfattn/**/*.py", "train/*.py", "serving/**/*.py", "benchmarks/*.py")
+    for path in glob.glob(os.path.join(REPO, pattern), recursive=True)
+    if os.path.basename(path) != "cli.py"
+  ]
+  assert [line for path in sorted(ours) for line in _defines(path)] == []
+
+
 def _command(path):
   """How a user starts the program: `python -m train`, `python -m serving.x`, or the script."""
   relative = os.path.relpath(path, REPO)
@@ -54,14 +80,14 @@ def _command(path):
 
 
 # Programs whose own tables of user mistakes run at TF_CPP_MIN_LOG_LEVEL=0 already
-# (tests/train/test_user_mistakes.py, tests/serving/test_server_cli.py).
+# (tests/train/test_user_mistakes.py, tests/serving/server/test_server_cli.py).
 MISTAKE_TABLES = {
   "train",
   "serving.export",
-  "serving.check",
-  "serving.client",
+  "serving.export.check",
+  "serving.tools.client",
   "serving.server",
-  "serving.demo",
+  "serving.tools.demo",
 }
 
 

@@ -7,10 +7,11 @@ import threading
 import pytest
 import tensorflow as tf
 
-from serving import check, export
-from serving.client import ServingClient
-from serving.model_manager import ModelManager
-from serving.server import make_server
+from serving import export
+from serving.export import check
+from serving.server.model_manager import ModelManager
+from serving.server.rest_api import make_server
+from serving.tools.client import ServingClient
 from tfattn.decode_options import DecodeOptions
 from train import recipes
 from train.run_config import RunConfig

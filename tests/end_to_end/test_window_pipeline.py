@@ -1,5 +1,5 @@
 """A windowed language model (`attention_window`) end to end, tiny and short: it trains, resumes,
-evaluates, exports with its setting, passes serving.check, maps its attention as a band, and
+evaluates, exports with its setting, passes serving.export.check, maps its attention as a band, and
 generates over REST and gRPC what the export generates in-process."""
 
 import dataclasses
@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from serving import check, export, grpc_service
-from serving.client import GrpcServingClient, ServingClient
-from serving.model_manager import ModelManager
-from serving.server import make_server
-from serving.server_core import ServerCore
+from serving import export
+from serving.export import check
+from serving.server import grpc_service
+from serving.server.model_manager import ModelManager
+from serving.server.rest_api import make_server
+from serving.server.server_core import ServerCore
+from serving.tools.client import GrpcServingClient, ServingClient
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 

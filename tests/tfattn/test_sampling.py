@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfattn
 from tfattn import decoding, sampling
 
 # Random123's known answers for Threefry-2x32-20: (key, counter) -> output words.
@@ -31,10 +32,10 @@ class FixedLogitsModel:
 
   def start_decoding(self, source_ids, options, beams=1, padded=False, use_cache=True):
     del padded, use_cache  # no cache
-    length, limits = decoding.source_lengths(self, source_ids, options)
+    length, limits = tfattn.Transformer.decoding_lengths(self, source_ids, options)  # its rule
     rows = tf.shape(source_ids)[0] * beams
 
-    def step_fn(last_tokens, step, cache):
+    def step_fn(ids, last_tokens, step, cache):
       return tf.tile(self.logits[tf.newaxis], [rows, 1]), cache
 
     return decoding.DecodingStart(

@@ -146,3 +146,24 @@ def test_two_sentencepiece_models_in_one_saved_model_stay_apart(tmp_path, senten
   tf.saved_model.save(module, str(tmp_path / "saved"))
   loaded = tf.saved_model.load(str(tmp_path / "saved"))
   assert [ids.numpy().tolist() for ids in loaded.both(sample)] == expected
+
+
+def test_the_tf_text_resource_patch_still_takes_hold(tmp_path, sentencepiece):
+  """tfattn/text.py replaces TF-Text's private `SentencepieceTokenizer._model_resource` with a
+  named resource. A TF-Text upgrade that renames or stops reading that attribute would leave the
+  patch silently dead: this fails then. A fresh TF-Text tokenizer has the attribute; after the
+  patch, tokenizing reads our resource (a resource of another model changes the ids)."""
+  import tensorflow_text
+
+  with open(sentencepiece.model_file.asset_path.numpy(), "rb") as f:
+    model = f.read()
+  fresh = tensorflow_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+  assert isinstance(fresh._model_resource, tf.saved_model.experimental.TrackableResource)
+  assert isinstance(sentencepiece._sentencepiece._model_resource, text._SentencePieceModel)
+  other = _learn(tmp_path, tokenizer.SENTENCEPIECE, ["zz yy xx ww vv uu"] * 50, 600)
+  with open(other.model_file.asset_path.numpy(), "rb") as f:
+    other_model = f.read()
+  sample = tf.constant(["Hello, World! zz yy"])
+  mine = fresh.tokenize(sample).to_list()
+  fresh._model_resource = text._SentencePieceModel(other_model)
+  assert fresh.tokenize(sample).to_list() == other.tokenize(sample).to_list() != mine

@@ -6,11 +6,12 @@ import re
 
 import pytest
 
-from tfattn import settings
+import settings
+from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
 from train import recipes, tasks
 from train.builtin_tasks import builtin_task
-from train.run_config import FALLBACKS, RunConfig
+from train.run_config import UNSET_DEFAULTS, RunConfig
 
 
 def test_every_setting_is_declared_with_help():
@@ -18,9 +19,9 @@ def test_every_setting_is_declared_with_help():
     assert spec.help.strip(), field.name
 
 
-def test_fallbacks_come_from_the_declarations():
-  assert FALLBACKS["label_smoothing"] == 0.1 and FALLBACKS["schedule"] == "noam"
-  assert FALLBACKS["lower_case"] is False
+def test_unset_defaults_come_from_the_declarations():
+  assert UNSET_DEFAULTS["label_smoothing"] == 0.1 and UNSET_DEFAULTS["schedule"] == "noam"
+  assert UNSET_DEFAULTS["lower_case"] is False
   resolved = RunConfig().resolved()
   assert resolved.label_smoothing == 0.1 and resolved.keep_checkpoints == 3
 
@@ -164,3 +165,34 @@ def test_the_attention_window_reaches_the_model_and_unset_means_full_attention()
   assert RunConfig().resolved_for(task).model_config(100, 100, 2).attention_window is None
   with pytest.raises(ValueError, match=re.escape("--attention_window must be positive, got 0")):
     RunConfig(attention_window=0).check()
+
+
+def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
+  model_fields = {field.name: spec for field, spec in settings.declared(TransformerConfig)}
+  referring = {
+    field.name: spec for field, spec in settings.declared(RunConfig) if "refers_to" in spec.extra
+  }
+  assert {"d_model", "num_layers", "dropout", "attention_window", "max_length"} <= set(referring)
+  for name, spec in referring.items():
+    model = model_fields[spec.extra["refers_to"][0]]
+    bounds = ("minimum", "maximum", "above", "below")
+    assert [getattr(spec, b) for b in bounds] == [getattr(model, b) for b in bounds], name
+    assert spec.allowed() == model.allowed(), name
+  config = RunConfig(
+    model="tiny",
+    d_model=32,
+    num_heads=2,
+    dff=48,
+    num_layers=1,
+    dropout=0.2,
+    max_length=40,
+    seed=5,
+    attention_window=3,
+    feed_forward_dropout=0.1,
+    norm_position="pre",
+  ).model_config(50, 60, 2)
+  assert (config.d_model, config.num_heads, config.dff) == (32, 2, 48)
+  assert (config.num_encoder_layers, config.num_decoder_layers, config.max_length) == (1, 1, 40)
+  assert (config.dropout_rate, config.feed_forward_dropout_rate, config.seed) == (0.2, 0.1, 5)
+  assert (config.attention_window, config.norm_position) == (3, "pre")
+  assert (config.source_vocab_size, config.target_vocab_size) == (50, 60)

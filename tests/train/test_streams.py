@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tfattn import text
-from tfattn.run_dir import RunDir
+from tfattn.support.run_dir import RunDir
 from train import data, kinds, streams, tsv_tasks, vocabularies
 from train.run_config import RunConfig
 from train.tasks import get_task
@@ -115,6 +115,23 @@ def test_tfrecord_files_stream_tf_examples(tmp_path):
   task = get_task(RunConfig(task="tsv", train_file=str(path), validation_file=str(path)))
   assert _pairs(task.train()) == [("hallo", "hello"), ("welt", "world")]
   assert _pairs(task.validation()) == [("hallo", "hello"), ("welt", "world")]
+
+
+def test_a_language_model_reads_tfrecords_of_a_text_feature(tmp_path):
+  """`--task=tsv --tsv_kind=language_model --train_file=lm.tfrecord` (issue 40's defect: a
+  KeyError, because the TFRecord features were a table keyed by kind that lacked this kind)."""
+  path = tmp_path / "lm.tfrecord"
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for line in ("ein hund", "eine katze"):
+      feature = {"text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[line.encode()]))}
+      writer.write(
+        tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+      )
+  config = RunConfig(task="tsv", tsv_kind="language_model", train_file=str(path))
+  task = get_task(config)
+  assert task.kind == "language_model"
+  assert _pairs(task.train()) == [("ein hund", ""), ("eine katze", "")]
+  assert _pairs(task.validation()) == [("ein hund", ""), ("eine katze", "")]
 
 
 def test_the_data_position_restores_exactly_from_a_checkpoint(shards, tmp_path):

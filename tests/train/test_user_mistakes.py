@@ -2,7 +2,7 @@
 (1 for a failure while running), no traceback, no TensorFlow start-up noise, and the files the
 user had left as they were. One table; each row runs the real program in a subprocess.
 
-The REST server's own mistakes are in tests/serving/test_server_cli.py.
+The REST server's own mistakes are in tests/serving/server/test_server_cli.py.
 """
 
 import concurrent.futures
@@ -181,25 +181,25 @@ MISTAKES = [
     "--warmup_batch_sizes must be a comma-separated list of integers",
     2,
   ),
-  ("check-no-directory", ["serving.check"], None, "give one SavedModel directory", 2),
+  ("check-no-directory", ["serving.export.check"], None, "give one SavedModel directory", 2),
   (
     "check-missing-directory",
-    ["serving.check", "{tmp}/nope"],
+    ["serving.export.check", "{tmp}/nope"],
     None,
     "{tmp}/nope is not a directory",
     2,
   ),
-  ("client-nothing-to-send", ["serving.client"], None, "nothing to send", 2),
+  ("client-nothing-to-send", ["serving.tools.client"], None, "nothing to send", 2),
   (
     "client-a-seed-per-text",
-    ["serving.client", "--signature_name=sample", "--text=1", "--text=2", "--seed=7"],
+    ["serving.tools.client", "--signature_name=sample", "--text=1", "--text=2", "--seed=7"],
     None,
     "1 --seed for 2 --text",
     2,
   ),
   (
     "client-no-server",
-    ["serving.client", "--text=17", "--port={free_port}"],
+    ["serving.tools.client", "--text=17", "--port={free_port}"],
     None,
     "cannot reach http://127.0.0.1:{free_port}/v1/models/tfattn",
     1,
@@ -210,7 +210,7 @@ MISTAKES = [
 def _write_saved_run(tmp, run):
   """A run directory as a first `python -m train` leaves it, without training it: the saved
   configuration is the built-in task's, resolved as the trainer resolves it."""
-  from tfattn.run_dir import RunDir
+  from tfattn.support.run_dir import RunDir
   from train.run_config import RunConfig
   from train.task import BUILTIN_DEFAULTS
 
@@ -316,7 +316,13 @@ def test_verbose_errors_adds_the_traceback_before_the_one_line(tmp_path):
   )
 
 
-HELP_PROGRAMS = ["train", "serving.export", "serving.check", "serving.client", "serving.server"]
+HELP_PROGRAMS = [
+  "train",
+  "serving.export",
+  "serving.export.check",
+  "serving.tools.client",
+  "serving.server",
+]
 
 
 @pytest.fixture(scope="module")
@@ -334,7 +340,7 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
   """Every flag the program accepts (its --helpxml, less absl's own) is in its --help."""
   import xml.etree.ElementTree as ElementTree
 
-  from tfattn import settings
+  import settings
   from tfattn.decode_options import DecodeOptions
   from train.run_config import FLAGLESS, RunConfig
 

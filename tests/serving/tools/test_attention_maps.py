@@ -1,0 +1,224 @@
+"""`python -m serving.tools.attention_maps` as a user types it: PNG and HTML maps for a seq2seq
+export
+(loaded locally) and a classifier export (through a running server's REST API); each mistake is
+one line on stderr and exit status 2. The programs run as subprocesses, side by side."""
+
+import base64
+import html.parser
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import tensorflow as tf
+
+from serving.server.model_manager import ModelManager
+from serving.server.rest_api import make_server
+from serving.tools import attention_maps
+from serving.tools.client import ServingClient
+from tfattn.support import attention_plot
+
+import classifier_fixtures
+from train_helpers import REPO, free_ports
+
+# The session's classifier run and export, shared by the attention tests.
+classifier_run = classifier_fixtures.classifier_run
+classifier_exported = classifier_fixtures.classifier_exported
+
+pytestmark = pytest.mark.slow  # exports models, runs a server and programs
+
+NAME = "reviews"
+
+
+@pytest.fixture(scope="module")
+def classifier_url(classifier_exported):
+  manager = ModelManager(NAME, str(classifier_exported[0]), poll_seconds=60)
+  manager.start()
+  server = make_server(manager, "127.0.0.1", 0)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  yield f"http://127.0.0.1:{server.server_address[1]}"
+  server.shutdown()
+  manager.stop()
+
+
+def _run_all(commands, tmp_path):
+  """Runs `python -m serving.tools.attention_maps ARGS` for each argument list, two at a time."""
+  env = dict(os.environ, TMPDIR=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+  results = []
+  for start in range(0, len(commands), 2):
+    processes = [
+      subprocess.Popen(
+        [sys.executable, "-m", "serving.tools.attention_maps", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for args in commands[start : start + 2]
+    ]
+    for process in processes:
+      stdout, stderr = process.communicate(timeout=300)
+      results.append((process.returncode, stdout, stderr))
+  return results
+
+
+def _png(path):
+  with open(path, "rb") as f:
+    image = tf.io.decode_png(f.read(), channels=3).numpy()
+  assert image.std() > 20  # drawn, not blank
+  return image
+
+
+class _Page(html.parser.HTMLParser):
+  def __init__(self):
+    super().__init__()
+    self.tags, self.sources = [], []
+
+  def handle_starttag(self, tag, attrs):
+    self.tags.append(tag)
+    self.sources += [value for name, value in attrs if name in ("src", "href", "srcset")]
+
+
+def _self_contained_images(path):
+  """The page's pictures, after checking it loads nothing: no script, link or frame, every
+  image an inline PNG data URI, no http(s) URL anywhere."""
+  with open(path, encoding="utf-8") as f:
+    page = f.read()
+  parser = _Page()
+  parser.feed(page)
+  assert not {"script", "link", "iframe", "object", "embed"} & set(parser.tags)
+  assert "http://" not in page and "https://" not in page
+  prefix = "data:image/png;base64,"
+  assert parser.sources and all(source.startswith(prefix) for source in parser.sources)
+  return [
+    tf.io.decode_png(base64.b64decode(source[len(prefix) :])).numpy() for source in parser.sources
+  ]
+
+
+def _maps(outputs, layer=-1):
+  return attention_maps.maps_from_outputs(outputs, layer)
+
+
+def test_pictures_of_a_local_seq2seq_export_and_a_served_classifier(
+  exported, classifier_url, tmp_path
+):
+  base, path = exported
+  out = {name: str(tmp_path / name) for name in ("s.png", "s.html", "c.png", "c.html")}
+  results = _run_all(
+    [
+      [f"--model_base_path={base}", "--text=4213", f"--out={out['s.png']}"],
+      [
+        f"--model_base_path={path}",
+        "--text=4213",
+        "--target=four thousand",
+        "--kind=decoder",
+        "--all_layers",
+        f"--out={out['s.html']}",
+      ],
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=good film",
+        "--all_layers",
+        f"--out={out['c.png']}",
+      ],
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=bad film",
+        f"--out={out['c.html']}",
+      ],
+    ],
+    tmp_path,
+  )
+  for returncode, stdout, stderr in results:
+    assert returncode == 0, stderr[-3000:]
+    assert stdout.startswith("wrote ") and "Traceback" not in stderr
+
+  # The seq2seq PNG: the last (only) layer's cross-attention, 4 heads, of the model's own
+  # translation, drawn at the size its pieces give.
+  signature = tf.saved_model.load(path).signatures["attention"]
+  outputs = signature(text=tf.constant(["4213"]), target=tf.constant([""]), layer=tf.constant([-1]))
+  maps = _maps({name: value.numpy()[0] for name, value in outputs.items()})
+  width, height = attention_plot.figure_pixels(1, 4, *attention_maps.labels(maps, "cross"))
+  assert _png(out["s.png"]).shape == (height, width, 3)
+  assert "cross-attention, layer 0;" in results[0][1]
+  images = _self_contained_images(out["s.html"])
+  assert len(images) == 1 and images[0][..., :3].std() > 20  # one layer: one picture
+
+  # The classifier over REST: both layers in one PNG (a row each), the last one in the HTML.
+  client = ServingClient(NAME, port=int(classifier_url.rsplit(":", 1)[1]))
+  row = client.predict(instances=[{"text": "good film", "layer": -1}], signature_name="attention")[
+    "predictions"
+  ][0]
+  maps = _maps(row)
+  assert maps.layers == [0, 1] and not maps.seq2seq
+  width, height = attention_plot.figure_pixels(2, 4, *attention_maps.labels(maps, "encoder"))
+  assert _png(out["c.png"]).shape == (height, width, 3)
+  images = _self_contained_images(out["c.html"])
+  assert len(images) == 1 and images[0].shape[0] < height  # one layer's row
+  assert "encoder self-attention, layer 1;" in results[3][1]
+
+
+def test_mistakes_are_one_line_and_exit_2(exported, classifier_url, tmp_path):
+  base, _ = exported
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  (unused_port,) = free_ports(1)
+  png = str(tmp_path / "map.png")
+  cases = [
+    (["--text=1", f"--out={png}"], "give --model_base_path=DIR"),
+    (
+      [f"--model_base_path={base}", "--text=1", f"--out={tmp_path / 'map.jpg'}"],
+      "the file must end in .png or .html",
+    ),
+    ([f"--model_base_path={empty}", "--text=1", f"--out={png}"], "holds no version folder"),
+    (
+      [f"--model_base_path={base}", "--text=1", "--layer=3", f"--out={png}"],
+      "--layer=3: this model has 1 layer (0 to 0)",
+    ),
+    (
+      [f"--server=http://127.0.0.1:{unused_port}", "--text=1", f"--out={png}"],
+      "cannot reach http://127.0.0.1:",
+    ),
+    (
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=1",
+        "--layer=5",
+        f"--out={png}",
+      ],
+      "layer must be -1 (every layer) or 0 to 1",
+    ),
+    (
+      [
+        f"--server={classifier_url}",
+        f"--model_name={NAME}",
+        "--text=1",
+        "--kind=cross",
+        f"--out={png}",
+      ],
+      "--kind=cross: this model is a classifier",
+    ),
+    (
+      [f"--model_base_path={base}", "--text=1", "--layer=0", "--all_layers", f"--out={png}"],
+      "give --layer=N or --all_layers, not both",
+    ),
+  ]
+  results = _run_all([args for args, _ in cases], tmp_path)
+  for (args, message), (returncode, stdout, stderr) in zip(cases, results):
+    lines = stderr.strip().splitlines()
+    assert returncode == 2, (args, stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("serving.tools.attention_maps: error: "), stderr
+    assert message in lines[0], (message, lines[0])
+    assert stdout == ""
+  assert not os.path.exists(png) and not os.listdir(empty)
+
+
+def test_html_page_escapes_text_and_inlines_pictures():
+  page = attention_maps.html_page("<b>x</b>", ["a & b"], [("layer 0", b"\x89PNG fake")])
+  assert "&lt;b&gt;x&lt;/b&gt;" in page and "a &amp; b" in page
+  assert 'src="data:image/png;base64,iVBORyBmYWtl"' in page

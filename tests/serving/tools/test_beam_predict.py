@@ -1,0 +1,92 @@
+"""serving/tools/beam_predict.py: the Beam pipeline (FnApiRunner, in this process) over a small file
+gives `python -m serving.tools.predict`'s output line for line; a bad line fails it naming its
+file:line, or leaves an empty line in its place."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from serving.tools import batch_files, batch_model, beam_predict
+
+from train_helpers import REPO, environment
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "fda25e5")
+EXPORT = os.path.join(FIXTURES, "export_seq2seq", "1")
+
+
+def _sources(path, count):
+  with open(os.path.join(FIXTURES, "seq2seq.tsv"), encoding="utf-8") as f:
+    sources = [line.split("\t")[0] for line in f]
+  path.write_bytes("".join(sources[i % len(sources)] + "\n" for i in range(count)).encode())
+  return str(path)
+
+
+def _predict_loop(path, output_format=batch_model.TEXT):
+  """What serving.tools.predict writes for a file (its own loop, in this process)."""
+  model = batch_model.BatchModel(EXPORT, "serving_default", output_format)
+  with open(path, "rb") as stream:
+    window = list(batch_files.read_lines(stream, path, 0))
+  return [output for _, output, _ in batch_model.run_window(model, window, 64, sort=True)]
+
+
+def test_the_pipeline_writes_the_single_process_output_line_for_line(tmp_path):
+  first = _sources(tmp_path / "a.txt", 70)
+  second = _sources(tmp_path / "b.txt", 25)
+  output = tmp_path / "out.txt"
+  chunks = beam_predict.run(EXPORT, [first, second], str(output), batch_size=16, chunk_lines=16)
+  assert chunks == 5 + 2  # 70 lines in chunks of 16, then 25
+  expected = _predict_loop(first) + _predict_loop(second)
+  assert output.read_text().splitlines() == expected
+  assert not (tmp_path / "out.txt.parts").exists()
+
+
+def test_a_bad_line_fails_the_pipeline_by_name_or_leaves_its_place(tmp_path):
+  source = tmp_path / "in.txt"
+  source.write_bytes(b"1 2 3\n\xff 4\n5 6\n")
+  output = str(tmp_path / "out.txt")
+  with pytest.raises(Exception) as failed:
+    beam_predict.run(EXPORT, [str(source)], output)
+  assert beam_predict.bad_line_message(failed.value) == (
+    f"{source}:2: not valid UTF-8 (byte 1) (--bad_lines=skip leaves an empty line)"
+  )
+  beam_predict.run(EXPORT, [str(source)], output, bad_lines="skip", output_format="jsonl")
+  with open(output, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  assert len(lines) == 3 and lines[1] == f'{{"error": "{source}:2: not valid UTF-8 (byte 1)"}}'
+
+
+@pytest.mark.slow
+def test_the_program_says_a_bad_line_in_one_line(tmp_path):
+  source = tmp_path / "in.txt"
+  source.write_bytes(b"1 2\n\xff\n")
+  result = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "serving.tools.beam_predict",
+      f"--model={EXPORT}",
+      f"--input={source}",
+      f"--output={tmp_path / 'out.txt'}",
+    ],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1] == (
+    f"serving.tools.beam_predict: error: {source}:2: not valid UTF-8 (byte 1) (--bad_lines=skip "
+    "leaves an empty line)"
+  )
+
+
+def test_an_interrupted_predict_run_is_never_deleted(tmp_path):
+  output = tmp_path / "out.txt"
+  (tmp_path / "out.txt.parts").mkdir()
+  (tmp_path / "out.txt.parts" / batch_files.SETTINGS_FILE).write_text("{}")
+  with pytest.raises(ValueError, match=r"holds an interrupted serving\.tools\.predict run"):
+    beam_predict.run(EXPORT, [_sources(tmp_path / "a.txt", 3)], str(output))
+  assert (tmp_path / "out.txt.parts" / batch_files.SETTINGS_FILE).exists()
