@@ -38,7 +38,15 @@ LONGEST_FILES = (
   "benchmarks/test_gpu_pass.py",  # 60
   "benchmarks/test_quality.py",  # 53
   "end_to_end/test_compatibility.py",  # 49
+  "benchmarks/test_batch_predict.py",  # ~45 (this session's files: seconds under load)
+  "serving/server/test_server_xla_flags.py",  # ~40
   "benchmarks/test_data_scale.py",  # 41
+  "serving/tools/test_predict.py",  # ~35
+  "end_to_end/test_window_pipeline.py",  # ~30
+  "serving/server/test_server_and_client_flags.py",  # ~30
+  "benchmarks/test_latency_and_dropout_benchmarks.py",  # ~25
+  "serving/tools/test_beam_predict.py",  # ~25
+  "tfattn/test_window_decoding.py",  # ~23
   "serving/server/test_server_lifecycle.py",  # 37
   "tfattn/test_decoding.py",  # 33
   "serving/server/test_server_config_file.py",  # 29

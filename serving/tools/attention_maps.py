@@ -43,11 +43,11 @@ class Maps:
   """One example's attention, cut to its real pieces.
 
   Attributes:
-    source_pieces: the source (key) pieces.
-    target_pieces: the target pieces (seq2seq; None for a classifier).
+    source_pieces: the source (key) pieces; a language model's "[START]" and its text's pieces.
+    target_pieces: the target pieces (seq2seq; None for a classifier or a language model).
     weights: {kind: float32 `[layers, heads, q_len, k_len]`} for the kinds the model has.
     layers: the layer number of each returned layer.
-    label: the classifier's label (None for seq2seq).
+    label: the classifier's label (None for seq2seq and a language model).
   """
 
   source_pieces: List[str]
@@ -60,6 +60,12 @@ class Maps:
   def seq2seq(self) -> bool:
     return self.target_pieces is not None
 
+  @property
+  def default_kind(self) -> str:
+    """cross for seq2seq, else the model's only attention (encoder or a language model's
+    decoder)."""
+    return "cross" if self.seq2seq else next(iter(self.weights))
+
 
 def maps_from_outputs(outputs, layer) -> Maps:
   """The `attention` signature's outputs for one row (arrays or JSON lists) -> `Maps`."""
@@ -70,14 +76,16 @@ def maps_from_outputs(outputs, layer) -> Maps:
 
   s_len = int(outputs["source_length"])
   source = text(outputs["source_pieces"])[:s_len]
-  weights = {"encoder": np.asarray(outputs["encoder_attention"], np.float32)[..., :s_len, :s_len]}
+  # A language model has only its causal self-attention over its own pieces ("decoder").
+  own = "encoder" if "encoder_attention" in outputs else "decoder"
+  weights = {own: np.asarray(outputs[f"{own}_attention"], np.float32)[..., :s_len, :s_len]}
   target = None
   if "cross_attention" in outputs:
     t_len = int(outputs["target_length"])
     target = text(outputs["target_pieces"])[:t_len]
     weights["decoder"] = np.asarray(outputs["decoder_attention"], np.float32)[..., :t_len, :t_len]
     weights["cross"] = np.asarray(outputs["cross_attention"], np.float32)[..., :t_len, :s_len]
-  count = weights["encoder"].shape[0]
+  count = weights[own].shape[0]
   layers = list(range(count)) if layer < 0 else [layer]
   label = int(outputs["label"]) if "label" in outputs else None
   return Maps(source, target, weights, layers, label)
@@ -88,7 +96,8 @@ def labels(maps: Maps, kind: str):
   if kind == "encoder":
     return maps.source_pieces, maps.source_pieces
   if kind == "decoder":
-    return maps.target_pieces, maps.target_pieces
+    pieces = maps.target_pieces if maps.seq2seq else maps.source_pieces
+    return pieces, pieces
   return maps.source_pieces, maps.target_pieces
 
 
@@ -102,7 +111,7 @@ def describe(maps: Maps) -> str:
   if maps.seq2seq:
     target = _shortened("".join(p for p in maps.target_pieces if p != "[END]"))
     return f"{source!r} -> {target!r}"
-  return f"{source!r}: label {maps.label}"
+  return f"{source!r}" if maps.label is None else f"{source!r}: label {maps.label}"
 
 
 def draw(maps: Maps, kind: str, draw_layers: List[int], one_picture: bool):
@@ -195,19 +204,26 @@ def export_info(path: str) -> Optional[dict]:
     return None
 
 
+def refusal(kind: str, kinds, model: str) -> str:
+  """The one line for a --kind the model does not have."""
+  return f"--kind={kind}: this model is {model}; its only attention is --kind={kinds[0]}"
+
+
 def check_against_info(info: Optional[dict], kind: Optional[str], layer: Optional[int]):
   """Refuses a kind or layer the exported model does not have, before it is loaded."""
   if not info:
     return
   config = info.get("model_config", {})
-  seq2seq = info.get("task", {}).get("kind") == "seq2seq"
-  if not seq2seq and kind in ("cross", "decoder"):
-    raise cli.UsageError(
-      f"--kind={kind}: this model is a classifier; its only attention is --kind=encoder"
-    )
-  if seq2seq:
+  task_kind = info.get("task", {}).get("kind")
+  if task_kind == "language_model":
+    if kind not in (None, "decoder"):
+      raise cli.UsageError(refusal(kind, ("decoder",), "a language model"))
+    count = config.get("num_decoder_layers", 1)
+  elif task_kind == "seq2seq":
     count = min(config.get("num_encoder_layers", 1), config.get("num_decoder_layers", 1))
   else:
+    if kind in ("cross", "decoder"):
+      raise cli.UsageError(refusal(kind, ("encoder",), "a classifier"))
     count = (
       config.get("num_encoder_layers", 1)
       if config.get("classifier_body", "transformer") == "transformer"
@@ -236,7 +252,7 @@ def from_export(path: str, text: str, target: str, layer: int) -> Dict:
   if "target" in function.structured_input_signature[1]:
     inputs["target"] = tf.constant([target])
   elif target:
-    raise cli.UsageError("--target: this model is a classifier; it has no target")
+    raise cli.UsageError("--target: this model has no target (a classifier or a language model)")
   try:
     outputs = function(**inputs)
   except tf.errors.InvalidArgumentError as error:
@@ -283,11 +299,13 @@ def from_server(client, text: str, target: str, layer: int, kind: Optional[str])
   if "target" in signatures[SIGNATURE]["inputs"]:
     row["target"] = target
   elif target:
-    raise cli.UsageError("--target: this model is a classifier; it has no target")
-  elif kind in ("cross", "decoder"):
-    raise cli.UsageError(
-      f"--kind={kind}: this model is a classifier; its only attention is --kind=encoder"
-    )
+    raise cli.UsageError("--target: this model has no target (a classifier or a language model)")
+  else:
+    outputs = signatures[SIGNATURE]["outputs"]
+    own = "encoder" if "encoder_attention" in outputs else "decoder"
+    if kind not in (None, own):
+      model = "a classifier" if own == "encoder" else "a language model"
+      raise cli.UsageError(refusal(kind, (own,), model))
   try:
     return client.predict(instances=[row], signature_name=SIGNATURE)["predictions"][0]
   except ServingError as error:
@@ -330,7 +348,8 @@ class AttentionMapsFlags:
   kind: Optional[str] = setting(
     None,
     "Which attention: cross (decoder to source), encoder or decoder "
-    "self-attention (default: cross for seq2seq, encoder for a classifier).",
+    "self-attention (default: cross for seq2seq, encoder for a classifier, decoder for a "
+    "language model).",
     choices=tuple(KINDS),
   )
   timeout: float = setting(120.0, "With --server: seconds to wait for an answer.", minimum=0.0)
@@ -381,11 +400,10 @@ def main(argv):
     where = f"{urllib.parse.urlsplit(f.server).netloc}, model {f.model_name}"
     outputs = from_server(client, f.text, f.target, wanted, f.kind)
   maps = maps_from_outputs(outputs, wanted)
-  kind = f.kind or ("cross" if maps.seq2seq else "encoder")
+  kind = f.kind or maps.default_kind
   if kind not in maps.weights:
-    raise cli.UsageError(
-      f"--kind={kind}: this model is a classifier; its only attention is --kind=encoder"
-    )
+    model = "a classifier" if "encoder" in maps.weights else "a language model"
+    raise cli.UsageError(refusal(kind, list(maps.weights), model))
   draw_layers = maps.layers if f.all_layers else maps.layers[-1:]
   as_html = f.out.lower().endswith(".html")
   pictures = draw(maps, kind, draw_layers, one_picture=not as_html)
@@ -396,7 +414,7 @@ def main(argv):
         f"target pieces: {' | '.join(maps.target_pieces)}"
         + ("" if f.target else " (the model's own translation)")
       )
-    else:
+    elif maps.label is not None:
       lines.append(f"label: {maps.label}")
     page = html_page(f"{KIND_NAMES[kind]}: {describe(maps)}", lines, pictures)
     with open(f.out, "w", encoding="utf-8") as file:

@@ -1,11 +1,14 @@
 """A windowed language model (`attention_window`) end to end, tiny and short: it trains, resumes,
-evaluates, exports with its setting, passes serving.export.check, maps its attention as a band, and
+evaluates, exports with its setting, passes serving.export.check, maps its attention as a band (the
+signature's weights, and the picture `python -m serving.tools.attention_maps` draws of them), and
 generates over REST and gRPC what the export generates in-process."""
 
 import dataclasses
 import json
 import math
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -22,7 +25,7 @@ from serving.tools.client import GrpcServingClient, ServingClient
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 
-from train_helpers import logged_steps
+from train_helpers import REPO, environment, logged_steps
 
 pytestmark = pytest.mark.slow  # trains, exports and serves
 
@@ -78,6 +81,30 @@ def test_a_windowed_language_model_trains_resumes_exports_and_serves(tmp_path):
   distance = np.arange(length)[:, None] - np.arange(length)[None]
   assert (weights[:, :length, :length][:, (distance < 0) | (distance > WINDOW)] == 0).all()
   assert (weights[:, :length, :length][:, distance == WINDOW] > 0).any()
+  # The picture command draws a language model's only attention, and refuses another in a line.
+  drawn, refused = (
+    subprocess.run(
+      [sys.executable, "-m", "serving.tools.attention_maps", f"--model_base_path={path}", *more],
+      cwd=REPO,
+      env=environment(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+    )
+    for more in (
+      [f"--text={text}", f"--out={tmp_path / 'map.png'}"],
+      [f"--text={text}", f"--out={tmp_path / 'cross.png'}", "--kind=cross"],
+    )
+  )
+  assert drawn.returncode == 0, drawn.stderr[-2000:]
+  assert "decoder self-attention" in drawn.stdout
+  image = tf.io.decode_png((tmp_path / "map.png").read_bytes()).numpy()
+  assert image.std() > 20  # drawn, not blank
+  assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+    "serving.tools.attention_maps: error: --kind=cross: this model is a language model; its "
+    "only attention is --kind=decoder"
+  ]
+  assert not (tmp_path / "cross.png").exists()
   # Twelve tokens from a short prompt: the ring of WINDOW + 1 slots turns several times.
   generated = loaded.signatures["generate"](text=tf.constant(["the cat"]))["generation"]
 

@@ -222,3 +222,19 @@ def test_html_page_escapes_text_and_inlines_pictures():
   page = attention_maps.html_page("<b>x</b>", ["a & b"], [("layer 0", b"\x89PNG fake")])
   assert "&lt;b&gt;x&lt;/b&gt;" in page and "a &amp; b" in page
   assert 'src="data:image/png;base64,iVBORyBmYWtl"' in page
+
+
+def test_a_language_models_outputs_map_its_causal_self_attention():
+  """A language model's `attention` signature has no encoder: its maps are the decoder
+  self-attention over "[START]" and its pieces, the default kind, labelled by those pieces."""
+  weights = tf.random.uniform([2, 3, 4, 4], seed=1).numpy()  # [layers, heads, length, length]
+  outputs = {
+    "source_pieces": [b"[START]", b"the", b" cat", b""],
+    "source_length": 3,
+    "decoder_attention": weights,
+  }
+  maps = _maps(outputs)
+  assert set(maps.weights) == {"decoder"} and maps.default_kind == "decoder"
+  assert maps.weights["decoder"].shape == (2, 3, 3, 3) and maps.layers == [0, 1]
+  assert attention_maps.labels(maps, "decoder") == (["[START]", "the", " cat"],) * 2
+  assert attention_maps.describe(maps) == "'[START]the cat'"
