@@ -495,6 +495,7 @@ def _wait_for_count(metrics, model, code, count):
     time.sleep(0.05)
 
 
+@pytest.mark.slow  # waits out a timeout: seconds of waiting, kept out of test-fast
 def test_a_run_past_the_deadline_is_stopped_on_both_protocols(served, client):
   """A gRPC call's deadline and --rest_api_timeout_in_ms (3 s here) end a model run that
   would never finish on its own (RunOptions.timeout_in_ms), and the server keeps serving."""

@@ -151,6 +151,7 @@ def test_at_the_connection_limit_the_stalest_idle_connection_makes_room(serve):
       sock.close()
 
 
+@pytest.mark.slow  # waits out a timeout: seconds of waiting, kept out of test-fast
 def test_a_trickling_client_is_closed_within_the_read_timeout_plus_5_s(serve):
   """A byte every 0.25 s keeps a connection from ever being silent; the request must still
   arrive whole within the read timeout of its first byte. (The request would take 250 s to
@@ -176,6 +177,7 @@ def test_a_trickling_client_is_closed_within_the_read_timeout_plus_5_s(serve):
   assert closed_after is not None and READ_TIMEOUT - 0.1 <= closed_after <= READ_TIMEOUT + 5
 
 
+@pytest.mark.slow  # waits out a timeout: seconds of waiting, kept out of test-fast
 def test_a_request_that_arrives_in_time_is_answered_however_it_is_split(serve):
   """Two requests on one connection, each sent in three pieces 1.1 s apart: each arrives whole
   2.2 s after its own first byte (1.8 s inside a 4 s read timeout), the second 4.4 s after the

@@ -91,6 +91,7 @@ def test_sigint_and_sigterm_under_load_exit_0_every_time(tmp_path):
     assert answered >= 20
 
 
+@pytest.mark.slow  # waits out a timeout: seconds of waiting, kept out of test-fast
 def test_a_silent_connection_is_closed_within_5_s_of_the_read_timeout(tmp_path):
   """--rest_api_read_timeout_seconds=3: a connection that sends nothing, and one that stops
   half-way through its headers, are closed after 3 s and before 8 s (5 s: a loaded machine's

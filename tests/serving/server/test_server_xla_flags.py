@@ -20,6 +20,8 @@ from serving.tf_serving import warmup, xla_compilation
 from serving.tools.client import ServingClient, ServingError
 from tfattn.decode_options import DecodeOptions
 
+pytestmark = pytest.mark.slow  # exports XLA models and compiles them
+
 DISABLED = "XLA compilation disabled"
 
 

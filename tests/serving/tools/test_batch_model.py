@@ -12,6 +12,8 @@ from serving.tools.batch_files import Line
 
 from train_helpers import REPO
 
+pytestmark = pytest.mark.slow  # loads real exports (and builds a few): seconds each
+
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "fda25e5")
 SEQ2SEQ = os.path.join(FIXTURES, "export_seq2seq")
 CLASSIFIER = os.path.join(FIXTURES, "export_classification")

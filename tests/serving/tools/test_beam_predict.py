@@ -12,6 +12,8 @@ from serving.tools import batch_files, batch_model, beam_predict
 
 from train_helpers import REPO, environment
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines over a real export
+
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "fda25e5")
 EXPORT = os.path.join(FIXTURES, "export_seq2seq", "1")
 
