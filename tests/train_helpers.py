@@ -252,3 +252,35 @@ def image_summaries(run_dir):
         if value.metadata.plugin_data.plugin_name == "images":
           found.setdefault(value.tag, []).append(event.step)
   return found
+
+
+def tiny_text_run(tmp_path, **settings):
+  """A RunConfig of a tiny language model on a few made-up animal sentences (train, validation
+  and test files written under tmp_path); `settings` add to or replace its fields."""
+  from train.run_config import RunConfig
+
+  animals = ["cat", "dog", "bird", "fish"]
+  lines = [f"the {a} sees the {b} and the {a} runs" for a in animals for b in animals] * 4
+
+  def write(name, part):
+    path = tmp_path / name
+    path.write_text("\n".join(part) + "\n", encoding="utf-8")
+    return str(path)
+
+  fields = dict(
+    run_dir=str(tmp_path / "run"),
+    task="text",
+    train_file=write("train.txt", lines),
+    validation_file=write("validation.txt", lines[:6]),
+    test_file=write("test.txt", lines[6:10]),
+    model="tiny",
+    d_model=32,
+    dff=64,
+    num_heads=4,
+    num_layers=1,
+    vocab_size=60,
+    vocab_examples=100,
+    batch_size=8,
+    max_length=16,
+  )
+  return RunConfig(**{**fields, **settings})

@@ -22,39 +22,18 @@ from serving.server.model_manager import ModelManager
 from serving.server.rest_api import make_server
 from serving.server.server_core import ServerCore
 from serving.tools.client import GrpcServingClient, ServingClient
-from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 
-from train_helpers import REPO, environment, logged_steps
+from train_helpers import REPO, environment, logged_steps, tiny_text_run
 
 pytestmark = pytest.mark.slow  # trains, exports and serves
 
 WINDOW = 2
 
 
-def _write_text(path, lines):
-  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-  return str(path)
-
-
 def test_a_windowed_language_model_trains_resumes_exports_and_serves(tmp_path):
-  animals = ["cat", "dog", "bird", "fish"]
-  lines = [f"the {a} sees the {b} and the {a} runs" for a in animals for b in animals] * 4
-  config = RunConfig(
-    run_dir=str(tmp_path / "run"),
-    task="text",
-    train_file=_write_text(tmp_path / "train.txt", lines),
-    validation_file=_write_text(tmp_path / "validation.txt", lines[:6]),
-    test_file=_write_text(tmp_path / "test.txt", lines[6:10]),
-    model="tiny",
-    d_model=32,
-    dff=64,
-    num_heads=4,
-    num_layers=1,
-    vocab_size=60,
-    vocab_examples=100,
-    batch_size=8,
-    max_length=16,
+  config = tiny_text_run(
+    tmp_path,
     train_steps=4,
     warmup_steps=2,
     log_every=2,
