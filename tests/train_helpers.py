@@ -284,3 +284,22 @@ def tiny_text_run(tmp_path, **settings):
     max_length=16,
   )
   return RunConfig(**{**fields, **settings})
+
+
+def run_recording_imports(args, timeout=60):
+  """Runs `python -X importtime ARGS` -> (the CompletedProcess, the names of the modules it
+  imported): a program's mistake must be told before TensorFlow loads."""
+  result = subprocess.run(
+    [sys.executable, "-X", "importtime", *args],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
+  imported = {
+    line.rsplit("|", 1)[1].strip()
+    for line in result.stderr.splitlines()
+    if line.startswith("import time:")
+  }
+  return result, imported

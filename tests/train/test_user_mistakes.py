@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from train_helpers import REPO, environment, free_ports, own_lines, snapshot
+from train_helpers import REPO, environment, free_ports, own_lines, run_recording_imports, snapshot
 
 # (id, argv after `python -m`, setup name or None, expected message fragment, exit status)
 # "{tmp}" is the test's temporary directory; "{run}" the prepared run directory.
@@ -382,19 +382,7 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
 def test_a_mistake_is_told_before_tensorflow_loads(tmp_path, argv, message):
   """The flags, the saved run and the paths are checked first: a mistake there costs a fraction
   of a second, not TensorFlow's import."""
-  result = subprocess.run(
-    [sys.executable, "-X", "importtime", "-m", *[a.format(tmp=tmp_path) for a in argv]],
-    cwd=REPO,
-    env=environment(),
-    capture_output=True,
-    text=True,
-    timeout=60,
-  )
+  result, imported = run_recording_imports(["-m", *[a.format(tmp=tmp_path) for a in argv]])
   assert result.returncode == 2
-  imported = {
-    line.rsplit("|", 1)[1].strip()
-    for line in result.stderr.splitlines()
-    if line.startswith("import time:")
-  }
   assert "cli" in imported and "tensorflow" not in imported
   assert own_lines(result.stderr)[-1] == message.format(tmp=tmp_path)

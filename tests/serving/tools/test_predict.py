@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from train_helpers import REPO, environment
+from train_helpers import REPO, environment, run_recording_imports
 
 pytestmark = pytest.mark.slow  # runs the program in subprocesses
 
@@ -129,20 +129,8 @@ def test_bad_lines_fail_naming_file_and_line_or_leave_their_place(tmp_path):
   ids=["glob", "resume_stdout", "model"],
 )
 def test_a_mistake_is_told_in_one_line_before_tensorflow_loads(tmp_path, flags, message):
-  result = subprocess.run(
-    [sys.executable, "-X", "importtime", *_command(*[f.format(tmp=tmp_path) for f in flags])[1:]],
-    cwd=REPO,
-    env=environment(),
-    capture_output=True,
-    text=True,
-    timeout=60,
-  )
+  result, imported = run_recording_imports(_command(*[f.format(tmp=tmp_path) for f in flags])[1:])
   assert result.returncode == 2
-  imported = {
-    line.rsplit("|", 1)[1].strip()
-    for line in result.stderr.splitlines()
-    if line.startswith("import time:")
-  }
   assert "cli" in imported and "tensorflow" not in imported
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith(
