@@ -71,6 +71,26 @@ def band_bias(length, window: int, causal: bool = False, dtype: tf.DType = tf.fl
   return ((1.0 - allowed) * large_negative(dtype))[tf.newaxis, tf.newaxis, :, :]
 
 
+def segment_bias(
+  query_segments: tf.Tensor, key_segments: tf.Tensor, dtype: tf.DType = tf.float32
+) -> tf.Tensor:
+  """For packed rows (several examples in one row): a query sees only keys of its own segment.
+
+  Segment ids number the examples of a row 1, 2, ...; 0 marks padding, which no query sees
+  (a padding query sees nothing of another segment either; its output is never used).
+
+  Args:
+    query_segments: int `[batch, q_len]`.
+    key_segments: int `[batch, k_len]`.
+  Returns:
+    `[batch, 1, q_len, k_len]` bias.
+  """
+  same = tf.equal(query_segments[:, :, tf.newaxis], key_segments[:, tf.newaxis, :])
+  allowed = same & (key_segments[:, tf.newaxis, :] > 0)
+  allowed = tf.cast(allowed, dtype)
+  return ((1.0 - allowed) * large_negative(dtype))[:, tf.newaxis, :, :]
+
+
 def step_bias(decode_index, cache_length, dtype: tf.DType = tf.float32) -> tf.Tensor:
   """For padded decoding: one query at `decode_index` may see cache slots `0..decode_index`.
 

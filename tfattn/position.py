@@ -24,6 +24,28 @@ def sinusoidal_encoding(positions: tf.Tensor, d_model: int) -> tf.Tensor:
   return tf.where(tf.equal(dims % 2, 0)[tf.newaxis, :], tf.sin(angles), tf.cos(angles))
 
 
+def segment_positions(segment_ids: tf.Tensor) -> tf.Tensor:
+  """Positions that restart at 0 at each segment of a packed row.
+
+  Args:
+    segment_ids: int `[batch, length]`, 1, 2, ... per example, 0 for padding; each segment is
+      one contiguous run.
+  Returns:
+    int32 `[batch, length]`: 0, 1, 2, ... within each segment (padding counts on; it is
+    masked).
+  """
+  segment_ids = tf.convert_to_tensor(segment_ids)
+  length = tf.shape(segment_ids)[1]
+  index = tf.broadcast_to(tf.range(length), tf.shape(segment_ids))
+  starts = tf.concat(
+    [tf.ones_like(segment_ids[:, :1], tf.bool), segment_ids[:, 1:] != segment_ids[:, :-1]], 1
+  )
+  # Each position minus the index where its segment began (a running max of start indices).
+  start_index = tf.where(starts, index, tf.zeros_like(index))
+  start_index = tf.scan(tf.maximum, tf.transpose(start_index))
+  return index - tf.transpose(start_index)
+
+
 class SinusoidalPosition(tf.Module):
   """Adds fixed sinusoidal encodings; no variables, any length.
 
