@@ -207,9 +207,9 @@ def learn_and_write(
     logging.info("byte vocabulary (260 ids: every UTF-8 byte, no [UNK]) -> %s", path)
     return path
   logging.info(
-    "learning a %d-token %s vocabulary from up to %d examples -> %s",
-    vocab_size,
+    "learning a %s vocabulary of at most %d ids from up to %d examples -> %s",
     kind,
+    vocab_size,
     max_examples,
     path_without_suffix,
   )
