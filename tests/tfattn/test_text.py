@@ -181,9 +181,11 @@ def test_the_tf_text_resource_patch_still_takes_hold(tmp_path, sentencepiece):
 
 # Text a normalizing tokenizer would change: newlines of three kinds, tabs, NUL, a combining
 # accent beside a precomposed one, a ligature, full-width letters, emoji with a joiner and a
-# variation selector, CJK, right-to-left script, a character outside the BMP.
+# variation selector, CJK, right-to-left script, a character outside the BMP, a leading
+# byte-order mark and noncharacters (a transcoder may drop or replace them).
 EXACT = [
-  "line one\nline two\r\nline three\rend\n",
+  "\ufeffline one\nline two\r\nline three\rend\n\u2028\u0085",
+  "\uffff\ufffe\U0010ffff",
   "\ttab\x00nul  two spaces ",
   "e\u0301 vs \u00e9; \ufb01 ligature; \uff21\uff22\uff23\uff11",
   "\U0001f469\u200d\U0001f4bb \u2764\ufe0f \U0001f680",
@@ -243,7 +245,7 @@ def test_bytes_round_trip_any_text_without_unk(tmp_path, random_texts):
   restored, ids = _round_trip(tok, texts)
   assert restored == texts
   assert ids.row_lengths().numpy().tolist() == [len(t.encode()) for t in texts]
-  assert ids.to_list()[0][:4] == [4 + b for b in b"line"]
+  assert ids.to_list()[0][:7] == [4 + b for b in "\ufeffline".encode()]
   assert int(tf.reduce_min(ids.flat_values)) > text.UNK_ID
 
 
