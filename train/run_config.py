@@ -28,6 +28,9 @@ from train.flag_choices import (
   GPU_STEPS_PER_LOOP,
   STRATEGIES,
   TASK_NAMES,
+  TEXT_BLOCKS,
+  TEXT_LINES,
+  TEXT_PACKINGS,
   TFDS_TASKS,
   TOKENIZERS,
 )
@@ -158,6 +161,24 @@ class RunConfig:
     "What the TSV's second column is: the target text (seq2seq) or an integer label "
     "(classification).",
     choices=tuple(MODEL_KINDS),
+    resume=MUST_MATCH,
+  )
+  # The language model's text files (--task=text), docs/language_model.md.
+  text_packing: str = run_setting(
+    TEXT_BLOCKS,
+    "--task=text: blocks: the text is one token stream cut into blocks of --max_length "
+    "(nanoGPT; attention crosses documents, [END] between them); documents: the same blocks, "
+    "but attention and positions restart at each document (segment ids); lines: one example "
+    "a line, cut at --max_length (short texts).",
+    choices=TEXT_PACKINGS,
+    when_missing=TEXT_LINES,  # runs saved before packing read one text a line
+    resume=MUST_MATCH,
+  )
+  text_documents: str = run_setting(
+    "file",
+    "--task=text packed: what one document is: a whole file (its newlines are text), or a "
+    "line (blank lines skipped).",
+    choices=("file", "line"),
     resume=MUST_MATCH,
   )
   recipe: Optional[str] = run_setting(
