@@ -93,7 +93,7 @@ class RunConfig:
     "numbers",
     "What to learn. Built-in tasks are generated offline from --seed; TFDS tasks "
     "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file, and "
-    "so does text (one text a line: a language model, docs/language_model.md).",
+    "so does text (plain text files: a language model, docs/language_model.md).",
     choices=TASK_NAMES,
     resume=MUST_MATCH,
   )
@@ -105,7 +105,7 @@ class RunConfig:
   )
   train_file: Optional[str] = run_setting(
     None,
-    "TSV training file: source<TAB>target, or text<TAB>label (--task=text: one text a line).",
+    "TSV training file: source<TAB>target, or text<TAB>label (--task=text: plain text).",
     unset="",
     resume=MUST_MATCH,
   )
