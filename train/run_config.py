@@ -509,6 +509,11 @@ class RunConfig:
       raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")
     if kind is not None and self.shared_vocabulary and not MODEL_KINDS[kind].shares_vocabulary:
       raise ValueError(f"--shared_vocabulary is for seq2seq tasks (one side), not {kind}")
+    if self.task == "text" and self.text_packing == "documents" and self.attention_window:
+      raise ValueError(
+        "--text_packing=documents masks attention per document, which a windowed attention "
+        "does not take: use --text_packing=blocks with --attention_window"
+      )
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):
         if getattr(self, name) is not None:
