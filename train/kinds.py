@@ -6,7 +6,6 @@ decoder-only language model) is one class here, one in `tfattn/kinds.py` and one
 `serving/export/`, each added to its registry.
 """
 
-import sys
 from types import MappingProxyType
 from typing import (
   Any,
@@ -113,7 +112,8 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def evaluate(
     self, model, dataset: tf.data.Dataset, tokenizers: Dict, config, max_examples: Optional[int]
   ) -> Dict:
-    """Metrics on up to `max_examples` examples (None: all), with "examples" judged."""
+    """Metrics on up to `max_examples` examples (None: all), with "examples" judged and
+    "partial" (whether the data held more: `evaluation.FirstExamples`)."""
 
   def evaluation_note(self, config) -> str:
     """How evaluation judges, for the log (e.g. " (beam 4)")."""
@@ -141,10 +141,6 @@ class TrainingKind(kinds.ModelKind, Protocol):
 
 # Pieces of a classifier's input a TensorBoard picture shows.
 MAP_PIECES = 48
-
-
-def _limit(max_examples: Optional[int]) -> int:
-  return sys.maxsize if max_examples is None else max_examples
 
 
 class _TextTargets:
@@ -194,7 +190,7 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     return evaluation.evaluate_seq2seq(
-      model, dataset, tokenizers["target"], _limit(max_examples), config.decode_options()
+      model, dataset, tokenizers["target"], max_examples, config.decode_options()
     )
 
   def evaluation_note(self, config) -> str:
@@ -248,7 +244,7 @@ class Classification(kinds.ClassifierModel):
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     del tokenizers, config  # labels are compared as ids
-    return evaluation.evaluate_classification(model, dataset, _limit(max_examples))
+    return evaluation.evaluate_classification(model, dataset, max_examples)
 
   def evaluation_note(self, config) -> str:
     return ""
@@ -295,7 +291,8 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
   (`train/text_tasks.py`) or a TFDS text feature; long texts keep their first max_length - 1
   tokens."""
 
-  tsv_defaults = MappingProxyType({})  # the recipe's and the declared values
+  # The recipe's and the declared values; the export generates greedily (as `--task=text`).
+  tsv_defaults = MappingProxyType({"decode": {"strategy": "greedy"}})
 
   def dataset(self, raw, tokenizers, *, training, truncate, **batching):
     """Batches of {"source": int32 `[batch, length]`, the text's tokens}."""
@@ -329,30 +326,30 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     """{"perplexity": exp(mean negative log-likelihood per token, EOS included),
-    "token_accuracy", "examples"}."""
-    del tokenizers, config  # judged on token ids
+    "nats_per_char" and "bits_per_byte" (the same likelihood over the text the targets stand
+    for: `evaluation.target_characters`, so tokenizers compare), "token_accuracy", "tokens",
+    "characters", "bytes", "examples", "partial"}."""
+    del config  # judged on token ids
+    tokenizer = tokenizers["source"]
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
     def sums(source):
       inputs, targets = self.inputs_and_targets({"source": source})
       logits = model(inputs)  # once: the likelihood and the accuracy both read it
       nll, count = perplexity_sums_of_logits(logits, targets)
-      return nll, count, losses.masked_accuracy(logits, targets)[0]
+      characters, utf8_bytes = evaluation.target_characters(tokenizer, targets)
+      return nll, count, losses.masked_accuracy(logits, targets)[0], characters, utf8_bytes
 
-    nll = tokens = correct = 0.0
-    seen, limit = 0, _limit(max_examples)
-    for batch in dataset:
-      if seen >= limit:
-        break
-      source = batch["source"][: limit - seen]
-      batch_sums = [float(value) for value in sums(source)]
-      nll, tokens, correct = nll + batch_sums[0], tokens + batch_sums[1], correct + batch_sums[2]
-      seen += int(tf.shape(source)[0])
+    totals = np.zeros(5)  # nll, tokens, correct, characters, bytes
+    judged = evaluation.FirstExamples(dataset, max_examples)
+    for batch in judged:
+      totals += [float(value) for value in sums(batch["source"])]
+    nll, tokens, correct, characters, utf8_bytes = totals.tolist()
     return {
-      "perplexity": float(np.exp(nll / max(tokens, 1.0))),
+      **evaluation.text_metrics(nll, tokens, characters, utf8_bytes),
       "token_accuracy": correct / max(tokens, 1.0),
       "tokens": int(tokens),
-      "examples": seen,
+      **judged.coverage(),
     }
 
   def evaluation_note(self, config) -> str:

@@ -196,3 +196,27 @@ def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
   assert (config.dropout_rate, config.feed_forward_dropout_rate, config.seed) == (0.2, 0.1, 5)
   assert (config.attention_window, config.norm_position) == (3, "pre")
   assert (config.source_vocab_size, config.target_vocab_size) == (50, 60)
+
+
+def test_a_language_models_start_up_configuration_leaves_out_what_does_not_apply():
+  """Issue 41: a language model's start shows no tsv_kind, no translation decoding, no
+  classification truncation; the decoding options its export generates with stay, as its
+  strategy reads them."""
+  config = RunConfig(task="text", train_file="t.txt").resolved({"decode": {"strategy": "greedy"}})
+  shown = config.describe(kind="language_model")
+  for absent in ("tsv_kind", "truncate", "shared_vocabulary", "bad_lines", "beam_size", "alpha"):
+    assert absent not in shown, absent
+  assert "'strategy': 'greedy'" in shown and "train_file=t.txt" in shown
+  assert "tsv_kind=seq2seq" in config.describe()  # without a kind: every setting
+  beam = RunConfig(decode=dict(strategy="beam", beam_size=4)).resolved()
+  assert "'beam_size': 4" in beam.describe(kind="seq2seq")
+  assert "decode=" not in beam.describe(kind="classification")
+
+
+def test_a_language_model_task_generates_greedily_unless_told():
+  from train import text_tasks
+
+  assert text_tasks.LANGUAGE_MODEL_DEFAULTS["decode"] == {"strategy": "greedy"}
+  from train import kinds
+
+  assert kinds.of("language_model").tsv_defaults["decode"] == {"strategy": "greedy"}
