@@ -93,6 +93,12 @@ def coverage_note(metrics: Dict) -> str:
   return f" (partial: the first {metrics.get('examples')} examples)"
 
 
+def shown_metric(name: str, value) -> bool:
+  """Whether a metric goes into a log line (not the decoding options, sacreBLEU's signatures
+  or the partial flag, which the line's label says in words: `coverage_note`)."""
+  return not isinstance(value, dict) and not name.endswith("_signature") and name != "partial"
+
+
 def target_characters(tokenizer, targets):
   """The text a language model's targets stand for, measured in characters and UTF-8 bytes:
   the denominators of nats per character and bits per byte, for any tokenizer.

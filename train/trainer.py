@@ -580,7 +580,7 @@ class Trainer:
       "  ".join(
         f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
         for k, v in sorted(metrics.items())
-        if _shown_metric(k, v)
+        if evaluation.shown_metric(k, v)
       ),
     )
     if self.is_chief:
@@ -588,12 +588,6 @@ class Trainer:
         for name, value in metrics.items():
           if isinstance(value, float):
             tf.summary.scalar(f"{role}/{name}", value)
-
-
-def _shown_metric(name: str, value) -> bool:
-  """Whether a metric goes into a log line (not the decoding options, sacreBLEU's signatures
-  or the partial flag, which the line's label says in words)."""
-  return not isinstance(value, dict) and not name.endswith("_signature") and name != "partial"
 
 
 def final_metrics(result: Dict) -> List[str]:
@@ -604,7 +598,7 @@ def final_metrics(result: Dict) -> List[str]:
       shown = {
         k: round(v, 4) if isinstance(v, float) else v
         for k, v in result[role].items()
-        if _shown_metric(k, v)
+        if evaluation.shown_metric(k, v)
       }
       lines.append(f"{role}{evaluation.coverage_note(result[role])}: {shown}")
       if "bleu_signature" in result[role]:  # how the BLEU was computed, for comparisons
