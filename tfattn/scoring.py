@@ -31,5 +31,5 @@ def token_log_likelihoods(model, tokens: tf.Tensor):
   at_end = tf.equal(tf.range(length + 1)[tf.newaxis], counts[:, tf.newaxis])
   targets = tf.where(at_end, config.eos_id, padded)  # the text, then [END]
   # The training loss's own function, unsmoothed: -log p(target), 0 at padding.
-  nll, _ = losses.label_smoothed_cross_entropy(model(inputs), targets, 0.0, config.pad_id)
-  return -nll, counts + 1
+  nll, weights = losses.label_smoothed_cross_entropy(model(inputs), targets, 0.0, config.pad_id)
+  return tf.where(weights > 0, -nll, 0.0), counts + 1  # 0, not -0, past the text
