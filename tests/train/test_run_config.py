@@ -214,9 +214,9 @@ def test_a_language_models_start_up_configuration_leaves_out_what_does_not_apply
 
 
 def test_a_language_model_task_generates_greedily_unless_told():
-  from train import text_tasks
-
-  assert text_tasks.LANGUAGE_MODEL_DEFAULTS["decode"] == {"strategy": "greedy"}
   from train import kinds
+  from train.task import LANGUAGE_MODEL_DEFAULTS
+
+  assert LANGUAGE_MODEL_DEFAULTS["decode"] == {"strategy": "greedy"}
 
   assert kinds.of("language_model").tsv_defaults["decode"] == {"strategy": "greedy"}
