@@ -10,7 +10,7 @@ import pytest
 
 from train.trainer import Trainer, prepare
 
-from train_helpers import REPO, environment, own_lines, tiny_text_run
+from train_helpers import REPO, environment, own_lines, run_recording_imports, tiny_text_run
 
 pytestmark = pytest.mark.slow  # trains, then starts the program
 
@@ -84,3 +84,8 @@ def test_a_checkpoint_is_judged_on_a_file_whole_or_in_part(tmp_path):
     assert ours[0].startswith("train.evaluate: error: ") and message in ours[0], ours
   done = _evaluate(f"--run_dir={tmp_path}")
   assert done.returncode == 2 and "not a training run directory" in done.stderr
+  # Told before TensorFlow loads.
+  done, imported = run_recording_imports(
+    ["-m", "train.evaluate", f"--run_dir={run_dir}", "--weights=best", "--file=MISSING"]
+  )
+  assert done.returncode == 2 and "tensorflow" not in imported, done.stderr[-2000:]
