@@ -257,6 +257,8 @@ class Trainer:
       kwargs.update(
         batch_tokens=batch_tokens, multiple_of=self.local_replicas, pad_to_bucket=c.jit_compile
       )
+      if c.pack_examples:  # seq2seq only (RunConfig.check)
+        kwargs.update(pack=True)
     return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate, **kwargs)
 
   def _make_train_loop(self):
