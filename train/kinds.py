@@ -182,15 +182,11 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
     their "source_segments" and "target_segments" (`train.packing`), and one log line: the
     share of real tokens in the first batches, unpacked and packed."""
     del truncate  # sources longer than max_length are cut on the right
+    pack = pack and training
     if pack:
       self._log_real_token_share(raw, tokenizers, batching)
     return data.seq2seq_dataset(
-      raw,
-      tokenizers["source"],
-      tokenizers["target"],
-      keep_text=not training,
-      pack=pack and training,
-      **batching,
+      raw, tokenizers["source"], tokenizers["target"], keep_text=not training, pack=pack, **batching
     )
 
   @staticmethod
