@@ -3,19 +3,29 @@ TensorFlow tutorial writes it, same config, same training step, measured side by
 
   python benchmarks/train_throughput.py [--config small|base] [--dtype float32|bfloat16]
       [--steps 5] [--batch 64] [--length 64] [--models tfattn,keras_mha] [--xla on]
+  python benchmarks/train_throughput.py --pairs_file=multi30k_train.tsv [--xla off,on]
 
 Prints target tokens/s of both, the ratio, with and without XLA, and model FLOP utilisation:
 analytic training FLOPs (`tfattn.flops`, tested against the graph's matmuls) over a matmul
 peak measured on the same device in the same dtype. With bfloat16, tfattn computes in
 bfloat16 (`compute_dtype`) and the peer runs under Keras' `mixed_bfloat16` policy; variables
 stay float32 in both.
+
+With `--pairs_file` (source<TAB>target lines, e.g. Multi30k's), it measures packing instead:
+tfattn's training step (the trainer's loss, `train.kinds.Seq2Seq`) on the batches the training
+pipeline cuts from those pairs (SentencePiece vocabularies of the config's size learned from
+them), unpacked (token batching: up to `--batch` x `--length` padded tokens a side, by length
+bucket) and packed (`--pack_examples`: `--batch` rows of `--length` tokens), side by side. It
+prints real (non-padding) target tokens/s, the share of real tokens (both sides) and the ratio.
 """
 
 import cli
 import common
 
 import dataclasses
-from typing import List
+import os
+import tempfile
+from typing import List, Optional
 
 from settings import setting
 
@@ -27,8 +37,8 @@ import numpy as np
 import tensorflow as tf
 
 import tfattn
-from tfattn import flops, losses
-from train import performance
+from tfattn import flops, losses, text
+from train import data, kinds, packing, performance, tokenizer
 
 CONFIGS = {
   "tiny": dict(d_model=32, num_heads=4, dff=64, num_layers=1, vocab=200),  # checks, not figures
@@ -198,6 +208,11 @@ class TrainThroughputFlags:
     "you need.",
   )
   xla: List[str] = setting(tuple(XLA_MODES), "XLA modes, a comma list: off, on.")
+  pairs_file: Optional[str] = setting(
+    None,
+    "A source<TAB>target file: measure packed against unpacked training batches of its pairs "
+    "(real target tokens/s) instead of the models on full random rows.",
+  )
 
 
 def _define_flags():
@@ -284,6 +299,186 @@ def measure(
   }
 
 
+PACKING_MODES = ("unpacked", "packed")
+# Pairs the vocabularies of a --pairs_file run are learned from (Multi30k's training set).
+VOCAB_PAIRS = 29_000
+
+
+def read_pairs(path):
+  """(sources, targets) of a source<TAB>target file; a bad line is a UsageError."""
+  sources, targets = [], []
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, 1):
+      fields = line.rstrip("\n").split("\t")
+      if len(fields) != 2:
+        raise cli.UsageError(f"{path}:{number}: expected source<TAB>target")
+      sources.append(fields[0])
+      targets.append(fields[1])
+  if not sources:
+    raise cli.UsageError(f"{path}: no pairs")
+  return sources, targets
+
+
+def _learn_tokenizer(texts, vocab_size, directory, side):
+  strings = tf.data.Dataset.from_tensor_slices(texts)
+  path = tokenizer.learn_and_write(
+    tokenizer.SENTENCEPIECE, strings, vocab_size, os.path.join(directory, side), False, VOCAB_PAIRS
+  )
+  return text.load_tokenizer(path)
+
+
+def _batch_counts(batches):
+  """(real target tokens, real share of both sides' tokens, pairs a row) of a pass."""
+  share, pairs, rows = packing.real_token_share(
+    tf.data.Dataset.from_generator(
+      lambda: iter(batches),
+      output_signature={name: tf.TensorSpec([None, None], tf.int32) for name in batches[0]},
+    )
+  )
+  target = sum(int(tf.math.count_nonzero(b["target_out"])) for b in batches)
+  return target, share, pairs / rows
+
+
+def measure_packing(
+  pairs_file,
+  config_name="small",
+  dtype="float32",
+  steps=3,
+  rounds=3,
+  batch_size=64,
+  length=64,
+  xla_modes=XLA_MODES,
+):
+  """Times tfattn's training step over `steps` batches of the pairs, unpacked and packed, at
+  each XLA mode, interleaved. Returns a dict: "device", "config", "pairs", and "variants":
+  [{"mode", "xla", "seconds_per_pass", "real_target_tokens_per_second", "real_share",
+  "pairs_per_row"}]."""
+  c = CONFIGS[config_name]
+  sources, targets = read_pairs(pairs_file)
+  with tempfile.TemporaryDirectory() as directory:
+    source_tokenizer = _learn_tokenizer(sources, c["vocab"], directory, "source")
+    target_tokenizer = _learn_tokenizer(targets, c["vocab"], directory, "target")
+  raw = tf.data.Dataset.from_tensor_slices((sources, targets))
+  config = tfattn.TransformerConfig.preset(
+    "small",
+    source_vocab_size=source_tokenizer.vocab_size,
+    target_vocab_size=target_tokenizer.vocab_size,
+    d_model=c["d_model"],
+    num_heads=c["num_heads"],
+    dff=c["dff"],
+    num_encoder_layers=c["num_layers"],
+    num_decoder_layers=c["num_layers"],
+    dropout_rate=0.1,
+    max_length=length,
+    compute_dtype=dtype,
+  )
+  model, kind = tfattn.Transformer(config), kinds.Seq2Seq()
+  variables = model.trainable_variables
+  timed, counts = {}, {}
+  for xla in xla_modes:
+    for mode in PACKING_MODES:
+      batches = list(
+        data.seq2seq_dataset(
+          raw,
+          source_tokenizer,
+          target_tokenizer,
+          batch_size=batch_size,
+          max_length=length,
+          shuffle_seed=0,
+          repeat=True,
+          drop_remainder=True,
+          batch_tokens=batch_size * length,  # the same padded tokens a batch, both ways
+          pad_to_bucket=xla == "on",  # as the trainer batches under XLA
+          pack=mode == "packed",
+        ).take(steps)
+      )
+      counts[mode, xla] = _batch_counts(batches)
+      optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+      optimizer.build(variables)
+      step = _packing_step(kind, model, optimizer, batches[0], xla == "on")
+      timed[mode, xla] = lambda step=step, batches=batches: [step(b) for b in batches][-1].numpy()
+  seconds = common.interleaved_medians(timed, rounds, 1)
+  return {
+    "device": common.device_description(),
+    "config": dict(name=config_name, dtype=dtype, batch=batch_size, length=length, **c),
+    "pairs": len(sources),
+    "steps": steps,
+    "rounds": rounds,
+    "variants": [
+      {
+        "mode": mode,
+        "xla": xla,
+        "seconds_per_pass": value,
+        "real_target_tokens_per_second": counts[mode, xla][0] / value,
+        "real_share": counts[mode, xla][1],
+        "pairs_per_row": counts[mode, xla][2],
+      }
+      for (mode, xla), value in seconds.items()
+    ],
+  }
+
+
+def _packing_step(kind, model, optimizer, example_batch, jit):
+  """One training step on a batch dict (packed or not): the trainer's loss, mean per token."""
+  variables = model.trainable_variables
+  signature = {name: tf.TensorSpec([None, None], tf.int32) for name in example_batch}
+
+  @tf.function(input_signature=[signature], jit_compile=jit, autograph=False)
+  def step(batch):
+    with tf.GradientTape() as tape:
+      sums = kind.loss_sums(model, batch, 0.1)
+      loss = sums.loss / tf.maximum(sums.count, 1.0)
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss
+
+  return step
+
+
+def packing_ratios(result):
+  """{"XLA off": packed / unpacked real target tokens/s, ...}."""
+  by = {(v["mode"], v["xla"]): v["real_target_tokens_per_second"] for v in result["variants"]}
+  return {
+    f"XLA {xla}": by["packed", xla] / by["unpacked", xla]
+    for xla in XLA_MODES
+    if ("packed", xla) in by and ("unpacked", xla) in by
+  }
+
+
+def _print_packing(args, xla_modes):
+  result = measure_packing(
+    args.pairs_file,
+    args.config,
+    args.dtype,
+    args.steps,
+    args.rounds,
+    args.batch,
+    args.length,
+    xla_modes,
+  )
+  c = result["config"]
+  print(f"device: {result['device']}")
+  print(
+    f"config: {args.config} ({c['num_layers']}+{c['num_layers']} layers, d_model "
+    f"{c['d_model']}, {c['num_heads']} heads, dff {c['dff']}), {args.dtype}; "
+    f"{result['pairs']} pairs from {args.pairs_file}; each batch at most {args.batch} x "
+    f"{args.length} padded tokens a side; median of {args.rounds} interleaved rounds of "
+    f"{args.steps} steps\n"
+  )
+  print(
+    f"{'mode':<9} {'XLA':<5} {'s/pass':>8} {'real target tok/s':>18} {'real share':>11} "
+    f"{'pairs/row':>10}"
+  )
+  for v in result["variants"]:
+    print(
+      f"{v['mode']:<9} {v['xla']:<5} {v['seconds_per_pass']:8.3f} "
+      f"{v['real_target_tokens_per_second']:18.0f} {v['real_share']:11.3f} "
+      f"{v['pairs_per_row']:10.2f}"
+    )
+  print()
+  for name, ratio in packing_ratios(result).items():
+    print(f"ratio packed / unpacked real target tokens/s, {name}: {ratio:.2f}x")
+
+
 def _keras_peer(c, dtype, batch):
   """The peer under Keras' mixed_bfloat16 policy when asked for bfloat16 (variables float32),
   built on the first batch; the global policy is restored after."""
@@ -317,6 +512,11 @@ def main(argv):
   unknown = sorted(set(models) - set(MODELS)) + sorted(set(xla_modes) - set(XLA_MODES))
   if unknown:
     raise cli.UsageError(f"unknown --models or --xla values {unknown}: see --help")
+  if args.pairs_file:
+    if not os.path.isfile(args.pairs_file):
+      raise cli.UsageError(f"--pairs_file={args.pairs_file}: no such file")
+    _print_packing(args, list(dict.fromkeys(xla_modes)))
+    return
   result = measure(
     args.config,
     args.dtype,

@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from tfattn import decoding, masking
+from tfattn import decoding, masking, position
 from tfattn.attention import (
   CrossAttention,
   GrowingCache,
@@ -263,8 +263,14 @@ class _Stack(tf.Module):
         else None
       )
 
-  def _embed(self, ids, training, offset=0):
-    x = self.position(self.embedding(ids, self.compute_dtype), offset)
+  def _embed(self, ids, training, offset=0, segments=None):
+    """ids `[batch, length]` -> `[batch, length, d_model]`; with `segments` (a packed row's
+    segment ids, `[batch, length]`) positions restart at 0 at each segment."""
+    x = self.embedding(ids, self.compute_dtype)
+    if segments is None:
+      x = self.position(x, offset)
+    else:
+      x += tf.cast(self.position.at(position.segment_positions(segments)), x.dtype)
     return dropout(x, self.config.dropout_rate, self._rng, training)
 
   def _finish(self, x):
@@ -285,13 +291,18 @@ class Encoder(_Stack):
     """
     super().__init__(config, embedding, rng, EncoderLayer, config.num_encoder_layers, name=name)
 
-  def __call__(self, ids, bias=None, training=False, return_attention=False):
+  def __call__(self, ids, bias=None, training=False, return_attention=False, segments=None):
     """ids: int `[batch, s_len]` -> `[batch, s_len, d_model]` (and, with `return_attention`, a
     tuple of float32 `[batch, heads, s_len, s_len]` weights, one a layer); bias defaults to
-    padding."""
+    padding, or with `segments` (packed rows' segment ids `[batch, s_len]`, 0 for padding) to
+    each token's own segment, whose positions start at 0."""
     if bias is None:
-      bias = masking.padding_bias(ids, self.config.pad_id)
-    x = self._embed(ids, training)
+      bias = (
+        masking.padding_bias(ids, self.config.pad_id)
+        if segments is None
+        else masking.segment_bias(segments, segments)
+      )
+    x = self._embed(ids, training, segments=segments)
     weights = []
     for layer in self.layers:
       x, layer_weights = layer(x, bias, training, return_attention=True)
@@ -314,13 +325,18 @@ class Decoder(_Stack):
     """
     super().__init__(config, embedding, rng, DecoderLayer, config.num_decoder_layers, name=name)
 
-  def __call__(self, ids, memory, memory_bias=None, training=False, return_attention=False):
+  def __call__(
+    self, ids, memory, memory_bias=None, training=False, return_attention=False, segments=None
+  ):
     """Teacher-forced: ids int `[batch, t_len]`, memory `[batch, s_len, d_model]` ->
     `[batch, t_len, d_model]` (and, with `return_attention`, two tuples of float32 weights, one
     entry a layer: self-attention `[batch, heads, t_len, t_len]`, cross-attention `[batch,
-    heads, t_len, s_len]`)."""
-    self_bias = None  # the self-attention is causal (and windowed) by itself
-    x = self._embed(ids, training)
+    heads, t_len, s_len]`). With `segments` (packed rows' segment ids `[batch, t_len]`), a
+    token sees only the earlier tokens of its own segment, whose positions start at 0;
+    `memory_bias` then keeps the cross-attention in the segment too."""
+    # The self-attention is causal (and windowed) by itself; packed rows add their segments.
+    self_bias = None if segments is None else masking.segment_bias(segments, segments)
+    x = self._embed(ids, training, segments=segments)
     self_weights, cross_weights = [], []
     for layer in self.layers:
       x, layer_self, layer_cross = layer(
@@ -406,22 +422,43 @@ class Transformer(tf.Module):
     target_ids: tf.Tensor,
     training: bool = False,
     return_attention: bool = False,
+    source_segments: Optional[tf.Tensor] = None,
+    target_segments: Optional[tf.Tensor] = None,
   ):
     """Teacher-forced logits: float32 `[batch, t_len, target_vocab]`.
 
     Args:
       source_ids: int `[batch, s_len]`, padded with `pad_id`.
       target_ids: int `[batch, t_len]`, the decoder inputs (targets shifted right, starting
-        with `bos_id`).
+        with `bos_id`; in a packed row, each segment starts with it).
       training: apply dropout.
       return_attention: a Python bool; also return the `AttentionWeights` of this pass.
+      source_segments, target_segments: None, or both, for packed rows (several pairs a row):
+        int `[batch, s_len]` and `[batch, t_len]`, the pairs of a row numbered 1, 2, ... and 0
+        for padding. Each pair is then computed as if alone in its row: every attention stays
+        within its segment (the target's segment k reads the source's segment k) and
+        positions restart at 0 at each segment. Not with an `attention_window`.
     Returns:
       logits, or (logits, `AttentionWeights`) with `return_attention`.
     """
-    memory_bias = masking.padding_bias(source_ids, self.config.pad_id)  # [batch, 1, 1, s_len]
-    memory, encoder_weights = self.encoder(source_ids, memory_bias, training, return_attention=True)
+    if (source_segments is None) != (target_segments is None):
+      raise ValueError("Packed rows need both source_segments and target_segments")
+    if source_segments is None:
+      memory_bias = masking.padding_bias(source_ids, self.config.pad_id)  # [batch, 1, 1, s_len]
+      encoder_bias = memory_bias
+    else:
+      if self.config.attention_window is not None:
+        raise ValueError(
+          "Packed rows (segment ids) need full attention: the windowed attention takes a key "
+          "mask only"
+        )
+      encoder_bias = masking.segment_bias(source_segments, source_segments)
+      memory_bias = masking.segment_bias(target_segments, source_segments)  # [b, 1, t, s]
+    memory, encoder_weights = self.encoder(
+      source_ids, encoder_bias, training, return_attention=True, segments=source_segments
+    )
     states, decoder_weights, cross_weights = self.decoder(
-      target_ids, memory, memory_bias, training, return_attention=True
+      target_ids, memory, memory_bias, training, return_attention=True, segments=target_segments
     )
     logits = self._logits(states)
     if not return_attention:

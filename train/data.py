@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from tfattn.support import shapes
 from tfattn.text import END_ID, START_ID, truncate_tokens
+from train import packing
 
 # A dataset whose size is known and at most this is shuffled whole each epoch; larger ones
 # through a buffer of this many examples.
@@ -89,6 +90,7 @@ def seq2seq_dataset(
   repeat=False,
   drop_remainder=False,
   keep_text=False,
+  pack=False,
   **batching,
 ):
   """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
@@ -97,7 +99,12 @@ def seq2seq_dataset(
   Training drops pairs longer than max_length. `batching`: `batch_tokens`, `multiple_of` and
   `pad_to_bucket` of `_bucket_and_batch`. With `keep_text` (evaluation) every pair is
   kept, truncated to max_length, and the batch also carries the raw reference string
-  "target_text" `[batch]`, so metrics compare with the reference text itself."""
+  "target_text" `[batch]`, so metrics compare with the reference text itself.
+
+  With `pack` (training), several pairs share each row of max_length tokens
+  (`train.packing`), and the batches also carry "source_segments" and "target_segments";
+  a batch holds `batch_size` rows, or with `batch_tokens` as many rows as fit that many
+  tokens a side."""
   if shuffle_seed is not None:
     raw = shuffled(raw, shuffle_seed)
   if repeat:
@@ -124,6 +131,8 @@ def seq2seq_dataset(
       lambda s, t, _: tf.logical_and(tf.size(s) <= max_length, tf.size(t) + 1 <= max_length)
     )
   ds = ds.map(frame, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if pack:
+    return _packed_batches(ds, batch_size, max_length, drop_remainder, **batching)
   ds = _bucket_and_batch(
     ds,
     lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])),
@@ -133,6 +142,19 @@ def seq2seq_dataset(
     **batching,
   )
   return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _packed_batches(
+  ds, batch_size, max_length, drop_remainder, batch_tokens=None, multiple_of=1, pad_to_bucket=False
+):
+  """Framed pairs -> batches of packed rows, `[rows, max_length]` each (one shape: every row
+  is max_length long, so `pad_to_bucket` changes nothing)."""
+  del pad_to_bucket
+  rows = bucket_batch_sizes(max_length, batch_size, batch_tokens, multiple_of)[-1]
+  ds = packing.pack_pairs(ds, max_length).batch(rows, drop_remainder=drop_remainder)
+  options = tf.data.Options()  # as in `_bucket_and_batch`: the lookup tables are read-only
+  options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+  return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
 def classification_dataset(

@@ -22,11 +22,12 @@ from typing import (
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from tfattn import flops, kinds, losses, text
 from tfattn.language_model import perplexity_sums_of_logits
 from tfattn.special_ids import END_ID, PAD_ID, START_ID
-from train import data, evaluation, language_model_data
+from train import data, evaluation, language_model_data, packing
 from train.flag_choices import TEXT_DOCUMENTS, TEXT_LINES
 from train.task import (
   CLASSIFICATION_DEFAULTS,
@@ -142,6 +143,8 @@ class TrainingKind(kinds.ModelKind, Protocol):
 
 # Pieces of a classifier's input a TensorBoard picture shows.
 MAP_PIECES = 48
+# Training pairs whose batches the start of a packed run measures (the real-token share).
+SHARE_SAMPLE_PAIRS = 2000
 
 
 class _TextTargets:
@@ -170,16 +173,49 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
 
   tsv_defaults = MappingProxyType(TSV_SEQ2SEQ_DEFAULTS)
 
-  def dataset(self, raw, tokenizers, *, training, truncate, **batching):
+  def dataset(self, raw, tokenizers, *, training, truncate, pack=False, **batching):
     """Batches of {"source", "target_in", "target_out"} `[batch, length]` int32 (plus
-    "target_text" for evaluation)."""
+    "target_text" for evaluation); with `pack` (training only), rows of several pairs with
+    their "source_segments" and "target_segments" (`train.packing`), and one log line: the
+    share of real tokens in the first batches, unpacked and packed."""
     del truncate  # sources longer than max_length are cut on the right
+    pack = pack and training
+    if pack:
+      self._log_real_token_share(raw, tokenizers, batching)
     return data.seq2seq_dataset(
-      raw, tokenizers["source"], tokenizers["target"], keep_text=not training, **batching
+      raw, tokenizers["source"], tokenizers["target"], keep_text=not training, pack=pack, **batching
+    )
+
+  @staticmethod
+  def _log_real_token_share(raw, tokenizers, batching, pairs=SHARE_SAMPLE_PAIRS):
+    """Logs the share of real (non-padding) tokens in the batches of the first `pairs`
+    training pairs (in file order), batched as training batches them, without and with
+    packing."""
+    sample = dict(batching, shuffle_seed=None, repeat=False, drop_remainder=False)
+    shares = [
+      packing.real_token_share(
+        data.seq2seq_dataset(
+          raw.take(pairs), tokenizers["source"], tokenizers["target"], pack=pack, **sample
+        )
+      )
+      for pack in (False, True)
+    ]
+    (unpacked, _, _), (packed, packed_pairs, rows) = shares
+    logging.info(
+      "packing: real (non-padding) tokens are %.1f%% of the batches' tokens unpacked, "
+      "%.1f%% packed, %.2f pairs a row (both sides; the %d pairs that fit --max_length of "
+      "the first %d training examples)",
+      100 * unpacked,
+      100 * packed,
+      packed_pairs / max(rows, 1),
+      packed_pairs,
+      pairs,
     )
 
   def loss_sums(self, model, batch, smoothing) -> LossSums:
-    logits = model(batch["source"], batch["target_in"], training=True)
+    """Packed rows (segment ids in the batch) are computed pair by pair (`tfattn.Transformer`):
+    each segment's decoder input starts with START, and the loss sums over real tokens."""
+    logits = model(batch["source"], batch["target_in"], training=True, **packing.segments_of(batch))
     token_losses, _ = losses.label_smoothed_cross_entropy(logits, batch["target_out"], smoothing)
     correct, count = losses.masked_accuracy(logits, batch["target_out"])
     return LossSums(tf.reduce_sum(token_losses), correct, count, count)

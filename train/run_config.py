@@ -280,6 +280,17 @@ class RunConfig:
     above=0,
     resume=MUST_MATCH,
   )
+  pack_examples: Optional[bool] = run_setting(
+    None,
+    "Seq2seq training: pack several (source, target) pairs into each row of --max_length "
+    "tokens a side, each pair attending only to itself with its own positions, so far fewer "
+    "tokens are padding (tensor2tensor's and Flax's packing). --batch_size then counts rows; "
+    "--batch_tokens keeps the tokens a batch holds. Validation and test are not packed. Not "
+    "with --attention_window.",
+    when_unset=False,
+    when_missing=False,  # saved before packing existed: unpacked
+    resume=MUST_MATCH,
+  )
   grad_accum_steps: Optional[int] = run_setting(
     None,
     "Micro-batches per optimizer step (gradient accumulation): a large effective batch on one GPU.",
@@ -525,6 +536,13 @@ class RunConfig:
     if kind is not None and self.keep_best_by and self.keep_best_by not in best_by:
       raise ValueError(
         f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose one of {list(best_by)}"
+      )
+    if kind is not None and self.pack_examples and kind != SEQ2SEQ:
+      raise ValueError(f"--pack_examples packs translation pairs (seq2seq tasks), not {kind}")
+    if self.pack_examples and self.attention_window:
+      raise ValueError(
+        "--pack_examples needs full attention: the windowed attention (--attention_window) "
+        "cannot keep packed pairs apart"
       )
     if self.cpu_replicas > 1 and self.gpu_replicas > 1:
       raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")

@@ -1,0 +1,50 @@
+"""benchmarks/train_throughput.py at a tiny size: every model and XLA mode on full random rows,
+and packed against unpacked batches of a pairs file, each XLA mode."""
+
+import cli
+
+import pytest
+import train_throughput as benchmark  # benchmarks/ is on pytest's pythonpath
+
+pytestmark = pytest.mark.slow  # traces and compiles a dozen tiny training steps
+
+
+def test_every_model_and_xla_mode_is_measured():
+  result = benchmark.measure("tiny", steps=1, rounds=1, batch_size=2, length=8, peak_seconds=0.05)
+  found = {(v["model"], v["xla"]) for v in result["variants"]}
+  assert found == {(m, x) for m in benchmark.MODELS for x in benchmark.XLA_MODES}
+  assert all(v["target_tokens_per_second"] > 0 for v in result["variants"])
+  assert set(benchmark.ratios(result)) == {"XLA off", "XLA on"}
+
+
+def _pairs_file(tmp_path):
+  """Pairs of many lengths (1 to 9 words a side), as a translation corpus has."""
+  words = "ein mann mit einem hut sitzt auf der bank".split()
+  lines = [
+    f"{' '.join(words[: i % 9 + 1])}\t{' '.join(reversed(words[: (i * 7) % 9 + 1]))}"
+    for i in range(120)
+  ]
+  path = tmp_path / "pairs.tsv"
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return str(path)
+
+
+def test_packed_and_unpacked_batches_are_measured_at_each_xla_mode(tmp_path):
+  result = benchmark.measure_packing(
+    _pairs_file(tmp_path), "tiny", steps=2, rounds=1, batch_size=4, length=24
+  )
+  variants = {(v["mode"], v["xla"]): v for v in result["variants"]}
+  assert set(variants) == {(m, x) for m in benchmark.PACKING_MODES for x in benchmark.XLA_MODES}
+  for xla in benchmark.XLA_MODES:
+    packed, unpacked = variants["packed", xla], variants["unpacked", xla]
+    assert packed["real_target_tokens_per_second"] > 0
+    assert unpacked["pairs_per_row"] == 1 and packed["pairs_per_row"] > 1
+    assert 0 < unpacked["real_share"] <= 1 and 0 < packed["real_share"] <= 1
+  assert set(benchmark.packing_ratios(result)) == {"XLA off", "XLA on"}
+
+
+def test_a_bad_pairs_file_is_one_usage_error(tmp_path):
+  path = tmp_path / "bad.tsv"
+  path.write_text("no tab here\n", encoding="utf-8")
+  with pytest.raises(cli.UsageError, match=r"bad\.tsv:1: expected source<TAB>target"):
+    benchmark.read_pairs(str(path))

@@ -1,0 +1,163 @@
+"""Packing for translation (train/packing.py): no pair lost, segments and positions per pair,
+and the same loss as the pairs unpacked."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfattn
+from tfattn import text
+from tfattn.position import segment_positions
+from train import data, kinds, packing, tokenizer
+from train.run_config import RunConfig
+
+LENGTH = 12
+
+
+def _framed_pairs(count, seed=0, longest=LENGTH):
+  """`count` random pairs, framed as the pipeline frames them (START + target, target + END),
+  no side longer than LENGTH."""
+  rng = np.random.default_rng(seed)
+  pairs = []
+  for _ in range(count):
+    source = rng.integers(3, 40, rng.integers(1, longest + 1))
+    target = rng.integers(3, 40, rng.integers(1, longest))
+    pairs.append(
+      {
+        "source": source.astype(np.int32),
+        "target_in": np.concatenate([[text.START_ID], target]).astype(np.int32),
+        "target_out": np.concatenate([target, [text.END_ID]]).astype(np.int32),
+      }
+    )
+  return pairs
+
+
+def _dataset(pairs):
+  spec = {key: tf.TensorSpec([None], tf.int32) for key in ("source", "target_in", "target_out")}
+  return tf.data.Dataset.from_generator(lambda: iter(pairs), output_signature=spec)
+
+
+def _key(pair):
+  return tuple(tuple(int(x) for x in pair[name]) for name in ("source", "target_in", "target_out"))
+
+
+def _unpack(row):
+  """A packed row -> its pairs, in segment order, read back through the segment ids."""
+  pairs = []
+  for k in range(1, int(row[packing.SOURCE_SEGMENTS].max()) + 1):
+    on_source, on_target = row[packing.SOURCE_SEGMENTS] == k, row[packing.TARGET_SEGMENTS] == k
+    pairs.append(
+      {
+        "source": row["source"][on_source],
+        "target_in": row["target_in"][on_target],
+        "target_out": row["target_out"][on_target],
+      }
+    )
+  return pairs
+
+
+def test_every_pair_is_packed_once_whole_in_one_segment_of_one_row():
+  pairs = _framed_pairs(150, longest=6)
+  rows = list(packing.pack_pairs(_dataset(pairs), LENGTH, window=32).as_numpy_iterator())
+  assert len(rows) < len(pairs) * 0.7  # rows are shared
+  found = [pair for row in rows for pair in _unpack(row)]
+  assert collections.Counter(map(_key, found)) == collections.Counter(map(_key, pairs))
+  for row in rows:
+    for side in (packing.SOURCE_SEGMENTS, packing.TARGET_SEGMENTS):
+      segments = row[side]
+      real = segments > 0
+      assert (row["source" if side == packing.SOURCE_SEGMENTS else "target_in"] > 0).tolist() == (
+        real.tolist()
+      )
+      # Segments 1, 2, ... in order, each one contiguous run, padding only at the end.
+      runs = [k for i, k in enumerate(segments[real]) if i == 0 or k != segments[real][i - 1]]
+      assert runs == list(range(1, len(runs) + 1))
+      assert not real[np.argmin(real) :].any() or real.all()
+    # Each pair's decoder input starts with START; its positions start at 0.
+    starts = np.flatnonzero(np.diff(row[packing.TARGET_SEGMENTS], prepend=0) > 0)
+    assert (row["target_in"][starts] == text.START_ID).all()
+    positions = segment_positions(row[packing.TARGET_SEGMENTS][np.newaxis]).numpy()[0]
+    assert (positions[starts] == 0).all()
+    assert row[packing.SOURCE_SEGMENTS].max() == row[packing.TARGET_SEGMENTS].max()
+
+
+def test_first_fit_fills_an_earlier_row_before_opening_a_new_one():
+  # Lengths (source, target + 1): 8+3 opens row 0, 8+3 does not fit it (16 > 12): row 1;
+  # 3+3 fits row 0 again.
+  pairs = [
+    {"source": np.full(s, 5, np.int32), "target_in": np.full(t, 1, np.int32)}
+    for s, t in ((8, 3), (8, 3), (3, 3))
+  ]
+  for pair in pairs:
+    pair["target_out"] = pair["target_in"]
+  rows = list(packing.pack_pairs(_dataset(pairs), LENGTH).as_numpy_iterator())
+  assert [row[packing.SOURCE_SEGMENTS].max() for row in rows] == [2, 1]
+  assert (rows[0][packing.SOURCE_SEGMENTS] > 0).sum() == 11
+
+
+def _model():
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=40, target_vocab_size=40, max_length=LENGTH
+  ).replace(dropout_rate=0.0, attention_dropout_rate=0.0, feed_forward_dropout_rate=0.0)
+  return tfattn.Transformer(config)
+
+
+def test_packed_batches_give_the_loss_of_the_unpacked_pairs():
+  pairs = _framed_pairs(40, seed=1)
+  model, kind = _model(), kinds.Seq2Seq()
+  packed = next(packing.pack_pairs(_dataset(pairs), LENGTH).batch(100).as_numpy_iterator())
+  unpacked = next(
+    _dataset(pairs)
+    .padded_batch(100, padded_shapes={k: [LENGTH] for k in pairs[0]})
+    .as_numpy_iterator()
+  )
+  assert len(packed["source"]) < len(unpacked["source"])
+  packed_sums = kind.loss_sums(model, packed, smoothing=0.1)
+  unpacked_sums = kind.loss_sums(model, unpacked, smoothing=0.1)
+  assert float(packed_sums.count) == float(unpacked_sums.count)  # the same target tokens
+  assert float(packed_sums.correct) == float(unpacked_sums.correct)
+  np.testing.assert_allclose(float(packed_sums.loss), float(unpacked_sums.loss), rtol=1e-5)
+
+
+def _tokenizer(tmp_path):
+  return text.load_tokenizer(
+    tokenizer.learn_and_write(
+      tokenizer.SENTENCEPIECE,
+      tf.data.Dataset.from_tensor_slices(["7 8"] * 10),
+      200,
+      str(tmp_path / "vocab"),
+    )
+  )
+
+
+def test_the_training_pipeline_packs_rows_of_max_length(tmp_path):
+  pairs = [(" ".join("7" * n), " ".join("8" * (n % 5 + 1))) for n in range(1, 8)] * 9
+  raw = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs))))
+  tok = _tokenizer(tmp_path)
+  batching = dict(max_length=16, batch_size=4, batch_tokens=64)
+  batches = list(data.seq2seq_dataset(raw, tok, tok, pack=True, **batching).as_numpy_iterator())
+  assert {tuple(b["source"].shape) for b in batches[:-1]} == {(4, 16)}  # 64 tokens: 4 rows
+  segments = {packing.SOURCE_SEGMENTS, packing.TARGET_SEGMENTS}
+  assert set(batches[0]) == {"source", "target_in", "target_out", *segments}
+  packed_share, packed_pairs, _ = packing.real_token_share(
+    data.seq2seq_dataset(raw, tok, tok, pack=True, **batching)
+  )
+  unpacked_share, unpacked_pairs, _ = packing.real_token_share(
+    data.seq2seq_dataset(raw, tok, tok, **batching)
+  )
+  assert packed_pairs == unpacked_pairs == len(pairs)
+  assert packed_share > unpacked_share
+
+
+@pytest.mark.parametrize(
+  "values,kind,message",
+  [
+    (dict(pack_examples=True), "classification", "seq2seq"),
+    (dict(pack_examples=True, attention_window=8), "seq2seq", "full attention"),
+  ],
+)
+def test_packing_is_refused_where_it_cannot_work(values, kind, message):
+  with pytest.raises(ValueError, match=message):
+    RunConfig(**values).check(kind=kind)
