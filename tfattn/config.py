@@ -13,6 +13,8 @@ _POSITION_KINDS = ("sinusoidal", "learned")
 _COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 _POOLINGS = ("mean", "first")
 _CLASSIFIER_BODIES = ("transformer", "attention")
+_ACTIVATIONS = ("relu", "gelu")
+_TIED_LOGIT_SCALES = ("none", "rsqrt_d_model")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,13 @@ class TransformerConfig:
     "Position information: fixed sinusoids or a learned table.",
     choices=_POSITION_KINDS,
   )
+  activation: str = setting(
+    "relu",
+    "The feed-forward hidden layer's nonlinearity: relu (the paper's eq. 2) or gelu (exact, "
+    "erf-based: GPT-2's and nanoGPT's).",
+    choices=_ACTIVATIONS,
+    when_missing="relu",
+  )
   norm_position: str = setting(
     "post",
     "Layer norm after each residual (the paper) or before each sublayer (trains deeper models "
@@ -66,6 +75,14 @@ class TransformerConfig:
   share_embeddings: bool = setting(False, "Source and target share one embedding table.")
   tie_output_embedding: bool = setting(
     True, "The target embedding doubles as the pre-softmax weights."
+  )
+  tied_logit_scale: str = setting(
+    "none",
+    "The tied pre-softmax projection: x E^T (the paper's; with E scaled for unit-variance "
+    "inputs, the first logits are large: a language model's first loss lies 0.5-3 nats above "
+    "ln(vocab)), or (x d_model^-0.5) E^T (T5's tied output: the first loss is ln(vocab)).",
+    choices=_TIED_LOGIT_SCALES,
+    when_missing="none",
   )
   layer_norm_epsilon: float = setting(1e-6, "Layer norm epsilon.", above=0)
   compute_dtype: str = setting(
@@ -131,6 +148,11 @@ class TransformerConfig:
   def depth(self) -> int:
     """Size of one attention head."""
     return self.d_model // self.num_heads
+
+  @property
+  def logit_scale(self) -> float:
+    """What the tied output projection multiplies its input by (`tied_logit_scale`)."""
+    return self.d_model**-0.5 if self.tied_logit_scale == "rsqrt_d_model" else 1.0
 
   def replace(self, **changes) -> "TransformerConfig":
     return dataclasses.replace(self, **changes)

@@ -101,12 +101,24 @@ class Embedding(tf.Module):
     d_model: width of each embedding.
     seed: base seed of the normal(0, d_model^-0.5) initialisation.
     name: module name.
+    logit_scale: `logits()` multiplies its input by it first. 1 is the paper's; d_model^-0.5
+      (T5's tied output) makes the first logits small: the table's rows have norm ~1, and a
+      state that still carries its own token's embedding (times sqrt(d_model)) would otherwise
+      give that token a logit of order sqrt(d_model).
   """
 
-  def __init__(self, vocab_size: int, d_model: int, seed: int = 0, name: Optional[str] = None):
+  def __init__(
+    self,
+    vocab_size: int,
+    d_model: int,
+    seed: int = 0,
+    name: Optional[str] = None,
+    logit_scale: float = 1.0,
+  ):
     super().__init__(name=name)
     self.vocab_size = vocab_size
     self.d_model = d_model
+    self.logit_scale = logit_scale
     with self.name_scope:
       # stddev d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance.
       init = tf.random.stateless_normal(
@@ -122,6 +134,8 @@ class Embedding(tf.Module):
   def logits(self, x: tf.Tensor) -> tf.Tensor:
     """x: `[batch, length, d_model]` -> `[batch, length, vocab_size]`."""
     leading = tf.shape(x)[:-1]
+    if self.logit_scale != 1.0:  # on x: d_model values a row, not vocab_size
+      x = x * tf.cast(self.logit_scale, x.dtype)
     flat = tf.matmul(
       tf.reshape(x, [-1, self.d_model]), tf.cast(self.table, x.dtype), transpose_b=True
     )
@@ -152,12 +166,21 @@ class LayerNorm(tf.Module):
     return tf.cast(normed * self.scale + self.offset, x.dtype)
 
 
+ACTIVATIONS = {
+  "relu": tf.nn.relu,  # max(0, x): the paper's eq. 2
+  # x * Phi(x) with the exact normal CDF (erf), as GPT-2's successors and nanoGPT (nn.GELU()).
+  "gelu": lambda x: tf.nn.gelu(x, approximate=False),
+}
+
+
 class FeedForward(tf.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2): `[..., d_model]` -> `[..., d_model]`.
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2), or GELU(x W1 + b1) W2 + b2:
+  `[..., d_model]` -> `[..., d_model]`.
 
   Args:
     d_model: input and output width.
     dff: inner (hidden) width.
+    activation: the hidden layer's nonlinearity, a key of `ACTIVATIONS` ("relu", "gelu").
     dropout_rate: dropout on the hidden layer while training (tensor2tensor's relu_dropout; the
       paper has none, and `TransformerConfig.feed_forward_dropout_rate` defaults to 0).
     rng: the model's `tf.random.Generator` for dropout (needed when dropout_rate > 0).
@@ -173,8 +196,12 @@ class FeedForward(tf.Module):
     rng: Optional[tf.random.Generator] = None,
     seed: int = 0,
     name: Optional[str] = None,
+    activation: str = "relu",
   ):
     super().__init__(name=name)
+    if activation not in ACTIVATIONS:
+      raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    self.activation = ACTIVATIONS[activation]
     self.dropout_rate = dropout_rate
     self._rng = rng
     with self.name_scope:
@@ -182,6 +209,6 @@ class FeedForward(tf.Module):
       self.outer = Linear(dff, d_model, seed=seed, name="outer")
 
   def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-    hidden = tf.nn.relu(self.inner(x))
+    hidden = self.activation(self.inner(x))
     hidden = dropout(hidden, self.dropout_rate, self._rng, training)
     return self.outer(hidden)
