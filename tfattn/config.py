@@ -14,7 +14,7 @@ _COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 _POOLINGS = ("mean", "first")
 _CLASSIFIER_BODIES = ("transformer", "attention")
 _ACTIVATIONS = ("relu", "gelu")
-_TIED_LOGIT_SCALES = ("none", "rsqrt_d_model")
+_EMBEDDING_INITS = ("paper", "gpt2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +76,14 @@ class TransformerConfig:
   tie_output_embedding: bool = setting(
     True, "The target embedding doubles as the pre-softmax weights."
   )
-  tied_logit_scale: str = setting(
-    "none",
-    "The tied pre-softmax projection: x E^T (the paper's; with E scaled for unit-variance "
-    "inputs, the first logits are large: a language model's first loss lies 0.5-3 nats above "
-    "ln(vocab)), or (x d_model^-0.5) E^T (T5's tied output: the first loss is ln(vocab)).",
-    choices=_TIED_LOGIT_SCALES,
-    when_missing="none",
+  embedding_init: str = setting(
+    "paper",
+    "Embedding tables: paper = normal(0, d_model^-0.5), inputs times sqrt(d_model) (section "
+    "3.4); gpt2 = normal(0, 0.02), inputs as they are (GPT-2, nanoGPT). With the tied output, "
+    "the paper's gives a language model a first loss far above ln(vocab); gpt2's starts at "
+    "ln(vocab).",
+    choices=_EMBEDDING_INITS,
+    when_missing="paper",
   )
   layer_norm_epsilon: float = setting(1e-6, "Layer norm epsilon.", above=0)
   compute_dtype: str = setting(
@@ -148,11 +149,6 @@ class TransformerConfig:
   def depth(self) -> int:
     """Size of one attention head."""
     return self.d_model // self.num_heads
-
-  @property
-  def logit_scale(self) -> float:
-    """What the tied output projection multiplies its input by (`tied_logit_scale`)."""
-    return self.d_model**-0.5 if self.tied_logit_scale == "rsqrt_d_model" else 1.0
 
   def replace(self, **changes) -> "TransformerConfig":
     return dataclasses.replace(self, **changes)

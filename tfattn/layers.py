@@ -91,20 +91,27 @@ class Linear(tf.Module):
     return tf.reshape(y, tf.concat([leading, [self.out_features]], axis=0))
 
 
+# Each embedding initialisation's table stddev (None: d_model^-0.5).
+EMBEDDING_STDDEVS = {"paper": None, "gpt2": 0.02}
+
+
 class Embedding(tf.Module):
-  """Token embedding scaled by sqrt(d_model) (paper section 3.4).
+  """Token embedding scaled by sqrt(d_model) (paper section 3.4), or GPT-2's small unscaled one.
 
   `logits()` reuses the same table as the pre-softmax projection when weights are shared.
 
   Args:
     vocab_size: rows of the table (token ids 0..vocab_size-1).
     d_model: width of each embedding.
-    seed: base seed of the normal(0, d_model^-0.5) initialisation.
+    seed: base seed of the table's initialisation.
     name: module name.
-    logit_scale: `logits()` multiplies its input by it first. 1 is the paper's; d_model^-0.5
-      (T5's tied output) makes the first logits small: the table's rows have norm ~1, and a
-      state that still carries its own token's embedding (times sqrt(d_model)) would otherwise
-      give that token a logit of order sqrt(d_model).
+    init: "paper": normal(0, d_model^-0.5), lookups times sqrt(d_model) (unit variance);
+      "gpt2": normal(0, 0.02), lookups as they are (GPT-2, nanoGPT). As the tied output, the
+      paper's rows have norm ~1 and a state still carrying its own token's lookup (norm
+      ~sqrt(d_model)) gives that token a logit of order sqrt(d_model): a language model's first
+      loss lies far above ln(vocab). GPT-2's start near 0, and Adam's steps of ~learning_rate
+      move them quickly (a T5-style d_model^-0.5 scale on the tied output also starts at
+      ln(vocab) but learns slowly: WORKSPACE_NOTES, issue 41).
   """
 
   def __init__(
@@ -113,29 +120,33 @@ class Embedding(tf.Module):
     d_model: int,
     seed: int = 0,
     name: Optional[str] = None,
-    logit_scale: float = 1.0,
+    init: str = "paper",
   ):
     super().__init__(name=name)
+    if init not in EMBEDDING_STDDEVS:
+      raise ValueError(f"init must be one of {sorted(EMBEDDING_STDDEVS)}, got {init!r}")
     self.vocab_size = vocab_size
     self.d_model = d_model
-    self.logit_scale = logit_scale
+    self.scales_inputs = init == "paper"
     with self.name_scope:
-      # stddev d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance.
-      init = tf.random.stateless_normal(
-        [vocab_size, d_model], seed=seed_for(seed, self.name_scope.name), stddev=d_model**-0.5
+      # The paper's stddev d_model^-0.5: after the sqrt(d_model) scale, unit variance.
+      table = tf.random.stateless_normal(
+        [vocab_size, d_model],
+        seed=seed_for(seed, self.name_scope.name),
+        stddev=EMBEDDING_STDDEVS[init] or d_model**-0.5,
       )
-      self.table = tf.Variable(init, name="table")
+      self.table = tf.Variable(table, name="table")
 
   def __call__(self, ids: tf.Tensor, dtype: tf.DType = tf.float32) -> tf.Tensor:
     """ids: int `[batch, length]` -> `[batch, length, d_model]` in `dtype`."""
     vectors = tf.cast(tf.gather(self.table, ids), dtype)
+    if not self.scales_inputs:
+      return vectors
     return vectors * tf.cast(math.sqrt(self.d_model), dtype)
 
   def logits(self, x: tf.Tensor) -> tf.Tensor:
     """x: `[batch, length, d_model]` -> `[batch, length, vocab_size]`."""
     leading = tf.shape(x)[:-1]
-    if self.logit_scale != 1.0:  # on x: d_model values a row, not vocab_size
-      x = x * tf.cast(self.logit_scale, x.dtype)
     flat = tf.matmul(
       tf.reshape(x, [-1, self.d_model]), tf.cast(self.table, x.dtype), transpose_b=True
     )

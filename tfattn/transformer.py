@@ -380,7 +380,7 @@ class Transformer(tf.Module):
       # One checkpointed generator drives every dropout mask (exact resume, per-replica streams).
       self.dropout_rng = tf.random.Generator.from_seed(c.seed)
       source_embedding = Embedding(
-        c.source_vocab_size, c.d_model, c.seed, name="source_embedding", logit_scale=c.logit_scale
+        c.source_vocab_size, c.d_model, c.seed, name="source_embedding", init=c.embedding_init
       )
       target_embedding = (
         source_embedding
@@ -390,7 +390,7 @@ class Transformer(tf.Module):
           c.d_model,
           c.seed,
           name="target_embedding",
-          logit_scale=c.logit_scale,
+          init=c.embedding_init,
         )
       )
       self.encoder = Encoder(c, source_embedding, self.dropout_rng)
@@ -624,7 +624,13 @@ class EncoderClassifier(tf.Module):
     self.config = config
     with self.name_scope:
       self.dropout_rng = tf.random.Generator.from_seed(config.seed)
-      embedding = Embedding(config.source_vocab_size, config.d_model, config.seed, name="embedding")
+      embedding = Embedding(
+        config.source_vocab_size,
+        config.d_model,
+        config.seed,
+        name="embedding",
+        init=config.embedding_init,
+      )
       if config.classifier_body == "attention":
         self.encoder = AttentionEncoder(config, embedding, self.dropout_rng)
       else:

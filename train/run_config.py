@@ -271,14 +271,14 @@ class RunConfig:
   clip_norm: float = run_setting(
     0.0, "Global gradient-norm clip; 0 disables.", minimum=0, resume=MUST_MATCH
   )
-  # Choices of today's practice (issue 41): positions, activation, the tied output's scale,
-  # AdamW, a learning-rate floor.
+  # Choices of today's practice (issue 41): positions, activation, the embeddings'
+  # initialisation, AdamW, a learning-rate floor.
   position_encoding: Optional[str] = model_setting(
     "position_encoding", when_unset="sinusoidal", resume=MUST_MATCH
   )
   activation: Optional[str] = model_setting("activation", when_unset="relu", resume=MUST_MATCH)
-  tied_logit_scale: Optional[str] = model_setting(
-    "tied_logit_scale", when_unset="none", resume=MUST_MATCH
+  embedding_init: Optional[str] = model_setting(
+    "embedding_init", when_unset="paper", resume=MUST_MATCH
   )
   optimizer: Optional[str] = run_setting(
     None,

@@ -151,25 +151,32 @@ def test_the_activation_setting_reaches_every_feed_forward():
   assert tfattn.TransformerConfig.from_saved({}).activation == "relu"
 
 
-def test_the_scaled_tied_output_multiplies_the_logits_input():
-  paper = layers.Embedding(11, 8, seed=1)
-  scaled = layers.Embedding(11, 8, seed=1, logit_scale=8**-0.5)
-  x = tf.random.stateless_normal([2, 3, 8], [4, 5])
-  np.testing.assert_allclose(scaled.logits(x), paper.logits(x) * 8**-0.5, rtol=1e-5, atol=1e-6)
+@pytest.mark.parametrize("graph", [False, True])
+def test_gpt2_embeddings_are_small_and_unscaled(graph):
+  embedding = layers.Embedding(500, 64, seed=1, init="gpt2")
+  table = embedding.table.numpy().astype(np.float64)
+  assert table.std() == pytest.approx(0.02, rel=0.05)
+  ids = np.array([[1, 4, 10], [0, 0, 3]], np.int32)
+  call = _in_graph(embedding, tf.TensorSpec([None, None], tf.int32)) if graph else embedding
+  np.testing.assert_allclose(call(ids).numpy(), table[ids], rtol=1e-6)  # no sqrt(d_model)
+  x = np.random.default_rng(1).normal(size=[2, 3, 64]).astype(np.float32)
+  np.testing.assert_allclose(embedding.logits(x).numpy(), x @ table.T, rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match="init must be one of"):
+    layers.Embedding(5, 4, init="xavier")
 
 
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
-def test_the_scaled_tied_output_starts_a_language_model_at_ln_vocab(norm_position):
+def test_gpt2_embeddings_start_a_language_model_at_ln_vocab(norm_position):
   """A language model that knows nothing should guess uniformly: its first loss ln(vocab). With
-  the paper's tied output its state still carries the input token's embedding, whose own logit
-  is of order sqrt(d_model): the first loss lies far above (measured 4.7-7.5 nats for ln 68 =
-  4.22 at this size, WORKSPACE_NOTES issue 41)."""
+  the paper's embeddings as the tied output its state still carries the input token's lookup,
+  whose own logit is of order sqrt(d_model): the first loss lies far above (measured 4.7-7.5
+  nats against ln 68 = 4.22 at 4 layers, width 128: WORKSPACE_NOTES, issue 41)."""
   import tfattn
 
   vocab, rng = 68, np.random.default_rng(0)
   ids = tf.constant(rng.integers(3, vocab, size=[16, 33]), tf.int32)
   losses = {}
-  for scale in ("none", "rsqrt_d_model"):
+  for init in ("paper", "gpt2"):
     config = tfattn.TransformerConfig(
       source_vocab_size=vocab,
       target_vocab_size=vocab,
@@ -181,11 +188,27 @@ def test_the_scaled_tied_output_starts_a_language_model_at_ln_vocab(norm_positio
       dropout_rate=0.0,
       max_length=64,
       norm_position=norm_position,
-      tied_logit_scale=scale,
+      position_encoding="learned",
+      embedding_init=init,
     )
     logits = tfattn.LanguageModel(config)(ids[:, :-1])
-    losses[scale] = float(
+    losses[init] = float(
       tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(ids[:, 1:], logits))
     )
-  assert abs(losses["rsqrt_d_model"] - np.log(vocab)) < 0.3, losses
-  assert losses["none"] > np.log(vocab) + 0.3, losses
+  assert abs(losses["gpt2"] - np.log(vocab)) < 0.3, losses
+  assert losses["paper"] > np.log(vocab) + 0.3, losses
+
+
+def test_the_embedding_init_reaches_every_model():
+  import tfattn
+
+  config = tfattn.TransformerConfig.preset("tiny", embedding_init="gpt2")
+  for model in (
+    tfattn.Transformer(config),
+    tfattn.EncoderClassifier(config),
+    tfattn.LanguageModel(config),
+  ):
+    embeddings = [m for m in model.submodules if isinstance(m, layers.Embedding)]
+    assert embeddings and not any(m.scales_inputs for m in embeddings)
+  # A configuration saved before the setting: the paper's.
+  assert tfattn.TransformerConfig.from_saved({}).embedding_init == "paper"
