@@ -79,9 +79,9 @@ class TransformerConfig:
   embedding_init: str = setting(
     "paper",
     "Embedding tables: paper = normal(0, d_model^-0.5), inputs times sqrt(d_model) (section "
-    "3.4); gpt2 = normal(0, 0.02), inputs as they are (GPT-2, nanoGPT). With the tied output, "
-    "the paper's gives a language model a first loss far above ln(vocab); gpt2's starts at "
-    "ln(vocab).",
+    "3.4); gpt2 = normal(0, 0.02), inputs as they are (GPT-2, nanoGPT; pair it with learned "
+    "positions: sinusoids of amplitude 1 drown its lookups). With the tied output, the paper's "
+    "gives a language model a first loss far above ln(vocab); gpt2's starts at ln(vocab).",
     choices=_EMBEDDING_INITS,
     when_missing="paper",
   )
