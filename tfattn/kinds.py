@@ -36,6 +36,7 @@ class ModelKind(Protocol):
       checkpoint by (`--keep_best_by`) and which way each improves.
     shares_vocabulary: whether its two sides may learn one vocabulary and share one embedding
       table (`--shared_vocabulary`).
+    model_description: what the model is, in a sentence's words ("a classifier").
   """
 
   name: str
@@ -43,6 +44,7 @@ class ModelKind(Protocol):
   example_features: Tuple[Tuple[str, str], ...]
   best_by: Mapping[str, str]
   shares_vocabulary: bool
+  model_description: str
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     """A new model of this kind with every variable created."""
@@ -50,11 +52,16 @@ class ModelKind(Protocol):
   def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
     """{side: vocabulary size} -> the TransformerConfig vocabulary fields."""
 
+  def attention_layers(self, config: TransformerConfig) -> Dict[str, int]:
+    """{attention map ("encoder", "decoder", "cross"): how many layers have it}: what the
+    export's `attention` signature returns, and what the attention-picture tool may ask."""
+
 
 class Seq2SeqModel:
   """Source text -> target text with an encoder-decoder `Transformer`."""
 
   name = SEQ2SEQ
+  model_description = "a translation model"
   vocabulary_sides: Tuple[str, ...] = ("source", "target")
   example_features = (("source", "string"), ("target", "string"))
   best_by: Mapping[str, str] = MappingProxyType(
@@ -75,11 +82,16 @@ class Seq2SeqModel:
   def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
     return dict(source_vocab_size=sizes["source"], target_vocab_size=sizes["target"])
 
+  def attention_layers(self, config: TransformerConfig) -> Dict[str, int]:
+    decoder = config.num_decoder_layers
+    return {"encoder": config.num_encoder_layers, "decoder": decoder, "cross": decoder}
+
 
 class ClassifierModel:
   """Text -> one of `num_classes` labels with an `EncoderClassifier`."""
 
   name = CLASSIFICATION
+  model_description = "a classifier"
   vocabulary_sides: Tuple[str, ...] = ("source",)
   example_features = (("text", "string"), ("label", "int64"))
   best_by: Mapping[str, str] = MappingProxyType({"accuracy": HIGHER})
@@ -94,11 +106,17 @@ class ClassifierModel:
     # No decoder: the target size only has to be a valid config value.
     return dict(source_vocab_size=sizes["source"], target_vocab_size=sizes["source"])
 
+  def attention_layers(self, config: TransformerConfig) -> Dict[str, int]:
+    # A Transformer body has one self-attention map a layer; the other bodies pool with one.
+    transformer_body = config.classifier_body == "transformer"
+    return {"encoder": config.num_encoder_layers if transformer_body else 1}
+
 
 class LanguageModelKind:
   """Text -> its continuation with a decoder-only `LanguageModel` (one vocabulary)."""
 
   name = LANGUAGE_MODEL
+  model_description = "a language model"
   vocabulary_sides: Tuple[str, ...] = ("source",)
   example_features = (("text", "string"),)  # a text alone; the pair's second element is ""
   best_by: Mapping[str, str] = MappingProxyType({"token_accuracy": HIGHER, "perplexity": LOWER})
@@ -111,6 +129,9 @@ class LanguageModelKind:
 
   def vocab_sizes(self, sizes: Dict[str, int]) -> Dict[str, int]:
     return dict(source_vocab_size=sizes["source"], target_vocab_size=sizes["source"])
+
+  def attention_layers(self, config: TransformerConfig) -> Dict[str, int]:
+    return {"decoder": config.num_decoder_layers}
 
 
 MODEL_KINDS = {kind.name: kind for kind in (Seq2SeqModel(), ClassifierModel(), LanguageModelKind())}

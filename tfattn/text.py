@@ -1,22 +1,31 @@
 """In-graph tokenizers: raw text <-> int32 token ids, exportable inside a SavedModel.
 
-Two kinds, one interface (`tokenize`, `detokenize`, `vocab_size`):
+Four kinds, one interface (`tokenize`, `detokenize`, `vocab_size`), told apart by the suffix of
+their vocabulary file:
 
-* `SentencePieceTokenizer` (the default): lossless. A SentencePiece model trained with
-  whitespace kept as it is, no dummy prefix and byte fallback gives
+* `SentencePieceTokenizer` (`.model`, the default): lossless. A SentencePiece model trained
+  with whitespace kept as it is, no dummy prefix and byte fallback gives
   detokenize(tokenize(s)) == NFKC(s), case, spacing and punctuation included.
-* `WordPieceTokenizer`: NFKC + (optional) case fold, split at whitespace, punctuation and each
-  digit, then WordPiece; detokenized text is the pieces joined with spaces (lossy).
+* `WordPieceTokenizer` (`.txt`): NFKC + (optional) case fold, split at whitespace, punctuation
+  and each digit, then WordPiece; detokenized text is the pieces joined with spaces (lossy).
+* `CharacterTokenizer` (`.chars`): one id per Unicode character of a vocabulary learned from
+  text; detokenize(tokenize(s)) == s exactly (no normalization, newlines included) when every
+  character of s is in the vocabulary, and a character that is not becomes [UNK].
+* `ByteTokenizer` (`.bytes`): one id per UTF-8 byte, 256 + the reserved ids, no [UNK]:
+  detokenize(tokenize(s)) == s for every text.
 
 Only ops that TF Serving <= 2.19 links (TF-Text 2.12.1) are used: SentencepieceOp,
 SentencepieceTokenizeOp, SentencepieceDetokenizeOp, CaseFoldUTF8, NormalizeUTF8,
-RegexSplitWithOffsets, WordpieceTokenizeWithOffsets, plus TF core.
+RegexSplitWithOffsets, WordpieceTokenizeWithOffsets, plus TF core (the character and byte
+tokenizers use TF core only: UnicodeDecode, UnicodeEncode, UnicodeTranscode, StringSplit,
+DecodeRaw, LowerBound).
 """
 
 import hashlib
 import os
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
@@ -35,6 +44,9 @@ from tfattn.special_ids import (  # noqa: F401
 )
 
 SENTENCEPIECE_SUFFIX, WORDPIECE_SUFFIX = ".model", ".txt"
+CHARACTER_SUFFIX, BYTE_SUFFIX = ".chars", ".bytes"
+# What [UNK] detokenizes to in the character and byte vocabularies: U+FFFD REPLACEMENT CHARACTER.
+REPLACEMENT_CHARACTER = 0xFFFD
 
 # WordPiece words: split at whitespace; punctuation, symbols and every single digit become
 # their own words, so numbers are read digit by digit and generalise beyond the vocabulary.
@@ -148,6 +160,114 @@ class WordPieceTokenizer(tf.Module):
     return tf.strings.regex_replace(joined, " ##", "")
 
 
+def character_line(code_point: int) -> str:
+  """A character's line in a `.chars` vocabulary: `U+000A` (a newline or a space would not
+  survive as a line of its own)."""
+  return f"U+{code_point:04X}"
+
+
+def _vocabulary_lines(path: str):
+  """The lines of a vocabulary file after its reserved tokens (checked)."""
+  with open(path, encoding="utf-8") as f:
+    lines = [line.rstrip("\n") for line in f]
+  if tuple(lines[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+    raise ValueError(f"{path}: a vocabulary must start with {list(RESERVED_TOKENS)}")
+  return lines[len(RESERVED_TOKENS) :]
+
+
+class CharacterTokenizer(tf.Module):
+  """One id per Unicode character; the `.chars` file travels as a SavedModel asset.
+
+  Ids 4.. are the vocabulary's characters in code point order, so an id is found by a binary
+  search (`tf.searchsorted`) over the sorted code points: no lookup table, no resource.
+
+  Args:
+    vocab_path: the reserved tokens, then one `U+XXXX` code point a line, ascending.
+    name: module name.
+  """
+
+  def __init__(self, vocab_path: str, name: Optional[str] = None):
+    super().__init__(name=name)
+    lines = _vocabulary_lines(vocab_path)
+    try:
+      code_points = [int(line[2:], 16) for line in lines if line.startswith("U+")]
+    except ValueError:
+      code_points = []
+    if not lines or len(code_points) != len(lines) or code_points != sorted(set(code_points)):
+      raise ValueError(
+        f"{vocab_path}: expected one U+XXXX character a line, ascending, after the reserved tokens"
+      )
+    self.vocab_file = tf.saved_model.Asset(vocab_path)
+    self._code_points = np.array(code_points, np.int32)  # [characters], ascending
+    self.vocab_size = len(RESERVED_TOKENS) + len(code_points)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+  def tokenize(self, strings):
+    """`[batch]` strings -> ragged int32 `[batch, (characters)]`, without START/END; a character
+    outside the vocabulary (or a malformed UTF-8 sequence) is UNK_ID."""
+    characters = tf.strings.unicode_decode(strings, "UTF-8", errors="replace")
+    flat = characters.flat_values  # int32 [characters]
+    known = tf.constant(self._code_points)  # [characters], ascending
+    index = tf.searchsorted(known, flat, side="left")
+    found = tf.equal(tf.gather(known, tf.minimum(index, len(self._code_points) - 1)), flat)
+    ids = tf.where(found, index + len(RESERVED_TOKENS), UNK_ID)
+    return characters.with_flat_values(ids)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
+  def detokenize(self, ids):
+    """int32 `[batch, length]` -> `[batch]` strings; stops at END, drops PAD, START and END;
+    UNK_ID becomes U+FFFD."""
+    reserved = [0] * UNK_ID + [REPLACEMENT_CHARACTER]
+    by_id = tf.constant(np.concatenate([reserved, self._code_points]), tf.int32)  # [vocab_size]
+    return tf.strings.unicode_encode(tf.gather(by_id, _visible_ids(ids)), "UTF-8")
+
+
+def byte_vocabulary() -> list:
+  """The lines of every `.bytes` vocabulary: the reserved tokens, then `0x00` .. `0xFF`."""
+  return list(RESERVED_TOKENS) + [f"0x{value:02X}" for value in range(256)]
+
+
+class ByteTokenizer(tf.Module):
+  """One id per UTF-8 byte (id = 4 + the byte's value): any text, no [UNK]. The `.bytes` file
+  (always the same 260 lines) travels as a SavedModel asset and names the kind.
+
+  Args:
+    vocab_path: a `.bytes` vocabulary (`byte_vocabulary()`'s lines).
+    name: module name.
+  """
+
+  def __init__(self, vocab_path: str, name: Optional[str] = None):
+    super().__init__(name=name)
+    with open(vocab_path, encoding="utf-8") as f:
+      lines = [line.rstrip("\n") for line in f]
+    if lines != byte_vocabulary():
+      raise ValueError(
+        f"{vocab_path}: a byte vocabulary is {list(RESERVED_TOKENS)} then 0x00 .. 0xFF, a line each"
+      )
+    self.vocab_file = tf.saved_model.Asset(vocab_path)
+    self.vocab_size = len(lines)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+  def tokenize(self, strings):
+    """`[batch]` strings -> ragged int32 `[batch, (bytes)]`, without START/END."""
+    single_bytes = tf.strings.bytes_split(strings)  # ragged [batch, (bytes)] of 1-byte strings
+    values = tf.reshape(tf.io.decode_raw(single_bytes.flat_values, tf.uint8), [-1])
+    return single_bytes.with_flat_values(tf.cast(values, tf.int32) + len(RESERVED_TOKENS))
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
+  def detokenize(self, ids):
+    """int32 `[batch, length]` -> `[batch]` strings; stops at END, drops PAD, START and END.
+    Bytes that do not form UTF-8 (a model can write any) become U+FFFD, so the output is
+    always valid UTF-8 (a JSON answer needs it); valid text comes back unchanged."""
+    by_id = tf.constant(
+      [b""] * UNK_ID + [chr(REPLACEMENT_CHARACTER).encode()] + [bytes([v]) for v in range(256)]
+    )  # [vocab_size]
+    joined = tf.strings.reduce_join(tf.gather(by_id, _visible_ids(ids)), axis=-1)
+    return tf.strings.unicode_transcode(
+      joined, "UTF-8", "UTF-8", errors="replace", replace_control_characters=False
+    )
+
+
 def truncate_tokens(ragged, max_length, side="right"):
   """Ragged `[batch, (tokens)]` -> at most max_length tokens a row: "right" drops the end
   (keeps the first tokens), "left" drops the beginning (keeps the last tokens)."""
@@ -176,21 +296,32 @@ def piece_texts(tokenizer, ids, lengths):
   return tf.where(valid, tf.reshape(texts, tf.shape(ids)), "")
 
 
+# Each vocabulary file's suffix -> the tokenizer that reads it.
+TOKENIZER_BY_SUFFIX = {
+  SENTENCEPIECE_SUFFIX: SentencePieceTokenizer,
+  WORDPIECE_SUFFIX: WordPieceTokenizer,
+  CHARACTER_SUFFIX: CharacterTokenizer,
+  BYTE_SUFFIX: ByteTokenizer,
+}
+
+
 def tokenizer_path(vocab_dir: str, side: str) -> str:
   """The vocabulary file of `side` ("source" or "target") in `vocab_dir`, whichever kind."""
-  for suffix in (SENTENCEPIECE_SUFFIX, WORDPIECE_SUFFIX):
+  for suffix in TOKENIZER_BY_SUFFIX:
     path = os.path.join(vocab_dir, side + suffix)
     if os.path.exists(path):
       return path
   raise ValueError(
     f"{vocab_dir} holds no {side} vocabulary "
-    f"({side}{SENTENCEPIECE_SUFFIX} or {side}{WORDPIECE_SUFFIX})"
+    f"({' or '.join(side + suffix for suffix in TOKENIZER_BY_SUFFIX)})"
   )
 
 
 def load_tokenizer(path: str):
   """A tokenizer from its file: `.model` -> SentencePiece (its normalization, case folding
-  included, is inside the model), `.txt` -> WordPiece (always case-folded)."""
-  if path.endswith(SENTENCEPIECE_SUFFIX):
-    return SentencePieceTokenizer(path)
-  return WordPieceTokenizer(path)
+  included, is inside the model), `.txt` -> WordPiece (always case-folded), `.chars` ->
+  characters, `.bytes` -> UTF-8 bytes (both exact: no normalization, no case folding)."""
+  for suffix, tokenizer in TOKENIZER_BY_SUFFIX.items():
+    if path.endswith(suffix):
+      return tokenizer(path)
+  raise ValueError(f"{path}: not a vocabulary file ({', '.join(TOKENIZER_BY_SUFFIX)})")

@@ -20,8 +20,8 @@ TSV, TEXT = "tsv", "text"
 TASK_NAMES = BUILTIN_TASKS + TFDS_TASKS + (TSV, TEXT)
 
 # --tokenizer (train/tokenizer.py).
-SENTENCEPIECE, WORDPIECE = "sentencepiece", "wordpiece"
-TOKENIZERS = (SENTENCEPIECE, WORDPIECE)
+SENTENCEPIECE, WORDPIECE, CHARACTER, BYTE = "sentencepiece", "wordpiece", "char", "byte"
+TOKENIZERS = (SENTENCEPIECE, WORDPIECE, CHARACTER, BYTE)
 
 # --strategy (train/distribute.py).
 STRATEGIES = ("auto", "mirrored", "multi_worker", "one_device")

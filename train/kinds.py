@@ -121,8 +121,8 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def parse_target(self, field: str):
     """A TSV line's second column as this kind's target (a ValueError saying why not)."""
 
-  def count_classes(self, targets: Sequence) -> int:
-    """The model's `num_classes` for these targets (2 where there are none)."""
+  def count_classes(self, targets: Sequence) -> Optional[int]:
+    """The model's `num_classes` for these targets; None where targets are not classes."""
 
   tsv_target_rule: str  # what `tsv_target_ok` asks of a TSV line's second column, in words
 
@@ -162,9 +162,9 @@ class _TextTargets:
   def tsv_target(self, fields):
     return fields
 
-  def count_classes(self, targets) -> int:
-    del targets  # no classes
-    return 2
+  def count_classes(self, targets) -> Optional[int]:
+    del targets  # text targets: no classes
+    return None
 
 
 class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):

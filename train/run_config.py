@@ -197,18 +197,37 @@ class RunConfig:
   # Text.
   tokenizer: Optional[str] = run_setting(
     None,
-    "sentencepiece: lossless (case, spacing, punctuation kept); wordpiece: case-folded words.",
+    "The vocabulary: sentencepiece: lossless subwords (case, spacing, punctuation kept, NFKC); "
+    "wordpiece: case-folded words; char: one id per character of the training text, exact "
+    "(unseen characters are [UNK]); byte: one id per UTF-8 byte, exact, 260 ids, no [UNK].",
     choices=TOKENIZERS,
     when_unset="sentencepiece",
     resume=MUST_MATCH,
   )
   lower_case: Optional[bool] = run_setting(
     None,
-    "Case-fold text before SentencePiece (classification tasks do).",
+    "Case-fold text before SentencePiece (classification tasks do); char and byte keep text "
+    "exactly.",
     when_unset=False,
     resume=MUST_MATCH,
   )
-  vocab_size: Optional[int] = run_setting(None, "Vocabulary size.", above=0, resume=MUST_MATCH)
+  vocab_size: Optional[int] = run_setting(
+    None,
+    "Vocabulary size; char: at most this many ids (the commonest characters kept); byte: "
+    "always 260.",
+    above=0,
+    resume=MUST_MATCH,
+  )
+  character_coverage: Optional[float] = run_setting(
+    None,
+    "SentencePiece: the share of the training text's characters that get a piece of their "
+    "own; the rest are spelled in bytes when --vocab_size >= 512, else they are [UNK] (the "
+    "run's start says how many). 1 keeps every character.",
+    above=0,
+    maximum=1,
+    when_unset=0.9995,  # SentencePiece's default, what runs saved before the setting used
+    resume=MUST_MATCH,
+  )
   shared_vocabulary: Optional[bool] = run_setting(
     None,
     "Seq2seq: one vocabulary learned from source and target text together, and one embedding "

@@ -275,9 +275,9 @@ def head(files: Sequence[str], kind, bad_lines: str, lines: int) -> List[Tuple]:
     if is_tfrecord(path):
       try:
         for source, target in examples([path], kind).take(lines).as_numpy_iterator():
-          pairs.append(
-            (source.decode("utf-8"), target if kind.name != "seq2seq" else target.decode("utf-8"))
-          )
+          # A text target comes back as bytes, a label as a number.
+          text_target = isinstance(target, bytes)
+          pairs.append((source.decode("utf-8"), target.decode("utf-8") if text_target else target))
       except tf.errors.OpError as error:
         raise ValueError(
           f"{path}: not TFRecords of tf.train.Example ({error.message.splitlines()[0]})"

@@ -16,7 +16,7 @@ import tensorflow as tf
 from absl import logging
 
 from train import kinds, streams
-from train.task import CLASSIFICATION, SEQ2SEQ, Task, strings_dataset
+from train.task import SEQ2SEQ, Task, strings_dataset
 
 # Without --validation_file, validation reads this many training lines (not held out).
 UNHELD_VALIDATION_LINES = 1000
@@ -99,11 +99,9 @@ def tsv_task(
     "held out: pass --validation_file for an honest number"
   )
   targets = [y for _, y in head + validation_pairs + (test_pairs or [])]
-  num_classes = kind_object.count_classes(targets)
+  num_classes = kind_object.count_classes(targets)  # None: the targets are not classes
   # Labels past the heads are checked against these classes as they stream.
-  checker = streams.LineChecker(
-    kind_object, bad_lines, num_classes if kind == CLASSIFICATION else None
-  )
+  checker = streams.LineChecker(kind_object, bad_lines, num_classes)
 
   def train():
     return streams.examples(train_files, kind_object, bad_lines, seed, checker)
@@ -126,7 +124,7 @@ def tsv_task(
     train,
     lambda: strings_dataset(validation_pairs),
     (lambda: strings_dataset(test_pairs)) if test_pairs else None,
-    num_classes=num_classes,
+    num_classes=num_classes or 2,  # the model config needs a valid count even without classes
     defaults=dict(kind_object.tsv_defaults),
     validation_note=note,
     train_shard=train_shard,

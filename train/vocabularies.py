@@ -103,6 +103,7 @@ def learn_or_load(task, sides: Sequence[str], config, layout: RunDir) -> Dict:
       os.path.join(layout.vocab, side),
       config.lower_case,
       examples,
+      character_coverage=config.character_coverage,
     )
     if config.shared_vocabulary:
       # Source and target lines alternate, so the learner sees both languages evenly.

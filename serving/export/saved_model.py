@@ -68,7 +68,8 @@ def export(
   if options is None:
     options = run_decode_options(run_dir)
   task, model, tokenizers, averaged = load_trained(run_dir, checkpoint, average_last)
-  module = EXPORT_KINDS[task["kind"]].export_module(model, tokenizers, task, options, decode)
+  kind = EXPORT_KINDS[task["kind"]]
+  module = kind.export_module(model, tokenizers, task, options, decode)
   requests = warmup_requests(module, tokenizers["source"], warmup_texts, warmup_batch_sizes)
   created_base = not os.path.exists(base_path)
   os.makedirs(base_path, exist_ok=True)
@@ -85,6 +86,9 @@ def export(
         {
           "task": task,
           "model_config": json.loads(model.config.to_json()),
+          # What the attention-picture tool may ask for, read before it loads TensorFlow.
+          "model_description": kind.model_description,
+          "attention_layers": kind.attention_layers(model.config),
           "decode_options": module.options.to_dict() if decodes else None,
           "decode": module.decode_mode,
           "length_buckets": list(module.length_buckets) if module.length_buckets else None,

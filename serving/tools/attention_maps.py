@@ -210,25 +210,16 @@ def refusal(kind: str, kinds, model: str) -> str:
 
 
 def check_against_info(info: Optional[dict], kind: Optional[str], layer: Optional[int]):
-  """Refuses a kind or layer the exported model does not have, before it is loaded."""
-  if not info:
+  """Refuses a kind or layer the exported model does not have, before it is loaded. The export
+  records its attention layout ({map: layers}; exports older than the record are checked after
+  loading, against the signature's own outputs)."""
+  layout = (info or {}).get("attention_layers")
+  if not layout:
     return
-  config = info.get("model_config", {})
-  task_kind = info.get("task", {}).get("kind")
-  if task_kind == "language_model":
-    if kind not in (None, "decoder"):
-      raise cli.UsageError(refusal(kind, ("decoder",), "a language model"))
-    count = config.get("num_decoder_layers", 1)
-  elif task_kind == "seq2seq":
-    count = min(config.get("num_encoder_layers", 1), config.get("num_decoder_layers", 1))
-  else:
-    if kind in ("cross", "decoder"):
-      raise cli.UsageError(refusal(kind, ("encoder",), "a classifier"))
-    count = (
-      config.get("num_encoder_layers", 1)
-      if config.get("classifier_body", "transformer") == "transformer"
-      else 1
-    )
+  model = info.get("model_description", "this model")
+  if kind is not None and kind not in layout:
+    raise cli.UsageError(refusal(kind, list(layout), model))
+  count = layout[kind] if kind is not None else min(layout.values())
   if layer is not None and layer >= count:
     raise cli.UsageError(
       f"--layer={layer}: this model has {count} layer{'s' if count != 1 else ''} (0 to {count - 1})"

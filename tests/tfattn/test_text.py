@@ -1,5 +1,7 @@
-"""tfattn.text: in-graph tokenizers (SentencePiece lossless, WordPiece) and their learning."""
+"""tfattn.text: in-graph tokenizers (SentencePiece lossless, WordPiece, characters, bytes) and
+their learning."""
 
+import random
 import unicodedata
 
 import pytest
@@ -101,11 +103,10 @@ def test_vocabularies_must_start_with_the_reserved_tokens(tmp_path, sentencepiec
     text.load_tokenizer(str(default_ids))
 
 
-def test_tokenizer_path_finds_either_kind(tmp_path):
-  (tmp_path / "source.model").write_bytes(b"")
-  (tmp_path / "target.txt").write_text("")
-  assert text.tokenizer_path(str(tmp_path), "source").endswith("source.model")
-  assert text.tokenizer_path(str(tmp_path), "target").endswith("target.txt")
+def test_tokenizer_path_finds_every_kind(tmp_path):
+  for side, suffix in (("source", ".model"), ("target", ".txt"), ("a", ".chars"), ("b", ".bytes")):
+    (tmp_path / (side + suffix)).write_bytes(b"")
+    assert text.tokenizer_path(str(tmp_path), side).endswith(side + suffix)
   with pytest.raises(ValueError, match="holds no other vocabulary"):
     text.tokenizer_path(str(tmp_path), "other")
 
@@ -116,18 +117,27 @@ def test_truncate_tokens_keeps_the_chosen_end():
   assert text.truncate_tokens(ragged, 3, "left").to_list() == [[3, 4, 5], [6, 7]]
 
 
-def test_tokenizers_save_and_load_in_a_saved_model(tmp_path, sentencepiece):
+@pytest.mark.parametrize("kind", ["sentencepiece", "char", "byte"])
+def test_tokenizers_save_and_load_in_a_saved_model(tmp_path, sentencepiece, kind):
+  if kind == "sentencepiece":
+    tok, expected = sentencepiece, [unicodedata.normalize("NFKC", s) for s in MULTILINGUAL[:3]]
+  else:
+    tok, expected = _learn(tmp_path, kind, MULTILINGUAL, 1000), MULTILINGUAL[:3]
   module = tf.Module()
-  module.tokenizer = sentencepiece
+  module.tokenizer = tok
   module.round_trip = tf.function(
-    lambda s: sentencepiece.detokenize(sentencepiece.tokenize(s).to_tensor()),
+    lambda s: tok.detokenize(tok.tokenize(s).to_tensor()),
     input_signature=[tf.TensorSpec([None], tf.string)],
+    autograph=False,
   )
   tf.saved_model.save(module, str(tmp_path / "saved"))
   loaded = tf.saved_model.load(str(tmp_path / "saved"))
-  assert loaded.round_trip(tf.constant(MULTILINGUAL[:3])).numpy().tolist() == [
-    unicodedata.normalize("NFKC", s).encode() for s in MULTILINGUAL[:3]
-  ]
+  restored = loaded.round_trip(tf.constant(MULTILINGUAL[:3])).numpy().tolist()
+  assert restored == [s.encode() for s in expected]
+  if kind != "sentencepiece":  # TF core only: TF Serving runs them without TF-Text
+    from serving.export import check
+
+    assert set(check.saved_model_ops(str(tmp_path / "saved"))) <= check.core_ops()
 
 
 def test_two_sentencepiece_models_in_one_saved_model_stay_apart(tmp_path, sentencepiece):
@@ -167,3 +177,109 @@ def test_the_tf_text_resource_patch_still_takes_hold(tmp_path, sentencepiece):
   mine = fresh.tokenize(sample).to_list()
   fresh._model_resource = text._SentencePieceModel(other_model)
   assert fresh.tokenize(sample).to_list() == other.tokenize(sample).to_list() != mine
+
+
+# Text a normalizing tokenizer would change: newlines of three kinds, tabs, NUL, a combining
+# accent beside a precomposed one, a ligature, full-width letters, emoji with a joiner and a
+# variation selector, CJK, right-to-left script, a character outside the BMP, a leading
+# byte-order mark and noncharacters (a transcoder may drop or replace them).
+EXACT = [
+  "\ufeffline one\nline two\r\nline three\rend\n\u2028\u0085",
+  "\uffff\ufffe\U0010ffff",
+  "\ttab\x00nul  two spaces ",
+  "e\u0301 vs \u00e9; \ufb01 ligature; \uff21\uff22\uff23\uff11",
+  "\U0001f469\u200d\U0001f4bb \u2764\ufe0f \U0001f680",
+  "\u6771\u4eac \u05e9\u05dc\u05d5\u05dd \U00010348",
+  "",
+  "\n",
+]
+
+
+def _random_text(rng, length):
+  """Any Unicode scalar values (no surrogates), newlines and spaces included."""
+  characters = []
+  while len(characters) < length:
+    code_point = rng.choice([rng.randrange(0, 0x80), rng.randrange(0x80, 0x110000), 10, 32])
+    if not 0xD800 <= code_point < 0xE000:
+      characters.append(chr(code_point))
+  return "".join(characters)
+
+
+def _round_trip(tok, texts):
+  ids = tok.tokenize(tf.constant(texts))
+  assert ids.dtype == tf.int32
+  return [s.decode("utf-8") for s in tok.detokenize(ids.to_tensor()).numpy()], ids
+
+
+@pytest.fixture(scope="module")
+def random_texts():
+  rng = random.Random(7)
+  return [_random_text(rng, rng.randrange(0, 40)) for _ in range(50)]
+
+
+def test_characters_round_trip_exactly(tmp_path, random_texts):
+  texts = EXACT + random_texts
+  tok = _learn(tmp_path, tokenizer.CHARACTER, texts, 10_000)
+  assert isinstance(tok, text.CharacterTokenizer)
+  assert tok.vocab_size == len(text.RESERVED_TOKENS) + len(set("".join(texts)))
+  restored, ids = _round_trip(tok, texts)
+  assert restored == texts
+  assert ids.row_lengths().numpy().tolist() == [len(t) for t in texts]  # one id a character
+  assert int(tf.reduce_min(ids.flat_values)) > text.UNK_ID
+
+
+def test_unseen_characters_are_unk_and_come_back_as_the_replacement_character(tmp_path):
+  tok = _learn(tmp_path, tokenizer.CHARACTER, ["abc\n"], 100)
+  ids = tok.tokenize(tf.constant(["a\nZb\U0001f680", b"a\xffb"]))
+  assert ids.to_list() == [[5, 4, 3, 6, 3], [5, 3, 6]]  # ids in code point order: \n a b c
+  assert [s.decode() for s in tok.detokenize(ids.to_tensor()).numpy()] == [
+    "a\n\ufffdb\ufffd",
+    "a\ufffdb",
+  ]
+
+
+def test_bytes_round_trip_any_text_without_unk(tmp_path, random_texts):
+  tok = _learn(tmp_path, tokenizer.BYTE, ["not read"], 10)
+  assert isinstance(tok, text.ByteTokenizer) and tok.vocab_size == 260
+  texts = EXACT + random_texts
+  restored, ids = _round_trip(tok, texts)
+  assert restored == texts
+  assert ids.row_lengths().numpy().tolist() == [len(t.encode()) for t in texts]
+  assert ids.to_list()[0][:7] == [4 + b for b in "\ufeffline".encode()]
+  assert int(tf.reduce_min(ids.flat_values)) > text.UNK_ID
+
+
+def test_bytes_a_model_writes_always_detokenize_to_valid_utf8(tmp_path):
+  tok = _learn(tmp_path, tokenizer.BYTE, [], 10)
+  half_a_character = [4 + b for b in "é".encode()[:1]]
+  ids = tf.constant([[4 + ord("a"), *half_a_character, text.UNK_ID, 4 + ord("b"), text.END_ID, 9]])
+  assert tok.detokenize(ids).numpy()[0].decode("utf-8") == "a\ufffd\ufffdb"
+
+
+@pytest.mark.parametrize("kind", [tokenizer.CHARACTER, tokenizer.BYTE])
+def test_character_and_byte_tokenizers_run_inside_graphs(tmp_path, kind):
+  tok = _learn(tmp_path, kind, EXACT, 1000)
+  dataset = tf.data.Dataset.from_tensor_slices(EXACT).batch(3).map(tok.tokenize)
+  expected = tok.tokenize(tf.constant(EXACT)).to_list()
+  assert [row for batch in dataset for row in batch.to_list()] == expected
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+  def round_trip(strings):
+    return tok.detokenize(tok.tokenize(strings).to_tensor())
+
+  assert [s.decode() for s in round_trip(tf.constant(EXACT)).numpy()] == EXACT
+
+
+def test_character_and_byte_vocabulary_files_are_checked(tmp_path):
+  reserved = "\n".join(text.RESERVED_TOKENS) + "\n"
+  for name, body, problem in (
+    ("unsorted.chars", reserved + "U+0062\nU+0061\n", "ascending"),
+    ("empty.chars", reserved, "one U"),
+    ("letters.chars", reserved + "a\n", "one U"),
+    ("unreserved.chars", "U+0061\n", "must start with"),
+    ("short.bytes", reserved + "0x00\n", "0x00 .. 0xFF"),
+    ("vocab.unknown", reserved, "not a vocabulary file"),
+  ):
+    (tmp_path / name).write_text(body, encoding="utf-8")
+    with pytest.raises(ValueError, match=problem):
+      text.load_tokenizer(str(tmp_path / name))

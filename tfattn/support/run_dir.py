@@ -5,7 +5,8 @@ tests build them; all name them through here.
   run_config.json    the RunConfig the run was started with (task defaults filled in)
   model_config.json  the TransformerConfig
   task.json          {"name", "kind", "num_classes", "truncate"}
-  vocab/             source.model, target.model (SentencePiece) or source.txt, target.txt
+  vocab/             source.model, target.model (SentencePiece), or .txt (WordPiece), .chars
+                     (characters), .bytes (UTF-8 bytes)
   checkpoints/       tf.train.CheckpointManager: model, optimizer, step, data iterator, RNG
   checkpoints/best/  --keep_best_by: the weights with the best validation metric, best.json
   tmp_workers/       multi-worker training: the other workers' private checkpoints

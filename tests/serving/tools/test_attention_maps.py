@@ -3,6 +3,8 @@ export
 (loaded locally) and a classifier export (through a running server's REST API); each mistake is
 one line on stderr and exit status 2. The programs run as subprocesses, side by side."""
 
+import cli
+
 import base64
 import html.parser
 import os
@@ -17,6 +19,8 @@ from serving.server.model_manager import ModelManager
 from serving.server.rest_api import make_server
 from serving.tools import attention_maps
 from serving.tools.client import ServingClient
+from tfattn.config import TransformerConfig
+from tfattn.kinds import MODEL_KINDS
 from tfattn.support import attention_plot
 
 import classifier_fixtures
@@ -238,3 +242,27 @@ def test_a_language_models_outputs_map_its_causal_self_attention():
   assert maps.weights["decoder"].shape == (2, 3, 3, 3) and maps.layers == [0, 1]
   assert attention_maps.labels(maps, "decoder") == (["[START]", "the", " cat"],) * 2
   assert attention_maps.describe(maps) == "'[START]the cat'"
+
+
+@pytest.mark.parametrize("kind_name", sorted(MODEL_KINDS))
+def test_the_pre_load_check_reads_the_kinds_own_attention_layout(kind_name):
+  """The export records its kind's layout; the tool refuses a map or layer outside it."""
+  kind = MODEL_KINDS[kind_name]
+  config = TransformerConfig(num_encoder_layers=2, num_decoder_layers=3)
+  layout = kind.attention_layers(config)
+  info = {"attention_layers": layout, "model_description": kind.model_description}
+  for name, layers in layout.items():
+    attention_maps.check_against_info(info, name, layers - 1)
+    with pytest.raises(cli.UsageError, match=f"--layer={layers}: this model has {layers} layers"):
+      attention_maps.check_against_info(info, name, layers)
+  for missing in set(attention_maps.KINDS) - set(layout):
+    with pytest.raises(cli.UsageError, match=f"this model is {kind.model_description}"):
+      attention_maps.check_against_info(info, missing, None)
+  attention_maps.check_against_info({}, "cross", 99)  # an older export: checked after loading
+
+
+def test_an_export_records_its_attention_layout(exported):
+  base, _ = exported
+  info = attention_maps.export_info(attention_maps.version_directory(base, None))
+  assert info["attention_layers"] == {"encoder": 1, "decoder": 1, "cross": 1}
+  assert info["model_description"] == "a translation model"
