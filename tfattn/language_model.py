@@ -3,6 +3,7 @@ feed-forward layers over token embeddings and positions, the embedding tied to t
 projection, as a `tf.Module`; and how its decoding starts from a prompt.
 
   logits = model(ids)                                  # [batch, length, vocab], ids start with BOS
+  logits = model(ids, segment_ids=segments)            # a packed row: each document on its own
   logits, weights = model(ids, return_attention=True)  # weights.decoder: one map a layer
   found = decoding.decode(model, prompt_ids, options)  # the continuation of each prompt
 
@@ -19,7 +20,7 @@ layers, `max_length` positions (the prompt and its continuation together).
 
 import tensorflow as tf
 
-from tfattn import decoding, masking
+from tfattn import decoding, masking, position
 from tfattn.attention import GrowingCache, PaddedCache, RingCache
 from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
@@ -116,20 +117,41 @@ class LanguageModel(tf.Module):
     """`[..., d_model]` -> float32 `[..., vocab]` through the tied embedding."""
     return tf.cast(self.decoder.embedding.logits(states), tf.float32)
 
-  def __call__(self, ids: tf.Tensor, training: bool = False, return_attention: bool = False):
+  def __call__(
+    self,
+    ids: tf.Tensor,
+    training: bool = False,
+    return_attention: bool = False,
+    segment_ids=None,
+  ):
     """Next-token logits of every position.
 
     Args:
       ids: int `[batch, length]`: BOS, the tokens, then padding (padding is never attended
-        to by a real token: it comes after them).
+        to by a real token: it comes after them); or a packed row of several documents.
       training: apply dropout.
       return_attention: a Python bool; also return the `AttentionWeights` (`decoder` only).
+      segment_ids: None, or int `[batch, length]` numbering a packed row's documents (equal
+        ids: one document; 0: padding): each position then attends only within its own
+        document, and positions restart at 0 at each document's first token, so a packed row
+        gives each document the logits it has alone (Raffel et al. 2020's packing). None: one
+        sequence a row, positions 0, 1, 2, ... (a packed row without ids: attention crosses
+        documents, as nanoGPT trains).
     Returns:
       float32 `[batch, length, vocab]`, or (logits, `AttentionWeights`).
     """
-    length = tf.shape(ids)[1]
-    positions = tf.tile(tf.range(length)[tf.newaxis], [tf.shape(ids)[0], 1])
-    states, weights = self.decoder(ids, positions, None, training)  # causal by its layers
+    if segment_ids is None:
+      length = tf.shape(ids)[1]
+      positions = tf.tile(tf.range(length)[tf.newaxis], [tf.shape(ids)[0], 1])
+      bias = None  # causal by its layers
+    else:
+      if self.config.attention_window is not None:
+        raise ValueError(
+          "segment ids need full attention: a windowed LanguageModel takes no segment_ids"
+        )
+      positions = position.segment_positions(segment_ids)
+      bias = masking.segment_bias(segment_ids, segment_ids)  # the layers add the causal mask
+    states, weights = self.decoder(ids, positions, bias, training)
     logits = self._logits(states)
     return (logits, AttentionWeights(decoder=weights)) if return_attention else logits
 

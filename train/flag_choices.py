@@ -19,6 +19,11 @@ TFDS_TASKS = (
 TSV, TEXT = "tsv", "text"
 TASK_NAMES = BUILTIN_TASKS + TFDS_TASKS + (TSV, TEXT)
 
+# --text_packing (train/language_model_data.py): a packed token stream (attention across
+# documents, or restarted at each by segment ids), or one example a line.
+TEXT_BLOCKS, TEXT_DOCUMENTS, TEXT_LINES = "blocks", "documents", "lines"
+TEXT_PACKINGS = (TEXT_BLOCKS, TEXT_DOCUMENTS, TEXT_LINES)
+
 # --tokenizer (train/tokenizer.py).
 SENTENCEPIECE, WORDPIECE, CHARACTER, BYTE = "sentencepiece", "wordpiece", "char", "byte"
 TOKENIZERS = (SENTENCEPIECE, WORDPIECE, CHARACTER, BYTE)

@@ -27,7 +27,8 @@ import tensorflow as tf
 from tfattn import flops, kinds, losses, text
 from tfattn.language_model import perplexity_sums_of_logits
 from tfattn.special_ids import END_ID, PAD_ID, START_ID
-from train import data, evaluation
+from train import data, evaluation, language_model_data
+from train.flag_choices import TEXT_DOCUMENTS, TEXT_LINES
 from train.task import (
   CLASSIFICATION_DEFAULTS,
   TSV_SEQ2SEQ_DEFAULTS,
@@ -290,24 +291,44 @@ class Classification(kinds.ClassifierModel):
 
 
 class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
-  """Next-token cross-entropy over plain text (BOS + the text -> the text + EOS); judged by
-  perplexity on held-out text. Texts come as (text, anything) pairs, one a line
-  (`train/text_tasks.py`) or a TFDS text feature; long texts keep their first max_length - 1
-  tokens."""
+  """Next-token cross-entropy over plain text; judged by perplexity on held-out text.
+
+  Packed (`packing` "blocks" or "documents", `--task=text`'s default): the texts are one token
+  stream cut into blocks of max_length (input, target) pairs, [END] after each document
+  (`train/language_model_data.py`); with "documents" each row carries segment ids, and
+  attention and positions restart at each document. Lines ("lines", every other language-model
+  task): each (text, anything) example is a row, BOS + the text -> the text + EOS; a text
+  longer than max_length - 1 tokens keeps its first ones, and the start says how many are cut."""
 
   tsv_defaults = MappingProxyType({})  # the recipe's and the declared values
 
-  def dataset(self, raw, tokenizers, *, training, truncate, **batching):
-    """Batches of {"source": int32 `[batch, length]`, the text's tokens}."""
-    del training, truncate  # the same batches train and evaluate; a text keeps its beginning
+  def dataset(self, raw, tokenizers, *, training, truncate, packing=TEXT_LINES, **batching):
+    """Lines: batches of {"source": int32 `[batch, length]`, the text's tokens}. Packed:
+    {"inputs", "targets"} int32 `[batch, max_length]` (+ "segment_ids" for "documents")."""
+    del truncate  # a text keeps its beginning
+    tokenizer = tokenizers["source"]
+    if packing != TEXT_LINES:
+      return language_model_data.packed_dataset(
+        raw, tokenizer, segments=packing == TEXT_DOCUMENTS, **batching
+      )
+    batching.pop("shuffle_tokens", None)  # packing's
     batching["max_length"] -= 1  # room for BOS (input) and EOS (target)
+    language_model_data.report_cut_texts(
+      raw.map(lambda text, _: text),
+      tokenizer,
+      batching["max_length"],
+      "training" if training else "evaluation",
+    )
     return data.classification_dataset(
-      raw.map(lambda text, _: (text, 0)), tokenizers["source"], truncate="right", **batching
+      raw.map(lambda text, _: (text, 0)), tokenizer, truncate="right", **batching
     )
 
   @staticmethod
   def inputs_and_targets(batch):
-    """(BOS + tokens, tokens + EOS), int32 `[batch, length + 1]` each, padded with 0."""
+    """(what the model reads, what it predicts), int32 `[batch, length]` each, padded with 0:
+    a packed batch's own, or a line batch's (BOS + tokens, tokens + EOS), `[batch, length + 1]`."""
+    if language_model_data.TARGETS in batch:
+      return batch[language_model_data.INPUTS], batch[language_model_data.TARGETS]
     tokens = batch["source"]
     rows, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
     inputs = tf.concat([tf.fill([rows, 1], START_ID), tokens], 1)
@@ -316,59 +337,71 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     at_end = tf.equal(tf.range(length + 1)[tf.newaxis], ends[:, tf.newaxis])
     return inputs, tf.where(at_end, END_ID, targets)
 
+  @staticmethod
+  def model_options(batch):
+    """The model's keyword arguments a batch asks for: a packed "documents" batch's segment ids
+    (attention and positions restart at each document)."""
+    if language_model_data.SEGMENT_IDS in batch:
+      return {"segment_ids": batch[language_model_data.SEGMENT_IDS]}
+    return {}
+
   def loss_sums(self, model, batch, smoothing) -> LossSums:
     inputs, targets = self.inputs_and_targets(batch)
-    logits = model(inputs, training=True)
+    logits = model(inputs, training=True, **self.model_options(batch))
     token_losses, _ = losses.label_smoothed_cross_entropy(logits, targets, smoothing)
     correct, count = losses.masked_accuracy(logits, targets)
     return LossSums(tf.reduce_sum(token_losses), correct, count, count)
 
   def batch_shape(self, batch):
-    shape = tf.shape(batch["source"])
-    return tf.stack([shape[0], 0, shape[1] + 1])  # no source; the text + BOS
+    shape = tf.shape(self.inputs_and_targets(batch)[0])
+    return tf.stack([shape[0], 0, shape[1]])  # no source; what the model reads
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     """{"perplexity": exp(mean negative log-likelihood per token, EOS included),
-    "token_accuracy", "examples"}."""
+    "token_accuracy", "tokens", "examples" (rows: texts, or packed blocks), "real_token_share"
+    (real targets / target slots, padding included)}."""
     del tokenizers, config  # judged on token ids
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
-    def sums(source):
-      inputs, targets = self.inputs_and_targets({"source": source})
-      logits = model(inputs)  # once: the likelihood and the accuracy both read it
+    @tf.function(input_signature=[dataset.element_spec], autograph=False)
+    def sums(batch):
+      inputs, targets = self.inputs_and_targets(batch)
+      logits = model(inputs, **self.model_options(batch))  # once: likelihood and accuracy
       nll, count = perplexity_sums_of_logits(logits, targets)
-      return nll, count, losses.masked_accuracy(logits, targets)[0]
+      return nll, count, losses.masked_accuracy(logits, targets)[0], tf.size(targets)
 
     nll = tokens = correct = 0.0
-    seen, limit = 0, _limit(max_examples)
+    seen, slots, limit = 0, 0, _limit(max_examples)
     for batch in dataset:
       if seen >= limit:
         break
-      source = batch["source"][: limit - seen]
-      batch_sums = [float(value) for value in sums(source)]
+      batch = {name: value[: limit - seen] for name, value in batch.items()}
+      batch_sums = [float(value) for value in sums(batch)]
       nll, tokens, correct = nll + batch_sums[0], tokens + batch_sums[1], correct + batch_sums[2]
-      seen += int(tf.shape(source)[0])
+      slots += int(batch_sums[3])
+      seen += int(tf.shape(next(iter(batch.values())))[0])
     return {
       "perplexity": float(np.exp(nll / max(tokens, 1.0))),
       "token_accuracy": correct / max(tokens, 1.0),
       "tokens": int(tokens),
       "examples": seen,
+      "real_token_share": tokens / max(slots, 1),
     }
 
   def evaluation_note(self, config) -> str:
     return " (perplexity)"
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
-    """The last layer's causal self-attention over the first `MAP_PIECES` pieces of each text
+    """The last layer's causal self-attention over the first `MAP_PIECES` pieces of each row
     (row i: the query that predicts piece i + 1)."""
     inputs, _ = self.inputs_and_targets(batch)
-    _, weights = model(inputs, return_attention=True)
+    _, weights = model(inputs, return_attention=True, **self.model_options(batch))
+    packed = language_model_data.INPUTS in batch  # its rows show what the model reads
     return _self_attention_maps(
-      weights.decoder[-1].numpy(),  # [batch, heads, length + 1, length + 1]
+      weights.decoder[-1].numpy(),  # [batch, heads, length, length]
       tokenizers["source"],
-      batch["source"],
+      inputs if packed else batch["source"],
       f"causal self-attention, layer {len(weights.decoder) - 1}",
-      first_piece=("<s>",),
+      first_piece=() if packed else ("<s>",),
     )
 
   def forward_flops(self, model_config, rows, source_length, target_length) -> float:

@@ -28,6 +28,9 @@ from train.flag_choices import (
   GPU_STEPS_PER_LOOP,
   STRATEGIES,
   TASK_NAMES,
+  TEXT_BLOCKS,
+  TEXT_LINES,
+  TEXT_PACKINGS,
   TFDS_TASKS,
   TOKENIZERS,
 )
@@ -91,7 +94,7 @@ class RunConfig:
     "numbers",
     "What to learn. Built-in tasks are generated offline from --seed; TFDS tasks "
     "read tensorflow-datasets; tsv reads --train_file, --validation_file, --test_file, and "
-    "so does text (one text a line: a language model, docs/language_model.md).",
+    "so does text (plain text files: a language model, docs/language_model.md).",
     choices=TASK_NAMES,
     resume=MUST_MATCH,
   )
@@ -103,7 +106,7 @@ class RunConfig:
   )
   train_file: Optional[str] = run_setting(
     None,
-    "TSV training file: source<TAB>target, or text<TAB>label (--task=text: one text a line).",
+    "TSV training file: source<TAB>target, or text<TAB>label (--task=text: plain text).",
     unset="",
     resume=MUST_MATCH,
   )
@@ -159,6 +162,24 @@ class RunConfig:
     "What the TSV's second column is: the target text (seq2seq) or an integer label "
     "(classification).",
     choices=tuple(MODEL_KINDS),
+    resume=MUST_MATCH,
+  )
+  # The language model's text files (--task=text), docs/language_model.md.
+  text_packing: str = run_setting(
+    TEXT_BLOCKS,
+    "--task=text: blocks: the text is one token stream cut into blocks of --max_length "
+    "(nanoGPT; attention crosses documents, [END] between them); documents: the same blocks, "
+    "but attention and positions restart at each document (segment ids); lines: one example "
+    "a line, cut at --max_length (short texts).",
+    choices=TEXT_PACKINGS,
+    when_missing=TEXT_LINES,  # runs saved before packing read one text a line
+    resume=MUST_MATCH,
+  )
+  text_documents: str = run_setting(
+    "file",
+    "--task=text packed: what one document is: a whole file (its newlines are text), or a "
+    "line (blank lines skipped).",
+    choices=("file", "line"),
     resume=MUST_MATCH,
   )
   recipe: Optional[str] = run_setting(
@@ -565,6 +586,11 @@ class RunConfig:
       raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")
     if kind is not None and self.shared_vocabulary and not MODEL_KINDS[kind].shares_vocabulary:
       raise ValueError(f"--shared_vocabulary is for seq2seq tasks (one side), not {kind}")
+    if self.task == "text" and self.text_packing == "documents" and self.attention_window:
+      raise ValueError(
+        "--text_packing=documents masks attention per document, which a windowed attention "
+        "does not take: use --text_packing=blocks with --attention_window"
+      )
     if self.task not in TFDS_TASKS:
       for name in ("train_split", "validation_split", "test_split"):
         if getattr(self, name) is not None:

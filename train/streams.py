@@ -27,6 +27,7 @@ CYCLE_FILES = 8
 # Skipped lines printed one by one; after that, one line every SKIP_REPORT_EVERY.
 SKIPS_PRINTED, SKIP_REPORT_EVERY = 100, 10_000
 _FAIL_HINT = " (--bad_lines=skip skips such lines)"
+_NOT_UTF8_TEXT = "not valid UTF-8 text; save the file as UTF-8"
 _OK, _BLANK, _NOT_UTF8, _FIELDS, _TARGET = range(5)
 
 
@@ -35,9 +36,10 @@ def is_tfrecord(path: str) -> bool:
   return name.endswith(TFRECORD_SUFFIXES)
 
 
-def expand(spec: str, flag: str) -> List[str]:
+def expand(spec: str, flag: str, what: str = "TSV file") -> List[str]:
   """A comma list of paths and globs -> the files, each glob's matches sorted, duplicates
-  dropped; a ValueError naming the flag for a glob that matches nothing or a missing file."""
+  dropped; a ValueError naming the flag for a glob that matches nothing or a missing file
+  (called `what`)."""
   files = []
   for part in (p.strip() for p in spec.split(",")):
     if not part:
@@ -50,7 +52,7 @@ def expand(spec: str, flag: str) -> List[str]:
       matches = [part]
     for path in matches:
       if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-        raise ValueError(f"TSV file {path} does not exist (or is not a file)")
+        raise ValueError(f"{what} {path} does not exist (or is not a file)")
       if path not in files:
         files.append(path)
   if not files:
@@ -176,11 +178,12 @@ def _print_skip(message, count):
 
 def bad_line_message(error: Exception) -> Optional[str]:
   """The `file:line: why` of a bad line a FAIL pipeline stopped at, or None for other errors."""
-  found = re.search(r"assertion failed: \[(.*?)" + re.escape(_FAIL_HINT), str(error), re.S)
+  ends = "|".join(re.escape(end) for end in (_FAIL_HINT, _NOT_UTF8_TEXT))
+  found = re.search(rf"assertion failed: \[(.*?)({ends})", str(error), re.S)
   if not found:
     return None
   # The assertion escapes quotes and backslashes in its text: undo that.
-  return re.sub(r"\\(['\"\\])", r"\1", found.group(1)) + _FAIL_HINT
+  return re.sub(r"\\(['\"\\])", r"\1", found.group(1)) + found.group(2)
 
 
 def run_stream(compute):
@@ -253,6 +256,58 @@ def examples(
     num_parallel_calls=tf.data.AUTOTUNE,
     deterministic=True,
   ).unbatch()
+
+
+def _checked_text(path, numbers, lines):
+  """`[n]` lines of a text file (int64 `[n]` numbers) -> the same lines, once an assertion has
+  found them valid UTF-8 (else it names the first bad line: `bad_line_message`)."""
+  utf8 = tf.strings.regex_full_match(lines, "(?s:.)*")  # RE2's `.` matches no invalid byte
+  first_bad = tf.boolean_mask(numbers, ~utf8)[:1]
+  message = tf.strings.join([path, ":", tf.strings.as_string(first_bad), ": ", _NOT_UTF8_TEXT])
+  check = tf.debugging.Assert(tf.reduce_all(utf8), [message], summarize=1)
+  with tf.control_dependencies([check]):
+    return tf.identity(lines)
+
+
+def text_pieces(files: Sequence[str], document_per_line: bool, seed: Optional[int] = None):
+  """The text of plain UTF-8 files as (text, ends_document) pairs, streamed, a file at a time
+  (its lines in order), each line checked (a bad byte stops the pass naming `file:line`).
+
+  Args:
+    files: the files (`expand`'s result).
+    document_per_line: each non-blank line is one document (ends_document True; blank lines
+      skipped); False: each file is one document whose newlines are text. Its lines come
+      with the newline before them ("\\n" + line; the first line without, a last "\\n" ends
+      the document): SentencePiece's trainer strips the whitespace a sentence ends with, but
+      learns a leading newline, so the vocabulary has a piece for it.
+    seed: shuffle the file order from this seed each epoch; None: in order.
+  """
+  names = tf.data.Dataset.from_tensor_slices(list(files))
+  if seed is not None:
+    names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+
+  def read(path):
+    lines = (
+      tf.data.TextLineDataset(path)
+      .enumerate(start=1)
+      .batch(CHECK_BATCH)
+      .map(lambda numbers, lines: (numbers, _checked_text(path, numbers, lines)))
+    )
+    if document_per_line:
+      kept = lines.map(
+        lambda _, lines: tf.boolean_mask(lines, tf.not_equal(tf.strings.strip(lines), ""))
+      )
+      return kept.map(lambda lines: (lines, tf.ones_like(lines, tf.bool))).unbatch()
+    newline_first = lines.map(
+      lambda numbers, lines: (
+        tf.where(numbers > 1, tf.strings.join(["\n", lines]), lines),
+        tf.zeros_like(lines, tf.bool),
+      )
+    )
+    ending = tf.data.Dataset.from_tensors((tf.constant("\n"), tf.constant(True)))
+    return newline_first.unbatch().concatenate(ending)
+
+  return names.flat_map(read)  # a file at a time: a document's lines stay together
 
 
 def worker_files(files: Sequence[str], num_workers: int, index: int, flag: str) -> List[str]:

@@ -35,6 +35,8 @@ class Task:
     vocabulary_sample: how the vocabularies sample the training examples: "first" (the first
       `vocab_examples`) or "reservoir" (a seeded uniform sample of one pass over all of them,
       for streamed files and large sorted corpora).
+    dataset_options: keyword arguments of the kind's `dataset` that the task chooses (the
+      language model's packing of `--task=text`); empty for most tasks.
   """
 
   name: str
@@ -47,6 +49,7 @@ class Task:
   validation_note: str = ""
   train_shard: Optional[Callable[[int, int], tf.data.Dataset]] = None
   vocabulary_sample: str = "first"
+  dataset_options: Dict = dataclasses.field(default_factory=dict)
 
   def train_for_worker(self, num_workers: int, index: int) -> tf.data.Dataset:
     """The training examples worker `index` of `num_workers` reads."""

@@ -3,7 +3,8 @@
 * Built-in, generated offline from `--seed` (`train/builtin_tasks.py`).
 * TensorFlow Datasets, one table entry each (`train/tfds_tasks.py`).
 * `tsv`: local files, one per data role (`train/tsv_tasks.py`).
-* `text`: plain text files, one text a line, for the language model (`train/text_tasks.py`).
+* `text`: plain text files for the language model, packed or one text a line
+  (`train/text_tasks.py`).
 """
 
 from train.builtin_tasks import builtin_task
@@ -34,5 +35,12 @@ def get_task(config) -> Task:
       bad_lines=config.bad_lines,
     )
   if name == TEXT:
-    return text_task(config.train_file, config.validation_file, config.test_file)
+    return text_task(
+      config.train_file,
+      config.validation_file,
+      config.test_file,
+      config.text_packing,
+      config.text_documents,
+      seed=config.seed,
+    )
   raise ValueError(f"unknown task {name!r}; choose one of {list(TASK_NAMES)}")

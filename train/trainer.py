@@ -247,6 +247,7 @@ class Trainer:
       kwargs.update(
         batch_tokens=batch_tokens, multiple_of=self.local_replicas, pad_to_bucket=c.jit_compile
       )
+    kwargs.update(self.task.dataset_options)  # e.g. the language model's packing
     return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate, **kwargs)
 
   def _make_train_loop(self):

@@ -39,6 +39,7 @@ print("RESULT " + json.dumps({
 def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
   config = tiny_text_run(
     tmp_path,
+    text_packing="lines",  # one example a line (tests/end_to_end/test_packed_language_model.py)
     train_steps=30,
     warmup_steps=2,
     log_every=10,

@@ -126,3 +126,28 @@ def test_perplexity_sums_count_real_tokens_only():
   )
   assert float(count) == 5
   np.testing.assert_allclose(float(nll), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("changes", [{}, {"position_encoding": "learned"}])
+def test_a_packed_row_with_segment_ids_gives_each_document_its_own_losses(changes):
+  """Two documents (and padding) in one row with segment ids: every token's loss is the one it
+  has when its document is a row alone, and with positions from 0 (learned positions too)."""
+  model = _model(**changes)
+  first, second = [1, 5, 6, 7, 8], [1, 9, 10, 11]  # BOS + tokens: what the model reads
+  targets_first, targets_second = [5, 6, 7, 8, 2], [9, 10, 11, 2]  # the tokens + EOS
+  packed = tf.constant([first + second + [0, 0, 0]])
+  segments = tf.constant([[1] * 5 + [2] * 4 + [0] * 3])
+  packed_targets = tf.constant([targets_first + targets_second + [0, 0, 0]])
+  separate = tf.constant([first, [*second, 0]])
+  separate_targets = tf.constant([targets_first, [*targets_second, 0]])
+
+  def token_losses(logits, targets):
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits).numpy()
+
+  packed_losses = token_losses(model(packed, segment_ids=segments), packed_targets)[0]
+  alone = token_losses(model(separate), separate_targets)
+  np.testing.assert_allclose(packed_losses[:5], alone[0], atol=1e-5)
+  np.testing.assert_allclose(packed_losses[5:9], alone[1, :4], atol=1e-5)
+  # Without segment ids the second document sees the first: its losses differ.
+  crossing = token_losses(model(packed), packed_targets)[0]
+  assert np.abs(crossing[5:9] - alone[1, :4]).max() > 1e-4

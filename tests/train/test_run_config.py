@@ -218,6 +218,17 @@ def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
   assert (config.source_vocab_size, config.target_vocab_size) == (50, 60)
 
 
+def test_a_text_run_saved_before_packing_resumes_one_text_a_line(tmp_path):
+  """--text_packing is new (issue 41): a run saved before it read one text a line, and resumes
+  so; a new run packs. Documents mode needs full attention: said before any data is read."""
+  path = tmp_path / "run_config.json"
+  path.write_text(json.dumps({"task": "text", "train_file": "train.txt"}))
+  assert RunConfig.load(str(path)).text_packing == "lines"
+  assert RunConfig().text_packing == "blocks" and RunConfig().text_documents == "file"
+  with pytest.raises(ValueError, match=re.escape("--text_packing=documents masks attention")):
+    RunConfig(task="text", text_packing="documents", attention_window=4).check()
+
+
 @pytest.mark.parametrize("kind", ["seq2seq", "classification", "language_model"])
 def test_position_encoding_and_activation_reach_every_kinds_model(kind):
   from tfattn.layers import ACTIVATIONS

@@ -234,9 +234,36 @@ def test_tiny_shakespeare_is_a_language_model_task_of_one_speech_an_example(tmp_
 def test_a_text_file_is_a_language_model_task_of_one_line_an_example(tmp_path):
   (tmp_path / "train.txt").write_text("the cat\n\n  \nthe dog runs\n", encoding="utf-8")
   (tmp_path / "bad.txt").write_bytes(b"fine\n\xff\n")
-  task = tasks.get_task(RunConfig(task="text", train_file=str(tmp_path / "train.txt")))
+  task = tasks.get_task(
+    RunConfig(task="text", train_file=str(tmp_path / "train.txt"), text_packing="lines")
+  )
   assert task.kind == "language_model" and task.test is None
-  assert _rows(task.train()) == [("the cat", ""), ("the dog runs", "")]
+  assert _rows(task.train()) == [("the cat", 1), ("the dog runs", 1)]  # each ends a document
   assert "not held out" in task.validation_note
+  assert task.dataset_options == {"packing": "lines"}
   with pytest.raises(ValueError, match=r"bad\.txt:2: not valid UTF-8"):
     tasks.get_task(RunConfig(task="text", train_file=str(tmp_path / "bad.txt")))
+
+
+def test_a_packed_text_file_streams_its_lines_with_their_newlines(tmp_path):
+  """--text_packing=blocks (the default): a file is one document whose newlines are text,
+  blank lines included; each line comes with the newline before it, and a last newline ends
+  the document. With --text_documents=line each non-blank line is a document."""
+  (tmp_path / "a.txt").write_text("the cat\n\nthe dog runs\n", encoding="utf-8")
+  (tmp_path / "b.txt").write_text("a bird\n", encoding="utf-8")
+  files = f"{tmp_path}/a.txt,{tmp_path}/b.txt"
+  task = tasks.get_task(RunConfig(task="text", train_file=files, validation_file=files))
+  pieces = [(t.decode(), bool(e)) for t, e in task.validation().as_numpy_iterator()]
+  assert pieces == [
+    *[("the cat", False), ("\n", False), ("\nthe dog runs", False), ("\n", True)],
+    *[("a bird", False), ("\n", True)],
+  ]
+  assert "".join(t for t, _ in pieces) == "the cat\n\nthe dog runs\na bird\n"  # lossless
+  assert task.dataset_options["packing"] == "blocks" and task.validation_note == ""
+  by_line = tasks.get_task(
+    RunConfig(task="text", train_file=files, text_packing="documents", text_documents="line")
+  )
+  # (Training reads the files in an order shuffled from the seed.)
+  assert _rows(by_line.train()) == [("a bird", 1), ("the cat", 1), ("the dog runs", 1)]
+  with pytest.raises(ValueError, match=r"text file .*nope\.txt does not exist"):
+    tasks.get_task(RunConfig(task="text", train_file=str(tmp_path / "nope.txt")))
