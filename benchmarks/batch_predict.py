@@ -8,8 +8,10 @@ with worker processes, and the command's peak memory at two file sizes.
 
 Modes (--modes, any of):
   sorted, unsorted  the command's loop in this process (model loaded once, not timed): every
-                    window sorted by length into batches, or batched in file order; --rounds
-                    passes of each in turn, the median.
+                    window sorted by length (the export's tokens) into batches, or batched in
+                    file order; --rounds passes of each in turn, the median. Each pass also
+                    reports lines per CPU-second of this process (all its threads), which other
+                    jobs on a shared machine disturb far less than the wall clock.
   rest              `python -m serving.server` on the export (its default flags), fed by
                     --clients threads, one line a request; compared with `sorted`.
   beam              `serving.tools.beam_predict.run` with FnApiRunner, --beam_workers processes
@@ -80,12 +82,13 @@ def write_lines(path, lines):
 
 def loop_lines_per_second(model, path, window, batch_size, sort):
   """The command's loop (`batch_model.run_window` over its windows), timed; -> (lines/s,
-  outputs)."""
-  start, outputs = time.perf_counter(), []
+  lines per CPU-second of this process, outputs)."""
+  start, cpu_start, outputs = time.perf_counter(), time.process_time(), []
   with open(path, "rb") as stream:
     for lines in batch_files.windows(batch_files.read_lines(stream, path, 0), window):
       outputs += [output for _, output, _ in batch_model.run_window(model, lines, batch_size, sort)]
-  return len(outputs) / (time.perf_counter() - start), outputs
+  wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+  return len(outputs) / wall, len(outputs) / cpu, outputs
 
 
 def rest_lines_per_second(base_path, lines, clients):
@@ -174,16 +177,27 @@ def main(argv):
       m for m in ("sorted", "unsorted") if m in f.modes or (m == "sorted" and "rest" in f.modes)
     ]
     rates = {mode: [] for mode in looped}
+    cpu_rates = {mode: [] for mode in looped}
     for _ in range(f.rounds):
       for mode in looped:
-        rate, outputs[mode] = loop_lines_per_second(
+        rate, cpu_rate, outputs[mode] = loop_lines_per_second(
           model, path, f.window, f.batch_size, sort=mode == "sorted"
         )
         rates[mode].append(rate)
+        cpu_rates[mode].append(cpu_rate)
     for mode in looped:
       results[mode] = statistics.median(rates[mode])
+      results[f"{mode}_cpu"] = statistics.median(cpu_rates[mode])
       each = ", ".join(f"{rate:,.1f}" for rate in rates[mode])
-      print(f"{mode}: {results[mode]:,.1f} lines/s (median of {each})", flush=True)
+      each_cpu = ", ".join(f"{rate:,.1f}" for rate in cpu_rates[mode])
+      print(
+        f"{mode}: {results[mode]:,.1f} lines/s (median of {each}); "
+        f"{results[f'{mode}_cpu']:,.1f} lines per CPU-second (median of {each_cpu})",
+        flush=True,
+      )
+    if "unsorted" in looped:
+      same = sum(a == b for a, b in zip(outputs["sorted"], outputs["unsorted"]))
+      print(f"sorted and unsorted outputs: {same:,} of {len(lines):,} lines equal", flush=True)
   if "rest" in f.modes:
     results["rest"], answers = rest_lines_per_second(os.path.dirname(export_dir), lines, f.clients)
     same = sum(
@@ -244,7 +258,10 @@ def main(argv):
     results["memory_ratio"] = rss[large] / rss[small]
   print("ratios:")
   if "sorted" in results and "unsorted" in results:
-    print(f"  sorted / unsorted batching: {results['sorted'] / results['unsorted']:.2f}x")
+    print(
+      f"  sorted / unsorted batching: {results['sorted'] / results['unsorted']:.2f}x "
+      f"(per CPU-second: {results['sorted_cpu'] / results['unsorted_cpu']:.2f}x)"
+    )
   if "rest" in results:
     print(f"  file command (sorted) / REST: {results['sorted'] / results['rest']:.2f}x")
   if "beam" in results:

@@ -119,7 +119,10 @@ class LanguageModelKind:
   model_description = "a language model"
   vocabulary_sides: Tuple[str, ...] = ("source",)
   example_features = (("text", "string"),)  # a text alone; the pair's second element is ""
-  best_by: Mapping[str, str] = MappingProxyType({"token_accuracy": HIGHER, "perplexity": LOWER})
+  # Per token, and per character / byte of the text (these compare across tokenizers).
+  best_by: Mapping[str, str] = MappingProxyType(
+    {"token_accuracy": HIGHER, "perplexity": LOWER, "nats_per_char": LOWER, "bits_per_byte": LOWER}
+  )
   shares_vocabulary = False
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":

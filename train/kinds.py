@@ -6,7 +6,6 @@ decoder-only language model) is one class here, one in `tfattn/kinds.py` and one
 `serving/export/`, each added to its registry.
 """
 
-import sys
 from types import MappingProxyType
 from typing import (
   Any,
@@ -114,7 +113,8 @@ class TrainingKind(kinds.ModelKind, Protocol):
   def evaluate(
     self, model, dataset: tf.data.Dataset, tokenizers: Dict, config, max_examples: Optional[int]
   ) -> Dict:
-    """Metrics on up to `max_examples` examples (None: all), with "examples" judged."""
+    """Metrics on up to `max_examples` examples (None: all), with "examples" judged and
+    "partial" (whether the data held more: `evaluation.FirstExamples`)."""
 
   def evaluation_note(self, config) -> str:
     """How evaluation judges, for the log (e.g. " (beam 4)")."""
@@ -142,10 +142,6 @@ class TrainingKind(kinds.ModelKind, Protocol):
 
 # Pieces of a classifier's input a TensorBoard picture shows.
 MAP_PIECES = 48
-
-
-def _limit(max_examples: Optional[int]) -> int:
-  return sys.maxsize if max_examples is None else max_examples
 
 
 class _TextTargets:
@@ -195,7 +191,7 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     return evaluation.evaluate_seq2seq(
-      model, dataset, tokenizers["target"], _limit(max_examples), config.decode_options()
+      model, dataset, tokenizers["target"], max_examples, config.decode_options()
     )
 
   def evaluation_note(self, config) -> str:
@@ -249,7 +245,7 @@ class Classification(kinds.ClassifierModel):
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     del tokenizers, config  # labels are compared as ids
-    return evaluation.evaluate_classification(model, dataset, _limit(max_examples))
+    return evaluation.evaluate_classification(model, dataset, max_examples)
 
   def evaluation_note(self, config) -> str:
     return ""
@@ -300,7 +296,8 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
   task): each (text, anything) example is a row, BOS + the text -> the text + EOS; a text
   longer than max_length - 1 tokens keeps its first ones, and the start says how many are cut."""
 
-  tsv_defaults = MappingProxyType({})  # the recipe's and the declared values
+  # The recipe's and the declared values; the export generates greedily (as `--task=text`).
+  tsv_defaults = MappingProxyType({"decode": {"strategy": "greedy"}})
 
   def dataset(self, raw, tokenizers, *, training, truncate, packing=TEXT_LINES, **batching):
     """Lines: batches of {"source": int32 `[batch, length]`, the text's tokens}. Packed:
@@ -358,33 +355,34 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
 
   def evaluate(self, model, dataset, tokenizers, config, max_examples):
     """{"perplexity": exp(mean negative log-likelihood per token, EOS included),
-    "token_accuracy", "tokens", "examples" (rows: texts, or packed blocks), "real_token_share"
-    (real targets / target slots, padding included)}."""
-    del tokenizers, config  # judged on token ids
+    "nats_per_char" and "bits_per_byte" (the same likelihood over the text the targets stand
+    for: `evaluation.target_characters`, so tokenizers compare), "token_accuracy", "tokens",
+    "characters", "bytes", "examples" (rows: texts, or packed blocks), "partial",
+    "real_token_share" (real targets / target slots, padding included)}."""
+    del config  # judged on token ids
+    tokenizer = tokenizers["source"]
 
     @tf.function(input_signature=[dataset.element_spec], autograph=False)
     def sums(batch):
       inputs, targets = self.inputs_and_targets(batch)
       logits = model(inputs, **self.model_options(batch))  # once: likelihood and accuracy
       nll, count = perplexity_sums_of_logits(logits, targets)
-      return nll, count, losses.masked_accuracy(logits, targets)[0], tf.size(targets)
+      characters, utf8_bytes = evaluation.target_characters(tokenizer, targets)
+      correct = losses.masked_accuracy(logits, targets)[0]
+      slots = tf.cast(tf.size(targets), tf.float32)
+      return nll, count, correct, characters, utf8_bytes, slots
 
-    nll = tokens = correct = 0.0
-    seen, slots, limit = 0, 0, _limit(max_examples)
-    for batch in dataset:
-      if seen >= limit:
-        break
-      batch = {name: value[: limit - seen] for name, value in batch.items()}
-      batch_sums = [float(value) for value in sums(batch)]
-      nll, tokens, correct = nll + batch_sums[0], tokens + batch_sums[1], correct + batch_sums[2]
-      slots += int(batch_sums[3])
-      seen += int(tf.shape(next(iter(batch.values())))[0])
+    totals = np.zeros(6)  # nll, tokens, correct, characters, bytes, target slots
+    judged = evaluation.FirstExamples(dataset, max_examples)
+    for batch in judged:
+      totals += [float(value) for value in sums(batch)]
+    nll, tokens, correct, characters, utf8_bytes, slots = totals.tolist()
     return {
-      "perplexity": float(np.exp(nll / max(tokens, 1.0))),
+      **evaluation.text_metrics(nll, tokens, characters, utf8_bytes),
       "token_accuracy": correct / max(tokens, 1.0),
       "tokens": int(tokens),
-      "examples": seen,
-      "real_token_share": tokens / max(slots, 1),
+      "real_token_share": tokens / max(slots, 1.0),
+      **judged.coverage(),
     }
 
   def evaluation_note(self, config) -> str:

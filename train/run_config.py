@@ -19,8 +19,8 @@ from typing import Any, Dict, Optional
 
 import settings
 from tfattn.config import PRESETS, TransformerConfig
-from tfattn.decode_options import DECODE_MODES, DecodeOptions
-from tfattn.kinds import MODEL_KINDS, SEQ2SEQ
+from tfattn.decode_options import BEAM, DECODE_MODES, GREEDY, SAMPLE, DecodeOptions
+from tfattn.kinds import CLASSIFICATION, MODEL_KINDS, SEQ2SEQ
 from train import recipes
 from train.files import write_json_atomically
 from train.flag_choices import (
@@ -106,22 +106,23 @@ class RunConfig:
   )
   train_file: Optional[str] = run_setting(
     None,
-    "TSV training file: source<TAB>target, or text<TAB>label (--task=text: plain text).",
+    "Training file(s). --task=tsv: TSV lines, source<TAB>target or text<TAB>label (or "
+    "TFRecords); --task=text: plain text (see --text_packing).",
     unset="",
     resume=MUST_MATCH,
   )
   validation_file: Optional[str] = run_setting(
     None,
-    "TSV validation file: in-run evaluation and checkpoint choice (alias --eval_file). "
-    "Without it, validation reads the first 1000 training lines.",
+    "Validation file, in --train_file's format: in-run evaluation and checkpoint choice "
+    "(alias --eval_file). Without it, validation reads the first 1000 training lines.",
     unset="",
     old_names=("eval_file",),  # before the three data roles
     resume=MUST_MATCH,
   )
   test_file: Optional[str] = run_setting(
     None,
-    "TSV test file, judged once at the end on the weights that get exported. Without "
-    "it, the run has no test number.",
+    "Test file, in --train_file's format, judged once at the end on the weights that get "
+    "exported. Without it, the run has no test number.",
     unset="",
     resume=MAY_CHANGE,
   )
@@ -440,7 +441,8 @@ class RunConfig:
   )
   eval_examples: int = run_setting(
     1000,
-    "Validation examples judged at each evaluation (the test set is always judged whole).",
+    "Validation examples judged at each evaluation; fewer than the validation data holds is "
+    'a partial evaluation, which the log and eval.json mark ("partial": true).',
     above=0,
     resume=MAY_CHANGE,
   )
@@ -614,10 +616,20 @@ class RunConfig:
 
   # --- files ----------------------------------------------------------------------------
 
-  def describe(self, width: int = 100) -> str:
+  def describe(self, width: int = 100, kind: Optional[str] = None) -> str:
     """The settings that are set, as `name=value` in aligned columns, sorted by name (a long
-    value on a line of its own, after them): the effective configuration a run logs at start."""
-    items = sorted(f"{k}={v}" for k, v in dataclasses.asdict(self).items() if v is not None)
+    value on a line of its own, after them): the effective configuration a run logs at start.
+    With the task's `kind`, the settings that mean nothing to this run are left out
+    (`APPLIES_TO`) and `decode` shows only what its strategy reads (`DECODE_SHOWN`)."""
+    values = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+    if kind is not None:
+      values = {k: v for k, v in values.items() if APPLIES_TO.get(k, _ALWAYS)(self.task, kind)}
+      if "decode" in values:
+        shown = DECODE_SHOWN[values["decode"]["strategy"]]
+        values["decode"] = {
+          k: v for k, v in values["decode"].items() if k in shown and v is not None
+        }
+    items = sorted(f"{k}={v}" for k, v in values.items())
     short = [item for item in items if len(item) <= 30]
     column = max((len(item) for item in short), default=0) + 2
     per_row = max(1, (width - 2) // column)
@@ -640,6 +652,35 @@ class RunConfig:
     without it meant (`settings.from_saved`); settings that became DecodeOptions are dropped."""
     return settings.from_saved(cls, values, retired=("eval_beam_size", "eval_alpha"))
 
+
+# --- What the start-up configuration shows (`describe`) ------------------------------------
+# Settings that mean nothing to some runs, left out of the configuration a run logs at start
+# (run_config.json keeps every one): field -> whether it applies to (task name, kind).
+APPLIES_TO = {
+  "tsv_kind": lambda task, kind: task == "tsv",
+  "bad_lines": lambda task, kind: task == "tsv",
+  "text_packing": lambda task, kind: task == "text",
+  "text_documents": lambda task, kind: task == "text",
+  "truncate": lambda task, kind: kind == CLASSIFICATION,
+  "shared_vocabulary": lambda task, kind: kind == SEQ2SEQ,
+  # A language model's evaluation is its likelihood: its decoding options are the export's
+  # generation; a classifier decodes nothing.
+  "decode": lambda task, kind: kind != CLASSIFICATION,
+  "export_decode": lambda task, kind: kind != CLASSIFICATION,
+}
+
+
+def _ALWAYS(task, kind):
+  return True
+
+
+# The DecodeOptions each strategy reads, shown at start (the others wait unused).
+_EVERY_SEARCH = ("strategy", "extra_decode_length", "max_decode_length", "no_repeat_ngram_size")
+DECODE_SHOWN = {
+  GREEDY: _EVERY_SEARCH,
+  BEAM: (*_EVERY_SEARCH, "beam_size", "alpha"),
+  SAMPLE: (*_EVERY_SEARCH, "temperature", "top_k", "top_p", "seed"),
+}
 
 # What an unset field means when neither the recipe nor the task sets it.
 UNSET_DEFAULTS = settings.unset_defaults(RunConfig)

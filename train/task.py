@@ -129,8 +129,10 @@ CLASSIFICATION_DEFAULTS = dict(
   vocab_examples=50_000,
 )
 # The language model (`--task=text`, tiny_shakespeare): a small GPT-style model on a few MB
-# of text; a recipe or explicit flags override.
+# of text; a recipe or explicit flags override. Its export generates greedily (beam search with
+# a length penalty is translation's choice; --decode_strategy chooses).
 LANGUAGE_MODEL_DEFAULTS = dict(
+  decode=dict(strategy="greedy"),
   model="small",
   num_layers=4,
   d_model=256,

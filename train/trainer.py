@@ -21,7 +21,7 @@ from absl import logging
 
 from tfattn.support import attention_plot, checkpoints
 from tfattn.support.run_dir import RunDir
-from train import distribute, kinds, performance, resume, run_files, vocabularies
+from train import distribute, evaluation, kinds, performance, resume, run_files, vocabularies
 from train.best_checkpoint import BestCheckpoint
 from train.optimizer import make_optimizer
 from train.run_config import RunConfig
@@ -111,7 +111,7 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
     mixed_precision=precision,
     steps_per_loop=distribute.default_steps_per_loop(config.steps_per_loop),
   )
-  logging.info("effective configuration:\n%s", config.describe())
+  logging.info("effective configuration:\n%s", config.describe(kind=task.kind))
   if task.validation_note:
     logging.warning("%s", task.validation_note)
   if task.test is None:
@@ -205,8 +205,11 @@ class Trainer:
     )
 
   def _build_checkpoints(self):
+    # Tokens trained on since step 0 (a float64 counts exactly to 2^53), kept in the
+    # checkpoint so a resumed run goes on counting; a run saved before it starts from 0.
+    self.tokens_seen = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="tokens_seen")
     self.checkpoint = tf.train.Checkpoint(
-      model=self.model, optimizer=self.optimizer, data=self.iterator
+      model=self.model, optimizer=self.optimizer, data=self.iterator, tokens_seen=self.tokens_seen
     )
     directory = self.run_dir.checkpoints
     if not self.is_chief:  # other workers must write too (collectives), but somewhere private
@@ -355,7 +358,11 @@ class Trainer:
     validation and (once) on test. Returns eval.json's contents; None when stopped early."""
     c = self.config
     restored = resume.restore_latest(
-      self.manager, self._restart_data, model=self.model, optimizer=self.optimizer
+      self.manager,
+      self._restart_data,
+      model=self.model,
+      optimizer=self.optimizer,
+      tokens_seen=self.tokens_seen,
     )
     if restored:
       logging.info("resumed from %s at step %d", restored, self.step)
@@ -382,6 +389,7 @@ class Trainer:
         )
         step = self.step
         interval.add(sums)
+        self.tokens_seen.assign_add(sums[3])
         self._note_batch_shapes(shapes)
         self.meter.add(
           sums[3],
@@ -423,10 +431,12 @@ class Trainer:
       "learning_rate": float(self.optimizer.learning_rate),
       "steps_per_second": steps_per_second,
       "tokens_per_second": tokens_per_second,
+      "tokens_seen": int(self.tokens_seen.numpy()),
       "mfu": mfu,
     }
     logging.info(
-      "step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  MFU %s  ETA %dm%02ds",
+      "step %d/%d  loss %.4f  acc %.3f  lr %.2e  %.1f steps/s  %.0f tok/s  %s tokens seen  "
+      "MFU %s  ETA %dm%02ds",
       step,
       c.train_steps,
       record["loss"],
@@ -434,6 +444,7 @@ class Trainer:
       record["learning_rate"],
       steps_per_second,
       tokens_per_second,
+      f"{record['tokens_seen']:,}",
       performance.format_mfu(mfu),
       eta // 60,
       eta % 60,
@@ -551,14 +562,16 @@ class Trainer:
         tf.summary.image(f"attention/validation_example_{i}", attention_plot.image_tensor(png))
 
   def _report(self, writer, role: str, metrics: Dict, label: Optional[str] = None):
+    """One log line (saying when the evaluation was partial) and TensorBoard scalars."""
     logging.info(
-      "%s at step %d: %s",
+      "%s%s at step %d: %s",
       label or role,
+      evaluation.coverage_note(metrics),
       self.step,
       "  ".join(
         f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
         for k, v in sorted(metrics.items())
-        if not isinstance(v, dict) and not k.endswith("_signature")
+        if evaluation.shown_metric(k, v)
       ),
     )
     if self.is_chief:
@@ -576,9 +589,9 @@ def final_metrics(result: Dict) -> List[str]:
       shown = {
         k: round(v, 4) if isinstance(v, float) else v
         for k, v in result[role].items()
-        if not isinstance(v, dict) and not k.endswith("_signature")
+        if evaluation.shown_metric(k, v)
       }
-      lines.append(f"{role}: {shown}")
+      lines.append(f"{role}{evaluation.coverage_note(result[role])}: {shown}")
       if "bleu_signature" in result[role]:  # how the BLEU was computed, for comparisons
         lines.append(f"{role} sacreBLEU signature: {result[role]['bleu_signature']}")
   return lines

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from serving.export import attention_export
-from tfattn import decoding
+from tfattn import decoding, scoring
 from tfattn import text as tfattn_text
 from tfattn.decode_options import BEAM, DECODE_MODES, SAMPLE, DecodeOptions
 from tfattn.support import shapes
@@ -355,7 +355,8 @@ class LanguageModelExport(_DecodingExport):
   """Signatures: serving_default and `generate` (text, the prompt -> "generation", its
   continuation, with "score" and "log_prob"), generate_nbest (every beam, best first),
   generate_ids (prompt ids -> continuation ids), in an export whose options sample `sample`
-  (text and a seed per row), and `attention` (the causal self-attention over BOS + a text).
+  (text and a seed per row), `attention` (the causal self-attention over BOS + a text) and
+  `score` (texts -> their log-likelihood under the model, in total and per token).
 
   Every signature decodes as `options` say, through the same `decoding.decode` / `nbest` as the
   seq2seq export: a prompt's continuation is at most options.max_decode_length tokens (unset:
@@ -409,6 +410,31 @@ class LanguageModelExport(_DecodingExport):
     return {"ids": found.ids, "score": found.scores, "log_prob": found.log_probs}
 
   @tf.function(input_signature=[TEXT], autograph=False)
+  def score(self, text):
+    """Texts `[batch]` -> how likely the model finds each, [END] included, as training
+    computes its loss (`tfattn.scoring`): {"log_prob": float32 `[batch]`, the sum;
+    "token_log_probs": float32 `[batch, length]`, each piece's and then [END]'s, 0 after;
+    "tokens": int32 `[batch]`, the pieces and [END] counted}. Mean per token: log_prob / tokens.
+    A text of more than max_length - 1 pieces fails with InvalidArgument (HTTP 400) instead of
+    being scored cut."""
+    text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="strict")
+    tokens = self.source_tokenizer.tokenize(text).to_tensor(default_value=tfattn_text.PAD_ID)
+    check = tf.debugging.assert_less_equal(
+      tf.shape(tokens)[1],
+      self.max_length,
+      message=f"a text has more pieces than this model scores at once ({self.max_length}, "
+      "max_length - 1): score it in parts",
+    )
+    with tf.control_dependencies([check]):
+      tokens = tf.identity(tokens)
+    log_probs, counts = scoring.token_log_likelihoods(self.model, tokens)
+    return {
+      "log_prob": tf.reduce_sum(log_probs, axis=1),
+      "token_log_probs": log_probs,
+      "tokens": counts,
+    }
+
+  @tf.function(input_signature=[TEXT], autograph=False)
   def __call__(self, text):
     """Reusable SavedModel entry: `[batch]` prompts -> `[batch]` continuations."""
     return self.generate(text)["generation"]
@@ -429,6 +455,7 @@ class LanguageModelExport(_DecodingExport):
       "generate_nbest": self.generate_nbest,
       "generate_ids": self.generate_ids,
       "attention": self.attention,
+      "score": self.score,
     }
     if self.options.strategy == SAMPLE:
       signatures["sample"] = self.sample

@@ -85,6 +85,9 @@ class BatchModel:
         f"{', '.join(usable)}"
       )
     self._function = self._loaded.signatures[signature_name]
+    # The export's own tokenizer (every tfattn export keeps it as `source_tokenizer`): a line's
+    # length in tokens is what the model computes on; another SavedModel falls back to characters.
+    self._tokenizer = getattr(self._loaded, "source_tokenizer", None)
     if signature_name not in usable:
       raise ValueError(
         f"signature {signature_name!r} does not take text lines (its inputs: "
@@ -111,6 +114,20 @@ class BatchModel:
         [batch_files.seed_of(line, self.seed) for line in lines], tf.int64
       )
     return {name: value.numpy() for name, value in self._function(**inputs).items()}
+
+  def token_lengths(self, lines: Sequence["batch_files.Line"]) -> List[int]:
+    """Each line's length in the export's tokens (what its encoder and decoding limits see),
+    or in characters when the export has no tokenizer or refuses a text: the sort key of
+    length-sorted batches."""
+    tf = self._tf
+    if self._tokenizer is None or not lines:
+      return [len(line.text) for line in lines]
+    texts = [line.text.encode("utf-8", "surrogateescape") for line in lines]
+    try:
+      pieces = self._tokenizer.tokenize(tf.constant(texts, tf.string))
+    except tf.errors.InvalidArgumentError:  # such a line is named when its batch runs
+      return [len(line.text) for line in lines]
+    return [int(n) for n in pieces.row_lengths().numpy()]
 
   def predict(self, lines: Sequence["batch_files.Line"]) -> List[Tuple]:
     """[(line, output text or None, error)] in the order of `lines`. A batch the export refuses
@@ -160,9 +177,15 @@ def run_window(
   model: BatchModel, window: Sequence["batch_files.Line"], batch_size: int, sort: bool
 ) -> List[Tuple]:
   """[(line, output text or None, error)] for a window, in the window's order: bad input lines
-  keep their reading error; the rest run in (length-sorted) batches."""
+  keep their reading error; the rest run in batches, sorted by their length in the export's
+  tokens when `sort`."""
+  length = None
+  if sort:
+    usable = [line for line in window if line.text is not None]
+    tokens = dict(zip((line[:2] for line in usable), model.token_lengths(usable)))
+    length = lambda line: tokens[line[:2]]  # noqa: E731
   answers = {}
-  for batch in batch_files.batches(window, batch_size, sort):
+  for batch in batch_files.batches(window, batch_size, sort, length):
     for line, output, error in model.predict(batch):
       answers[line[:2]] = (line, output, error)
   return [answers.get(line[:2], (line, None, line.error)) for line in window]

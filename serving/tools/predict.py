@@ -8,8 +8,9 @@ r"""`python -m serving.tools.predict`: an export over a whole file, one output l
   python -m serving.tools.predict --model=models/mine --signature_name=translate_nbest \
       --format=jsonl --input='shards/*.de' --output=nbest.jsonl
 
-It reads a window of lines (`--window`), sorts the window by length into batches (less
-padding), and writes the window's answers in input order as one chunk file, atomically
+It reads a window of lines (`--window`), sorts the window by length in the export's own tokens
+into batches (less padding, and decoding loops that end together), and writes the window's
+answers in input order as one chunk file, atomically
 (`serving/tools/batch_files.py`); at the end the chunks become the output file. Memory holds one
 window, whatever the file's size. After Ctrl-C or a crash, the same command with `--resume`
 skips the lines of the finished chunks. A line that is not UTF-8, lacks the `--column`, or is
@@ -64,7 +65,11 @@ class PredictFlags:
   window: int = setting(
     2048, "Lines read, sorted by length into batches and written as one chunk at a time.", minimum=1
   )
-  sort_by_length: bool = setting(True, "Sort each window by length into batches (less padding).")
+  sort_by_length: bool = setting(
+    True,
+    "Sort each window by length (the export's tokens) into batches: less padding, and rows "
+    "of a batch that stop decoding at about the same step.",
+  )
   seed: int = setting(
     0,
     "With a signature that takes seeds (sample): line N of input file F gets seed "

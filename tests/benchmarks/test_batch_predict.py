@@ -40,14 +40,15 @@ def test_every_mode_prints_its_rate_and_the_ratios(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   out = result.stdout
   for pattern in (
-    r"sorted: [\d,.]+ lines/s",
-    r"unsorted: [\d,.]+ lines/s",
+    r"sorted: [\d,.]+ lines/s \(median of [\d,.]+\); [\d,.]+ lines per CPU-second",
+    r"unsorted: [\d,.]+ lines/s \(median of [\d,.]+\); [\d,.]+ lines per CPU-second",
+    r"sorted and unsorted outputs: 24 of 24 lines equal",
     r"rest \(2 clients, one line a request\): [\d,.]+ lines/s; 24 of 24 answers equal",
     r"beam \(FnApiRunner, 1 worker\(s\).*\): [\d,.]+ lines/s; output identical to "
     r"serving.tools.predict's: True",
     r"memory: 24 lines: peak RSS [\d,]+ MB",
     r"memory: 48 lines: peak RSS [\d,]+ MB",
-    r"sorted / unsorted batching: [\d.]+x",
+    r"sorted / unsorted batching: [\d.]+x \(per CPU-second: [\d.]+x\)",
     r"file command \(sorted\) / REST: [\d.]+x",
     r"peak RSS at 2x the lines: [\d.]+x",
   ):

@@ -77,7 +77,9 @@ FLAG = re.compile(r"(?<![\w-])--(?:\[no\])?([a-z][a-z0-9_]*)")
 def _programs():
   """{name as the docs write it: command that runs it}, found in the source tree."""
   programs = {"train": [sys.executable, "-m", "train"]}
-  for path in sorted(glob.glob(os.path.join(REPO, "serving", "**", "*.py"), recursive=True)):
+  paths = glob.glob(os.path.join(REPO, "serving", "**", "*.py"), recursive=True)
+  paths += glob.glob(os.path.join(REPO, "train", "*.py"))  # python -m train.evaluate
+  for path in sorted(paths):
     with open(path) as f:
       if 'if __name__ == "__main__"' in f.read() or path.endswith("__main__.py"):
         relative = os.path.relpath(path, REPO)[: -len(".py")]
@@ -92,10 +94,10 @@ def _programs():
 
 PROGRAMS = _programs()
 PROGRAM_MENTION = re.compile(
-  r"python -m (train|serving(?:\.\w+)+)\b"
+  r"python -m (train(?:\.\w+)*|serving(?:\.\w+)+)\b"
   r"|(benchmarks/\w+\.py)"
   r"|`(serving(?:\.\w+)+)`"
-  r"|^(train|serving(?:\.\w+)+): error:"
+  r"|^(train(?:\.\w+)*|serving(?:\.\w+)+): error:"
   r"|(" + "|".join(OTHER_TOOL_PATTERNS) + ")"
 )
 
@@ -162,7 +164,12 @@ SECTION_PROGRAMS = {
   "docs/streamed_data.md": {"": ("train",)},
   # The GPU pass runs `python -m train` with the flags it names.
   "docs/gpu_loop.md": {"": ("train",), "The GPU pass": ("benchmarks/gpu_pass.py", "train")},
-  "docs/language_model.md": {"": ("train",), "Export and serve": ("serving.export",)},
+  "docs/language_model.md": {
+    "": ("train",),
+    "Evaluate a checkpoint": ("train.evaluate", "train"),
+    "Export and serve": ("serving.export",),
+    "Score": ("serving.tools.client", "serving.server"),
+  },
   "docs/serving.md": {
     "": (
       "serving.export",

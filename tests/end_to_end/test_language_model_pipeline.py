@@ -1,6 +1,6 @@
 """The language model end to end, tiny and short: a one-column text file -> Trainer (a few
-steps) -> perplexity on validation and test -> export -> generate in-process, over REST and
-gRPC, and from another TF program that has no tfattn."""
+steps) -> perplexity and nats per character on validation and test -> export -> generate and
+score in-process, over REST and gRPC, and from another TF program that has no tfattn."""
 
 import json
 import math
@@ -54,13 +54,24 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
     judged = metrics[role]
     assert judged["examples"] == count and judged["tokens"] > count
     assert 1.0 < judged["perplexity"] < 0.75 * vocab and math.isfinite(judged["perplexity"])
+    # The same likelihood per character: the texts' characters and one newline each.
+    assert judged["characters"] >= judged["tokens"] and judged["partial"] is False
+    per_token = math.log(judged["perplexity"])
+    assert judged["nats_per_char"] == pytest.approx(
+      per_token * judged["tokens"] / judged["characters"], rel=1e-6
+    )
 
   path = export.export(config.run_dir, str(tmp_path / "models"), decode="graph")
   assert check.problems(path) == []
   loaded = tf.saved_model.load(path)
-  assert {"serving_default", "generate", "generate_nbest", "generate_ids", "attention"} == set(
-    loaded.signatures
-  )
+  assert {
+    "serving_default",
+    "generate",
+    "generate_nbest",
+    "generate_ids",
+    "attention",
+    "score",
+  } == set(loaded.signatures)
   prompts = tf.constant(["the cat sees", "", "the dog"])
   generated = loaded.signatures["generate"](text=prompts)
   assert generated["generation"].shape == (3,) and generated["log_prob"].shape == (3,)
@@ -83,8 +94,14 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
     over_rest = ServingClient("lm", port=rest.server_address[1]).predict(
       instances=[{"text": "the cat sees"}], signature_name="generate"
     )["predictions"]
+    scored_over_rest = ServingClient("lm", port=rest.server_address[1]).predict(
+      instances=[{"text": "the cat sees"}, {"text": "the dog runs"}], signature_name="score"
+    )["predictions"]
     grpc_client = GrpcServingClient("lm", port=ports["127.0.0.1:0"])
     over_grpc = grpc_client.predict({"text": np.array([b"the cat sees"])}, "generate")
+    scored_over_grpc = grpc_client.predict(
+      {"text": np.array([b"the cat sees", b"the dog runs"])}, "score"
+    )
     grpc_client.close()
   finally:
     rest.shutdown(0)
@@ -93,6 +110,13 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
   expected = generated["generation"].numpy()[0].decode()
   assert over_rest[0]["generation"] == expected
   assert over_grpc["generation"][0].decode() == expected
+  scored = loaded.signatures["score"](text=tf.constant(["the cat sees", "the dog runs"]))
+  np.testing.assert_allclose(
+    [row["log_prob"] for row in scored_over_rest], scored["log_prob"], rtol=1e-5
+  )
+  np.testing.assert_allclose(scored_over_grpc["log_prob"], scored["log_prob"], rtol=1e-5)
+  assert [row["tokens"] for row in scored_over_rest] == list(scored_over_grpc["tokens"])
+  assert scored_over_grpc["token_log_probs"].shape == scored["token_log_probs"].shape
 
   other = run_without_tfattn(_ISOLATED, path)
   assert other["generation"][0] == expected and other["call"] == other["generation"]

@@ -229,6 +229,30 @@ def test_a_text_run_saved_before_packing_resumes_one_text_a_line(tmp_path):
     RunConfig(task="text", text_packing="documents", attention_window=4).check()
 
 
+def test_a_language_models_start_up_configuration_leaves_out_what_does_not_apply():
+  """Issue 41: a language model's start shows no tsv_kind, no translation decoding, no
+  classification truncation; the decoding options its export generates with stay, as its
+  strategy reads them."""
+  config = RunConfig(task="text", train_file="t.txt").resolved({"decode": {"strategy": "greedy"}})
+  shown = config.describe(kind="language_model")
+  for absent in ("tsv_kind", "truncate", "shared_vocabulary", "bad_lines", "beam_size", "alpha"):
+    assert absent not in shown, absent
+  assert "'strategy': 'greedy'" in shown and "train_file=t.txt" in shown
+  assert "tsv_kind=seq2seq" in config.describe()  # without a kind: every setting
+  beam = RunConfig(decode=dict(strategy="beam", beam_size=4)).resolved()
+  assert "'beam_size': 4" in beam.describe(kind="seq2seq")
+  assert "decode=" not in beam.describe(kind="classification")
+
+
+def test_a_language_model_task_generates_greedily_unless_told():
+  from train import kinds
+  from train.task import LANGUAGE_MODEL_DEFAULTS
+
+  assert LANGUAGE_MODEL_DEFAULTS["decode"] == {"strategy": "greedy"}
+
+  assert kinds.of("language_model").tsv_defaults["decode"] == {"strategy": "greedy"}
+
+
 @pytest.mark.parametrize("kind", ["seq2seq", "classification", "language_model"])
 def test_position_encoding_and_activation_reach_every_kinds_model(kind):
   from tfattn.layers import ACTIVATIONS

@@ -194,7 +194,8 @@ def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(avera
   values = {
     int(step): float(value)
     for step, value in re.findall(
-      r"\] validation at step (\d+): .*token_accuracy ([0-9.]+)", outputs[2]
+      r"\] validation \(partial: the first 16 examples\) at step (\d+): .*token_accuracy ([0-9.]+)",
+      outputs[2],
     )
   }
   assert sorted(values) == [2, 4, 6], outputs[2][-3000:]

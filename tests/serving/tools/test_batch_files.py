@@ -70,6 +70,14 @@ def test_windows_and_length_sorted_batches():
     ["bbbbbb", "dd"],
     ["e"],
   ]
+  # Another length (the command passes the export's token count); equal lengths keep their order.
+  tokens = {"ccc": 1, "a": 3, "bbbbbb": 1, "dd": 2, "e": 3}
+  by_tokens = batch_files.batches(lines, 2, sort=True, length=lambda line: tokens[line.text])
+  assert [[line.text for line in batch] for batch in by_tokens] == [
+    ["ccc", "bbbbbb"],
+    ["dd", "a"],
+    ["e"],
+  ]
 
 
 def test_a_lines_seed_depends_on_the_line_alone():

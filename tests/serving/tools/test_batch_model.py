@@ -48,6 +48,29 @@ def test_answers_do_not_depend_on_batch_order_or_size():
   assert all(output and "\n" not in output for _, output, _ in sorted_answers)
 
 
+def test_windows_are_sorted_by_the_exports_own_token_counts():
+  import tensorflow as tf
+  import tensorflow_text
+
+  path = os.path.join(SEQ2SEQ, "1")
+  model = batch_model.BatchModel(path, "serving_default", batch_model.TEXT)
+  # Digit lines (a token a character) and words this vocabulary lacks (one token a word).
+  texts = [*_texts(os.path.join(FIXTURES, "seq2seq.tsv"), 0)[:12], "abcdefghijkl", "hello world"]
+  window = _lines(texts)
+  with open(os.path.join(path, "assets", "source.model"), "rb") as f:
+    pieces = tensorflow_text.SentencepieceTokenizer(model=f.read(), out_type=tf.int32)
+  expected = [len(row) for row in pieces.tokenize(texts).to_list()]
+  assert model.token_lengths(window) == expected
+  by_characters = [expected[i] for i in sorted(range(len(texts)), key=lambda i: len(texts[i]))]
+  assert by_characters != sorted(expected)  # so the order below tells tokens from characters
+  calls = []
+  predict = model.predict
+  model.predict = lambda batch: calls.append(batch) or predict(batch)
+  batch_model.run_window(model, window, batch_size=5, sort=True)
+  tokens = dict(zip((line.number for line in window), expected))
+  assert [tokens[line.number] for batch in calls for line in batch] == sorted(expected)
+
+
 def test_a_classifier_writes_labels_or_every_output_as_json():
   path = os.path.join(CLASSIFIER, "1")
   window = _lines(_texts(os.path.join(FIXTURES, "classification.tsv"), 0)[:6])
