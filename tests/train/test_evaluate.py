@@ -68,7 +68,9 @@ def test_a_checkpoint_is_judged_on_a_file_whole_or_in_part(tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   whole = json.loads((tmp_path / "run" / "evaluations" / "test.txt.json").read_text())
   assert whole["checkpoint"] == "ckpt-8" and whole["step"] == 8
-  assert whole["metrics"]["examples"] == 4 and whole["metrics"]["partial"] is False
+  # Read as the run reads its data: packed into blocks of max_length 16, the last one padded.
+  assert whole["metrics"]["examples"] == -(-whole["metrics"]["tokens"] // 16) > 4
+  assert whole["metrics"]["partial"] is False
   assert whole["metrics"]["nats_per_char"] > 0 and "partial" not in done.stdout
 
   (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\n")
