@@ -126,7 +126,7 @@ def evaluate(layout: RunDir, saved: dict, checkpoint_dir: str, file, weights, ma
     shuffle_seed=None,
     repeat=False,
     drop_remainder=False,
-    **task.dataset_options,  # e.g. the language model's packing, as the run reads its data
+    **task.dataset_options,  # e.g. the language model's packing
   )
   metrics = kind.evaluate(model, dataset, tokenizers, config, max_examples)
   return {

@@ -2,6 +2,7 @@
 recipe trains a few steps, exports and answers; a cased, punctuated translation survives
 training, export and the REST server unchanged."""
 
+import dataclasses
 import threading
 
 import pytest
@@ -13,6 +14,7 @@ from serving.server.model_manager import ModelManager
 from serving.server.rest_api import make_server
 from serving.tools.client import ServingClient
 from tfattn.decode_options import DecodeOptions
+from train import kinds as training_kinds
 from train import recipes
 from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
@@ -99,6 +101,9 @@ TSV_RECIPES = sorted(name for name, r in recipes.RECIPES.items() if r.dataset !=
 
 @pytest.mark.parametrize("name", TSV_RECIPES)
 def test_every_recipe_trains_exports_and_answers(tmp_path, name):
+  """Every value of the recipe reaches the run's configuration and its model builds at the
+  recipe's sizes; then the run trains, exports and answers resized tiny (the same code path:
+  tracing a recipe-sized model only costs the suite seconds)."""
   kind = recipes.RECIPES[name].kind
   rows = CASED_PAIRS if kind == "seq2seq" else REVIEWS
   train_file = _write_tsv(tmp_path / "train.tsv", rows * 4)
@@ -115,12 +120,18 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
     log_every=1,
     eval_examples=8,
   )
-  trainer = Trainer(*prepare(config))
+  resolved, task, _ = prepare(config)
   for field, value in recipes.recipe_values(name, kind).items():
     if field == "decode":  # the recipe's options, the rest DecodeOptions' defaults
-      assert trainer.config.decode.items() >= value.items()
+      assert resolved.decode.items() >= value.items()
     elif field not in ("vocab_size", "train_steps", "batch_size"):
-      assert getattr(trainer.config, field) == value, field
+      assert getattr(resolved, field) == value, field
+  sizes = resolved.model_config(source_vocab_size=300, target_vocab_size=300, num_classes=2)
+  recipe_model = training_kinds.of(task).build_model(sizes)  # every variable, recipe-sized
+  assert recipe_model.config.d_model == recipes.RECIPES[name].values["d_model"]
+  tiny = dict(d_model=32, dff=64, num_heads=4, num_layers=1)
+  trainer = Trainer(*prepare(dataclasses.replace(config, **tiny)))
+  assert trainer.model_config.d_model == 32 and trainer.config.recipe == name
   result = trainer.run()
   assert result["step"] == 3 and result["validation"]["examples"] >= 8
   path = export.export(

@@ -34,26 +34,27 @@ def test_a_checkpoint_is_judged_on_a_file_whole_or_in_part(tmp_path):
     log_every=4,
     eval_every=4,
     checkpoint_every=8,
-    eval_examples=4,  # the in-run evaluations are partial: 4 of the 6 validation lines
+    eval_examples=2,  # the in-run evaluations are partial: 2 of the validation file's blocks
+    text_packing="blocks",  # packed, as --task=text trains by default
     keep_best_by="nats_per_char",
     attention_images=0,
   )
   result = Trainer(*prepare(config)).run()
   run_dir = config.run_dir
   assert result["weights"]["chosen_by"] == "best nats_per_char on validation"
-  assert result["validation"]["partial"] is True and result["validation"]["examples"] == 4
+  assert result["validation"]["partial"] is True and result["validation"]["examples"] == 2
   train_log = (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()
   seen = [json.loads(line)["tokens_seen"] for line in train_log]
   # Tokens trained on so far (at most batch 8 x 16 tokens a step), growing.
   assert 0 < seen[0] < seen[1] <= 8 * 8 * 16 and len(seen) == 2
 
-  # The best weights, on the validation file's first 4 lines: the run's own final number.
+  # The best weights, on the validation file's first 2 blocks: the run's own final number.
   output = tmp_path / "judged.json"
   done = _evaluate(
     f"--run_dir={run_dir}",
     f"--file={config.validation_file}",
     "--weights=best",
-    "--max_examples=4",
+    "--max_examples=2",
     f"--output={output}",
   )
   assert done.returncode == 0, done.stderr[-3000:]
@@ -61,16 +62,17 @@ def test_a_checkpoint_is_judged_on_a_file_whole_or_in_part(tmp_path):
   assert judged["weights"] == "best" and judged["checkpoint"].startswith("best/best-")
   for name in ("perplexity", "nats_per_char", "bits_per_byte"):
     assert judged["metrics"][name] == pytest.approx(result["validation"][name], rel=1e-4), name
-  assert judged["metrics"]["partial"] is True and "partial: the first 4 examples" in done.stdout
+  assert judged["metrics"]["partial"] is True and "partial: the first 2 examples" in done.stdout
 
   # By default the whole file and the latest weights, written into the run directory.
   done = _evaluate(f"--run_dir={run_dir}", f"--file={config.test_file}")
   assert done.returncode == 0, done.stderr[-3000:]
   whole = json.loads((tmp_path / "run" / "evaluations" / "test.txt.json").read_text())
   assert whole["checkpoint"] == "ckpt-8" and whole["step"] == 8
-  # Read as the run reads its data: packed into blocks of max_length 16, the last one padded.
-  assert whole["metrics"]["examples"] == -(-whole["metrics"]["tokens"] // 16) > 4
-  assert whole["metrics"]["partial"] is False
+  # Every block of the file: its tokens (newlines and [END] included) in blocks of 16, the last
+  # one padded.
+  blocks = -(-whole["metrics"]["tokens"] // 16)
+  assert whole["metrics"]["examples"] == blocks and whole["metrics"]["partial"] is False
   assert whole["metrics"]["nats_per_char"] > 0 and "partial" not in done.stdout
 
   (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\n")

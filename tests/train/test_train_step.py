@@ -53,31 +53,50 @@ def _pad_and_join(a, b):
   return {k: np.concatenate([pad(a[k]), pad(b[k])]) for k in a}
 
 
-def _first_step_gradients(tmp_path, name, batches, **overrides):
-  """Runs one step of a Trainer on `batches` (a cycle) and returns (loss, gradients)."""
-  config = dataclasses.replace(_SMALL, run_dir=str(tmp_path / name), **overrides)
-  trainer = Trainer(*prepare(config))
-  captured = [tf.Variable(tf.zeros_like(v)) for v in trainer.model.trainable_variables]
+@pytest.fixture(scope="module")
+def first_step(tmp_path_factory):
+  """`first_step(batches, **overrides)`: runs one step of a Trainer on `batches` (a cycle) and
+  returns (loss, count, shapes, gradients). One Trainer per configuration serves every test of
+  this module that asks for it (building one and tracing its loop takes seconds): its optimizer
+  update is replaced by a capture of the gradients, so its weights never change between calls."""
+  trainers = {}
 
-  def capture(pairs):  # stands in for Adam, whose first step hides gradient differences
-    for (gradient, _), slot in zip(pairs, captured):
-      slot.assign(gradient)
+  def run(batches, **overrides):
+    config = dataclasses.replace(_SMALL, **overrides)
+    key = repr(config)
+    if key not in trainers:
+      run_dir = tmp_path_factory.mktemp("step")
+      trainer = Trainer(*prepare(dataclasses.replace(config, run_dir=str(run_dir))))
+      captured = [tf.Variable(tf.zeros_like(v)) for v in trainer.model.trainable_variables]
 
-  trainer.optimizer.apply_gradients = capture
-  dataset = tf.data.Dataset.from_tensor_slices(
-    {k: tf.ragged.constant([b[k].tolist() for b in batches]) for k in batches[0]}
-  )
-  dataset = dataset.map(lambda b: {k: tf.cast(v.to_tensor(), tf.int32) for k, v in b.items()})
-  (loss, _, count, _), shapes = trainer._train_loop(iter(dataset), tf.constant(1))
-  return float(loss) / float(count), float(count), shapes.numpy(), [v.numpy() for v in captured]
+      def capture(pairs, captured=captured):  # stands in for Adam, whose first step hides
+        for (gradient, _), slot in zip(pairs, captured):  # gradient differences
+          slot.assign(gradient)
+
+      trainer.optimizer.apply_gradients = capture
+      trainers[key] = trainer, captured
+    trainer, captured = trainers[key]
+    for slot in captured:  # a gradient of this call only
+      slot.assign(tf.zeros_like(slot))
+    weights = [v.numpy() for v in trainer.model.trainable_variables]
+    dataset = tf.data.Dataset.from_tensor_slices(
+      {k: tf.ragged.constant([b[k].tolist() for b in batches]) for k in batches[0]}
+    )
+    dataset = dataset.map(lambda b: {k: tf.cast(v.to_tensor(), tf.int32) for k, v in b.items()})
+    (loss, _, count, _), shapes = trainer._train_loop(iter(dataset), tf.constant(1))
+    for before, after in zip(weights, trainer.model.trainable_variables):
+      np.testing.assert_array_equal(after.numpy(), before)  # the shared Trainer is unchanged
+    return float(loss) / float(count), float(count), shapes.numpy(), [v.numpy() for v in captured]
+
+  return run
 
 
 @pytest.mark.slow
-def test_two_micro_batches_give_the_gradient_of_their_union(tmp_path):
+def test_two_micro_batches_give_the_gradient_of_their_union(first_step):
   rng = np.random.default_rng(0)
   a, b = _batch(rng, 4, 5, 12), _batch(rng, 4, 9, 12)
-  whole = _first_step_gradients(tmp_path, "whole", [_pad_and_join(a, b)])
-  accumulated = _first_step_gradients(tmp_path, "accumulated", [a, b], grad_accum_steps=2)
+  whole = first_step([_pad_and_join(a, b)], grad_accum_steps=1)  # xla test's graph Trainer
+  accumulated = first_step([a, b], grad_accum_steps=2)
   assert accumulated[1] == whole[1]  # the same target tokens counted
   assert accumulated[2].tolist() == [[4, 5, 5], [4, 9, 9]]
   np.testing.assert_allclose(accumulated[0], whole[0], rtol=1e-5)
@@ -87,13 +106,11 @@ def test_two_micro_batches_give_the_gradient_of_their_union(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("accumulate", [1, 2])
-def test_the_xla_step_computes_the_graph_step(tmp_path, accumulate):
+def test_the_xla_step_computes_the_graph_step(first_step, accumulate):
   rng = np.random.default_rng(1)
   batches = [_batch(rng, 8, 8, 12), _batch(rng, 8, 16, 12)][:accumulate]
-  graph = _first_step_gradients(tmp_path, "graph", batches, grad_accum_steps=accumulate)
-  xla = _first_step_gradients(
-    tmp_path, "xla", batches, grad_accum_steps=accumulate, jit_compile=True
-  )
+  graph = first_step(batches, grad_accum_steps=accumulate)
+  xla = first_step(batches, grad_accum_steps=accumulate, jit_compile=True)
   np.testing.assert_allclose(xla[0], graph[0], rtol=1e-5)
   for xla_grad, graph_grad in zip(xla[3], graph[3]):
     np.testing.assert_allclose(xla_grad, graph_grad, atol=1e-5)

@@ -454,22 +454,6 @@ def test_batching_parameters_file_format():
 
 
 @pytest.mark.slow
-def test_server_command_line(exported):
-  base, _ = exported
-  process, ports = start_subprocess(NAME, str(base), extra_flags=["--enable_batching"])
-  port = ports.rest
-  try:
-    client = ServingClient(NAME, port=port)
-    client.wait_until_available()
-    assert client.predict(instances=["12"])["predictions"][0]["translation"]
-    # The start-up line names the model's own URL (it once printed a literal .../NAME).
-    assert f"REST at http://127.0.0.1:{port}/v1/models/{NAME}, gRPC at" in process.log_tail()
-  finally:
-    process.terminate()
-    process.wait(timeout=30)
-
-
-@pytest.mark.slow
 def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp_path):
   """The XLA export (warmed up per length bucket before it is AVAILABLE) answers REST requests
   as the graph export of the same weights does."""
@@ -494,9 +478,10 @@ def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp
 
 
 @pytest.mark.slow  # runs the server in a subprocess
-def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
-  """Graceful shutdown: a request held in the batching queue when SIGTERM arrives is still
-  answered, then the server exits 0."""
+def test_server_command_line_and_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
+  """`python -m serving.server --enable_batching ...` starts, names the model's URL and answers
+  (one server start for both checks); graceful shutdown: a request held in the batching queue
+  when SIGTERM arrives is still answered, then the server exits 0."""
   base, _ = exported
   config = tmp_path / "batching.config"
   config.write_text(
@@ -510,6 +495,8 @@ def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
   try:
     client = ServingClient(NAME, port=port)
     client.wait_until_available()
+    # The start-up line names the model's own URL (it once printed a literal .../NAME).
+    assert f"REST at http://127.0.0.1:{port}/v1/models/{NAME}, gRPC at" in process.log_tail()
     body = json.dumps({"instances": ["12"]}).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
       sock.sendall(
@@ -525,7 +512,8 @@ def test_sigterm_lets_requests_in_flight_finish(exported, tmp_path):
         answer += chunk
     head, _, answer_body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), answer[:2000]
-    assert json.loads(answer_body)["predictions"][0]["translation"] is not None
+    # Answered (a non-empty translation), by a server started with --enable_batching.
+    assert json.loads(answer_body)["predictions"][0]["translation"]
     assert process.wait(timeout=30) == 0
   finally:
     process.kill()
