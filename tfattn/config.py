@@ -13,6 +13,8 @@ _POSITION_KINDS = ("sinusoidal", "learned")
 _COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 _POOLINGS = ("mean", "first")
 _CLASSIFIER_BODIES = ("transformer", "attention")
+_ACTIVATIONS = ("relu", "gelu")
+_EMBEDDING_INITS = ("paper", "gpt2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,13 @@ class TransformerConfig:
     "Position information: fixed sinusoids or a learned table.",
     choices=_POSITION_KINDS,
   )
+  activation: str = setting(
+    "relu",
+    "The feed-forward hidden layer's nonlinearity: relu (the paper's eq. 2) or gelu (exact, "
+    "erf-based: GPT-2's and nanoGPT's).",
+    choices=_ACTIVATIONS,
+    when_missing="relu",
+  )
   norm_position: str = setting(
     "post",
     "Layer norm after each residual (the paper) or before each sublayer (trains deeper models "
@@ -66,6 +75,15 @@ class TransformerConfig:
   share_embeddings: bool = setting(False, "Source and target share one embedding table.")
   tie_output_embedding: bool = setting(
     True, "The target embedding doubles as the pre-softmax weights."
+  )
+  embedding_init: str = setting(
+    "paper",
+    "Embedding tables: paper = normal(0, d_model^-0.5), inputs times sqrt(d_model) (section "
+    "3.4); gpt2 = normal(0, 0.02), inputs as they are (GPT-2, nanoGPT; pair it with learned "
+    "positions: sinusoids of amplitude 1 drown its lookups). With the tied output, the paper's "
+    "gives a language model a first loss far above ln(vocab); gpt2's starts at ln(vocab).",
+    choices=_EMBEDDING_INITS,
+    when_missing="paper",
   )
   layer_norm_epsilon: float = setting(1e-6, "Layer norm epsilon.", above=0)
   compute_dtype: str = setting(

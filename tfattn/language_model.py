@@ -106,7 +106,9 @@ class LanguageModel(tf.Module):
     c = config
     with self.name_scope:
       self.dropout_rng = tf.random.Generator.from_seed(c.seed)
-      embedding = Embedding(c.target_vocab_size, c.d_model, c.seed, name="embedding")
+      embedding = Embedding(
+        c.target_vocab_size, c.d_model, c.seed, name="embedding", init=c.embedding_init
+      )
       self.decoder = CausalStack(
         c, embedding, self.dropout_rng, CausalLayer, c.num_decoder_layers, name="decoder"
       )

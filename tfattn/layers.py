@@ -91,32 +91,57 @@ class Linear(tf.Module):
     return tf.reshape(y, tf.concat([leading, [self.out_features]], axis=0))
 
 
+# Each embedding initialisation's table stddev (None: d_model^-0.5).
+EMBEDDING_STDDEVS = {"paper": None, "gpt2": 0.02}
+
+
 class Embedding(tf.Module):
-  """Token embedding scaled by sqrt(d_model) (paper section 3.4).
+  """Token embedding scaled by sqrt(d_model) (paper section 3.4), or GPT-2's small unscaled one.
 
   `logits()` reuses the same table as the pre-softmax projection when weights are shared.
 
   Args:
     vocab_size: rows of the table (token ids 0..vocab_size-1).
     d_model: width of each embedding.
-    seed: base seed of the normal(0, d_model^-0.5) initialisation.
+    seed: base seed of the table's initialisation.
     name: module name.
+    init: "paper": normal(0, d_model^-0.5), lookups times sqrt(d_model) (unit variance);
+      "gpt2": normal(0, 0.02), lookups as they are (GPT-2, nanoGPT). As the tied output, the
+      paper's rows have norm ~1 and a state still carrying its own token's lookup (norm
+      ~sqrt(d_model)) gives that token a logit of order sqrt(d_model): a language model's first
+      loss lies far above ln(vocab). GPT-2's start near 0, and Adam's steps of ~learning_rate
+      move them quickly (a T5-style d_model^-0.5 scale on the tied output also starts at
+      ln(vocab) but learns slowly: WORKSPACE_NOTES, issue 41).
   """
 
-  def __init__(self, vocab_size: int, d_model: int, seed: int = 0, name: Optional[str] = None):
+  def __init__(
+    self,
+    vocab_size: int,
+    d_model: int,
+    seed: int = 0,
+    name: Optional[str] = None,
+    init: str = "paper",
+  ):
     super().__init__(name=name)
+    if init not in EMBEDDING_STDDEVS:
+      raise ValueError(f"init must be one of {sorted(EMBEDDING_STDDEVS)}, got {init!r}")
     self.vocab_size = vocab_size
     self.d_model = d_model
+    self.scales_inputs = init == "paper"
     with self.name_scope:
-      # stddev d_model^-0.5: after the sqrt(d_model) scale, embeddings have unit variance.
-      init = tf.random.stateless_normal(
-        [vocab_size, d_model], seed=seed_for(seed, self.name_scope.name), stddev=d_model**-0.5
+      # The paper's stddev d_model^-0.5: after the sqrt(d_model) scale, unit variance.
+      table = tf.random.stateless_normal(
+        [vocab_size, d_model],
+        seed=seed_for(seed, self.name_scope.name),
+        stddev=EMBEDDING_STDDEVS[init] or d_model**-0.5,
       )
-      self.table = tf.Variable(init, name="table")
+      self.table = tf.Variable(table, name="table")
 
   def __call__(self, ids: tf.Tensor, dtype: tf.DType = tf.float32) -> tf.Tensor:
     """ids: int `[batch, length]` -> `[batch, length, d_model]` in `dtype`."""
     vectors = tf.cast(tf.gather(self.table, ids), dtype)
+    if not self.scales_inputs:
+      return vectors
     return vectors * tf.cast(math.sqrt(self.d_model), dtype)
 
   def logits(self, x: tf.Tensor) -> tf.Tensor:
@@ -152,12 +177,21 @@ class LayerNorm(tf.Module):
     return tf.cast(normed * self.scale + self.offset, x.dtype)
 
 
+ACTIVATIONS = {
+  "relu": tf.nn.relu,  # max(0, x): the paper's eq. 2
+  # x * Phi(x) with the exact normal CDF (erf), as GPT-2's successors and nanoGPT (nn.GELU()).
+  "gelu": lambda x: tf.nn.gelu(x, approximate=False),
+}
+
+
 class FeedForward(tf.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2): `[..., d_model]` -> `[..., d_model]`.
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2), or GELU(x W1 + b1) W2 + b2:
+  `[..., d_model]` -> `[..., d_model]`.
 
   Args:
     d_model: input and output width.
     dff: inner (hidden) width.
+    activation: the hidden layer's nonlinearity, a key of `ACTIVATIONS` ("relu", "gelu").
     dropout_rate: dropout on the hidden layer while training (tensor2tensor's relu_dropout; the
       paper has none, and `TransformerConfig.feed_forward_dropout_rate` defaults to 0).
     rng: the model's `tf.random.Generator` for dropout (needed when dropout_rate > 0).
@@ -173,8 +207,12 @@ class FeedForward(tf.Module):
     rng: Optional[tf.random.Generator] = None,
     seed: int = 0,
     name: Optional[str] = None,
+    activation: str = "relu",
   ):
     super().__init__(name=name)
+    if activation not in ACTIVATIONS:
+      raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    self.activation = ACTIVATIONS[activation]
     self.dropout_rate = dropout_rate
     self._rng = rng
     with self.name_scope:
@@ -182,6 +220,6 @@ class FeedForward(tf.Module):
       self.outer = Linear(dff, d_model, seed=seed, name="outer")
 
   def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-    hidden = tf.nn.relu(self.inner(x))
+    hidden = self.activation(self.inner(x))
     hidden = dropout(hidden, self.dropout_rate, self._rng, training)
     return self.outer(hidden)

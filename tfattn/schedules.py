@@ -40,12 +40,20 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 WARMUP_DECAYS = ("rsqrt", "cosine", "constant")
 
 
-def warmup_learning_rate(step, peak, warmup_steps, total_steps, decay="cosine"):
-  """Linear warm-up to `peak` over `warmup_steps`, then `decay`: "rsqrt" (Noam's shape, peak
-  set directly: peak * sqrt(warmup / step)), "cosine" (to 0 at `total_steps`) or "constant".
-  Steps count from 1 like `noam_learning_rate`."""
+def _check_warmup(peak, decay, floor):
   if decay not in WARMUP_DECAYS:
     raise ValueError(f"decay must be one of {WARMUP_DECAYS}, got {decay!r}")
+  if floor and decay != "cosine":
+    raise ValueError(f"a learning-rate floor applies to the cosine decay, not {decay!r}")
+  if not 0.0 <= floor < peak:
+    raise ValueError(f"the floor must be in [0, peak ({peak})), got {floor}")
+
+
+def warmup_learning_rate(step, peak, warmup_steps, total_steps, decay="cosine", floor=0.0):
+  """Linear warm-up to `peak` over `warmup_steps`, then `decay`: "rsqrt" (Noam's shape, peak
+  set directly: peak * sqrt(warmup / step)), "cosine" (to `floor` at `total_steps`: nanoGPT's
+  min_lr; 0 by default) or "constant". Steps count from 1 like `noam_learning_rate`."""
+  _check_warmup(peak, decay, floor)
   step = tf.cast(step, tf.float32) + 1.0
   warmup = tf.maximum(tf.cast(warmup_steps, tf.float32), 1.0)
   total = tf.maximum(tf.cast(total_steps, tf.float32), warmup + 1.0)
@@ -55,6 +63,8 @@ def warmup_learning_rate(step, peak, warmup_steps, total_steps, decay="cosine"):
   elif decay == "cosine":
     progress = tf.clip_by_value((step - warmup) / (total - warmup), 0.0, 1.0)
     after = 0.5 * (1.0 + tf.cos(math.pi * progress))
+    if floor:  # from peak down to floor (without one, the expression below, bit for bit)
+      return ramp * (floor + (peak - floor) * after)
   else:
     after = 1.0
   return peak * ramp * after
@@ -66,22 +76,32 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
   Args:
     peak: the learning rate reached at the end of the warm-up.
     warmup_steps: steps of linear warm-up from 0.
-    total_steps: the last step (cosine decays to 0 there).
+    total_steps: the last step (cosine decays to `floor` there).
     decay: "rsqrt", "cosine" or "constant" after the warm-up.
+    floor: where the cosine decay ends (below `peak`); 0 for the other decays.
   """
 
-  def __init__(self, peak: float, warmup_steps: int, total_steps: int, decay: str = "cosine"):
-    if decay not in WARMUP_DECAYS:
-      raise ValueError(f"decay must be one of {WARMUP_DECAYS}, got {decay!r}")
-    self.peak, self.warmup_steps, self.total_steps, self.decay = (
+  def __init__(
+    self,
+    peak: float,
+    warmup_steps: int,
+    total_steps: int,
+    decay: str = "cosine",
+    floor: float = 0.0,
+  ):
+    _check_warmup(peak, decay, floor)
+    self.peak, self.warmup_steps, self.total_steps, self.decay, self.floor = (
       peak,
       warmup_steps,
       total_steps,
       decay,
+      floor,
     )
 
   def __call__(self, step):
-    return warmup_learning_rate(step, self.peak, self.warmup_steps, self.total_steps, self.decay)
+    return warmup_learning_rate(
+      step, self.peak, self.warmup_steps, self.total_steps, self.decay, self.floor
+    )
 
   def get_config(self):
     return {
@@ -89,4 +109,5 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
       "warmup_steps": self.warmup_steps,
       "total_steps": self.total_steps,
       "decay": self.decay,
+      "floor": self.floor,
     }

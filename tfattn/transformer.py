@@ -101,7 +101,13 @@ class _ResidualLayer(tf.Module):
         c.d_model, c.layer_norm_epsilon, name="self_attention_norm"
       )
       self.feed_forward = FeedForward(
-        c.d_model, c.dff, c.feed_forward_dropout_rate, rng, c.seed, name="feed_forward"
+        c.d_model,
+        c.dff,
+        c.feed_forward_dropout_rate,
+        rng,
+        c.seed,
+        name="feed_forward",
+        activation=c.activation,
       )
       self.feed_forward_norm = LayerNorm(c.d_model, c.layer_norm_epsilon, name="feed_forward_norm")
 
@@ -389,11 +395,19 @@ class Transformer(tf.Module):
     with self.name_scope:
       # One checkpointed generator drives every dropout mask (exact resume, per-replica streams).
       self.dropout_rng = tf.random.Generator.from_seed(c.seed)
-      source_embedding = Embedding(c.source_vocab_size, c.d_model, c.seed, name="source_embedding")
+      source_embedding = Embedding(
+        c.source_vocab_size, c.d_model, c.seed, name="source_embedding", init=c.embedding_init
+      )
       target_embedding = (
         source_embedding
         if c.share_embeddings
-        else Embedding(c.target_vocab_size, c.d_model, c.seed, name="target_embedding")
+        else Embedding(
+          c.target_vocab_size,
+          c.d_model,
+          c.seed,
+          name="target_embedding",
+          init=c.embedding_init,
+        )
       )
       self.encoder = Encoder(c, source_embedding, self.dropout_rng)
       self.decoder = Decoder(c, target_embedding, self.dropout_rng)
@@ -647,7 +661,13 @@ class EncoderClassifier(tf.Module):
     self.config = config
     with self.name_scope:
       self.dropout_rng = tf.random.Generator.from_seed(config.seed)
-      embedding = Embedding(config.source_vocab_size, config.d_model, config.seed, name="embedding")
+      embedding = Embedding(
+        config.source_vocab_size,
+        config.d_model,
+        config.seed,
+        name="embedding",
+        init=config.embedding_init,
+      )
       if config.classifier_body == "attention":
         self.encoder = AttentionEncoder(config, embedding, self.dropout_rng)
       else:

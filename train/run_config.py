@@ -42,6 +42,7 @@ FOLLOWS_MACHINE = "follows the machine"  # devices and precision: this command's
 RESUME_POLICIES = (MUST_MATCH, MAY_CHANGE, FOLLOWS_MACHINE)
 
 SCHEDULES = ("noam", "rsqrt", "cosine", "constant")
+OPTIMIZERS = ("adam", "adamw")
 TRUNCATE_SIDES = ("right", "left")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 COMPUTE_DTYPES = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
@@ -322,6 +323,48 @@ class RunConfig:
   clip_norm: float = run_setting(
     0.0, "Global gradient-norm clip; 0 disables.", minimum=0, resume=MUST_MATCH
   )
+  # Choices of today's practice (issue 41): positions, activation, the embeddings'
+  # initialisation, AdamW, a learning-rate floor.
+  position_encoding: Optional[str] = model_setting(
+    "position_encoding", when_unset="sinusoidal", resume=MUST_MATCH
+  )
+  activation: Optional[str] = model_setting("activation", when_unset="relu", resume=MUST_MATCH)
+  embedding_init: Optional[str] = model_setting(
+    "embedding_init", when_unset="paper", resume=MUST_MATCH
+  )
+  optimizer: Optional[str] = run_setting(
+    None,
+    "adam: Adam (beta_1 0.9, epsilon 1e-9: the paper's); adamw: the same with decoupled "
+    "weight decay (--weight_decay) on weight matrices and embedding tables, not on biases or "
+    "layer-norm parameters (nanoGPT's rule).",
+    choices=OPTIMIZERS,
+    when_unset="adam",
+    resume=MUST_MATCH,
+  )
+  weight_decay: Optional[float] = run_setting(
+    None,
+    "--optimizer=adamw: the decoupled weight decay, applied as lr * weight_decay * weight each "
+    "step (nanoGPT: 0.1).",
+    minimum=0,
+    when_unset=0.0,
+    resume=MUST_MATCH,
+  )
+  adam_beta2: Optional[float] = run_setting(
+    None,
+    "Adam's second-moment decay beta_2 (the paper: 0.98; nanoGPT's small character model: 0.99).",
+    above=0,
+    below=1,
+    when_unset=0.98,
+    resume=MUST_MATCH,
+  )
+  min_learning_rate: Optional[float] = run_setting(
+    None,
+    "--schedule=cosine: where the cosine decay ends (nanoGPT's min_lr, a tenth of the peak); "
+    "below --learning_rate.",
+    minimum=0,
+    when_unset=0.0,
+    resume=MUST_MATCH,
+  )
   seed: int = run_setting(
     0,
     "Seed for data generation, initialisation, shuffling, dropout.",
@@ -543,6 +586,21 @@ class RunConfig:
       raise ValueError(
         "--pack_examples needs full attention: the windowed attention (--attention_window) "
         "cannot keep packed pairs apart"
+      )
+    if self.weight_decay and self.optimizer == "adam":
+      raise ValueError("--weight_decay needs --optimizer=adamw (Adam has no weight decay)")
+    if self.min_learning_rate and self.schedule not in (None, "cosine"):
+      raise ValueError(
+        f"--min_learning_rate is where --schedule=cosine ends, not --schedule={self.schedule}"
+      )
+    if (
+      self.min_learning_rate
+      and self.learning_rate is not None
+      and self.min_learning_rate >= self.learning_rate
+    ):
+      raise ValueError(
+        f"--min_learning_rate ({self.min_learning_rate}) must be below --learning_rate "
+        f"({self.learning_rate})"
       )
     if self.cpu_replicas > 1 and self.gpu_replicas > 1:
       raise ValueError("--cpu_replicas and --gpu_replicas each split a device: give one of them")

@@ -1,4 +1,5 @@
-"""The training run: model, optimizer, distributed custom loop, checkpoints, evaluation.
+"""The training run: model, optimizer (`train/optimizer.py`), distributed custom loop,
+checkpoints, evaluation.
 
 What it writes, where: `tfattn/support/run_dir.py` (RunDir). The vocabularies are learned by
 `train/vocabularies.py`, the run files written by `train/run_files.py`, the MFU peak measured by
@@ -18,22 +19,14 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from tfattn.schedules import NoamSchedule, WarmupSchedule
 from tfattn.support import attention_plot, checkpoints
 from tfattn.support.run_dir import RunDir
 from train import distribute, evaluation, kinds, performance, resume, run_files, vocabularies
 from train.best_checkpoint import BestCheckpoint
+from train.optimizer import make_optimizer
 from train.run_config import RunConfig
 from train.task import Task
 from train.tasks import get_task
-
-
-def make_schedule(config: RunConfig, d_model):
-  if config.schedule == "noam":
-    return NoamSchedule(d_model, config.warmup_steps, config.learning_rate)
-  return WarmupSchedule(
-    config.learning_rate, config.warmup_steps, config.train_steps, config.schedule
-  )
 
 
 def _zero_sums() -> kinds.LossSums:
@@ -187,12 +180,9 @@ class Trainer:
   def _build_model_and_optimizer(self):
     with self.strategy.scope():
       self.model = self.kind.build_model(self.model_config)
-      schedule = make_schedule(self.config, self.model_config.d_model)
-      self.optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-      if self.config.mixed_precision == "mixed_float16":
-        self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
-      # Slots are created up front: lazily creating them inside strategy.run fails.
-      self.optimizer.build(self.model.trainable_variables)
+      self.optimizer = make_optimizer(
+        self.config, self.model_config.d_model, self.model.trainable_variables
+      )
 
   def _build_datasets(self):
     """Each worker reads its own shard of the training examples in batches of batch_size /

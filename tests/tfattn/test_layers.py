@@ -1,5 +1,7 @@
 """tfattn.layers: dropout in graph mode and under XLA."""
 
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -119,3 +121,94 @@ def test_feed_forward_is_the_papers_equation_2():
   w2, b2 = ffn.outer.kernel.numpy(), ffn.outer.bias.numpy()
   expected = np.maximum(0, x @ w1 + b1) @ w2 + b2
   np.testing.assert_allclose(ffn(tf.constant(x, tf.float32)).numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_feed_forward_gelu_is_x_times_the_normal_cdf(graph):
+  """GELU(x) = x * Phi(x) with the exact (erf) normal CDF, as nanoGPT's nn.GELU()."""
+  ffn = layers.FeedForward(4, 16, seed=3, activation="gelu")
+  x = np.random.default_rng(3).normal(size=[2, 5, 4])
+  w1, b1 = ffn.inner.kernel.numpy(), ffn.inner.bias.numpy()
+  w2, b2 = ffn.outer.kernel.numpy(), ffn.outer.bias.numpy()
+  hidden = x @ w1 + b1
+  phi = 0.5 * (1.0 + np.vectorize(math.erf)(hidden / math.sqrt(2.0)))
+  expected = (hidden * phi) @ w2 + b2
+  call = _in_graph(ffn, tf.TensorSpec([None, None, 4])) if graph else ffn
+  np.testing.assert_allclose(call(tf.constant(x, tf.float32)).numpy(), expected, atol=1e-5)
+  with pytest.raises(ValueError, match="activation must be one of"):
+    layers.FeedForward(4, 16, activation="swish")
+
+
+def test_the_activation_setting_reaches_every_feed_forward():
+  import tfattn
+
+  for activation, function in layers.ACTIVATIONS.items():
+    config = tfattn.TransformerConfig.preset("tiny", activation=activation)
+    model = tfattn.Transformer(config)
+    for layer in (*model.encoder.layers, *model.decoder.layers):
+      assert layer.feed_forward.activation is function
+  # A configuration saved before the setting: the paper's ReLU.
+  assert tfattn.TransformerConfig.from_saved({}).activation == "relu"
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_gpt2_embeddings_are_small_and_unscaled(graph):
+  embedding = layers.Embedding(500, 64, seed=1, init="gpt2")
+  table = embedding.table.numpy().astype(np.float64)
+  assert table.std() == pytest.approx(0.02, rel=0.05)
+  ids = np.array([[1, 4, 10], [0, 0, 3]], np.int32)
+  call = _in_graph(embedding, tf.TensorSpec([None, None], tf.int32)) if graph else embedding
+  np.testing.assert_allclose(call(ids).numpy(), table[ids], rtol=1e-6)  # no sqrt(d_model)
+  x = np.random.default_rng(1).normal(size=[2, 3, 64]).astype(np.float32)
+  np.testing.assert_allclose(embedding.logits(x).numpy(), x @ table.T, rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match="init must be one of"):
+    layers.Embedding(5, 4, init="xavier")
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_gpt2_embeddings_start_a_language_model_at_ln_vocab(norm_position):
+  """A language model that knows nothing should guess uniformly: its first loss ln(vocab). With
+  the paper's embeddings as the tied output its state still carries the input token's lookup,
+  whose own logit is of order sqrt(d_model): the first loss lies far above (measured 4.7-7.5
+  nats against ln 68 = 4.22 at 4 layers, width 128: WORKSPACE_NOTES, issue 41)."""
+  import tfattn
+
+  vocab, rng = 68, np.random.default_rng(0)
+  ids = tf.constant(rng.integers(3, vocab, size=[16, 33]), tf.int32)
+  losses = {}
+  for init in ("paper", "gpt2"):
+    config = tfattn.TransformerConfig(
+      source_vocab_size=vocab,
+      target_vocab_size=vocab,
+      d_model=128,
+      num_heads=4,
+      dff=256,
+      num_encoder_layers=0,
+      num_decoder_layers=2,
+      dropout_rate=0.0,
+      max_length=64,
+      norm_position=norm_position,
+      position_encoding="learned",
+      embedding_init=init,
+    )
+    logits = tfattn.LanguageModel(config)(ids[:, :-1])
+    losses[init] = float(
+      tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(ids[:, 1:], logits))
+    )
+  assert abs(losses["gpt2"] - np.log(vocab)) < 0.3, losses
+  assert losses["paper"] > np.log(vocab) + 0.3, losses
+
+
+def test_the_embedding_init_reaches_every_model():
+  import tfattn
+
+  config = tfattn.TransformerConfig.preset("tiny", embedding_init="gpt2")
+  for model in (
+    tfattn.Transformer(config),
+    tfattn.EncoderClassifier(config),
+    tfattn.LanguageModel(config),
+  ):
+    embeddings = [m for m in model.submodules if isinstance(m, layers.Embedding)]
+    assert embeddings and not any(m.scales_inputs for m in embeddings)
+  # A configuration saved before the setting: the paper's.
+  assert tfattn.TransformerConfig.from_saved({}).embedding_init == "paper"

@@ -35,3 +35,21 @@ def test_warmup_schedules_peak_at_the_given_rate(decay):
 def test_unknown_decay_is_refused():
   with pytest.raises(ValueError, match="decay must be one of"):
     schedules.WarmupSchedule(1e-3, 10, 100, decay="linear")
+
+
+def test_the_cosine_decay_can_end_at_a_floor():
+  """nanoGPT's min_lr: the cosine goes from the peak to the floor; without one, to 0 exactly as
+  before."""
+  floored = schedules.WarmupSchedule(1e-3, 100, 1000, "cosine", floor=1e-4)
+  plain = schedules.WarmupSchedule(1e-3, 100, 1000, "cosine")
+  steps = [0, 99, 500, 999, 2000]
+  values, without = _values(floored, steps), _values(plain, steps)
+  assert values[0] == pytest.approx(1e-5, rel=1e-4)  # the warm-up is unchanged
+  assert values[1] == pytest.approx(1e-3, rel=1e-4)
+  assert values[2] == pytest.approx(1e-4 + 0.9 * without[2], rel=1e-4)
+  assert values[3] == pytest.approx(1e-4, rel=1e-4) and values[4] == pytest.approx(1e-4, rel=1e-4)
+  assert floored.get_config()["floor"] == 1e-4
+  with pytest.raises(ValueError, match="applies to the cosine decay"):
+    schedules.WarmupSchedule(1e-3, 10, 100, decay="rsqrt", floor=1e-4)
+  with pytest.raises(ValueError, match="the floor must be in"):
+    schedules.WarmupSchedule(1e-3, 10, 100, floor=1e-3)

@@ -39,6 +39,14 @@ def test_unset_defaults_come_from_the_declarations():
     (dict(keep_best_by="bleu", average_checkpoints=5), "give one of them"),
     (dict(train_split="train"), "--train_split applies to TFDS tasks only"),
     (dict(decode=dict(beam_size=0)), "--beam_size must be >= 1, got 0"),
+    (dict(position_encoding="rotary"), "--position_encoding must be one of"),
+    (dict(activation="swish"), "--activation must be one of"),
+    (dict(embedding_init="xavier"), "--embedding_init must be one of"),
+    (dict(optimizer="sgd"), "--optimizer must be one of"),
+    (dict(optimizer="adam", weight_decay=0.1), "--weight_decay needs --optimizer=adamw"),
+    (dict(adam_beta2=1.0), "--adam_beta2 must be in (0, 1), got 1.0"),
+    (dict(schedule="rsqrt", min_learning_rate=1e-4), "--min_learning_rate is where"),
+    (dict(learning_rate=1e-3, min_learning_rate=1e-3), "must be below --learning_rate"),
   ],
 )
 def test_check_names_the_first_impossible_setting(changes, message):
@@ -119,6 +127,13 @@ def test_configurations_saved_by_earlier_versions_load(tmp_path):
   assert loaded.export_decode == "graph"
   loaded.check()
   assert RunConfig().export_decode == "graph"
+  # Before positions, activation and optimizer were settings: what those runs used.
+  path.write_text(json.dumps({"task": "numbers"}))
+  loaded = RunConfig.load(str(path))
+  assert (loaded.position_encoding, loaded.activation) == ("sinusoidal", "relu")
+  assert loaded.embedding_init == "paper"
+  assert (loaded.optimizer, loaded.weight_decay, loaded.adam_beta2) == ("adam", 0.0, 0.98)
+  assert loaded.min_learning_rate == 0.0
 
 
 def test_the_effective_configuration_is_logged_in_readable_columns():
@@ -190,11 +205,16 @@ def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
     attention_window=3,
     feed_forward_dropout=0.1,
     norm_position="pre",
+    position_encoding="learned",
+    activation="gelu",
+    embedding_init="gpt2",
   ).model_config(50, 60, 2)
   assert (config.d_model, config.num_heads, config.dff) == (32, 2, 48)
   assert (config.num_encoder_layers, config.num_decoder_layers, config.max_length) == (1, 1, 40)
   assert (config.dropout_rate, config.feed_forward_dropout_rate, config.seed) == (0.2, 0.1, 5)
   assert (config.attention_window, config.norm_position) == (3, "pre")
+  assert (config.position_encoding, config.activation) == ("learned", "gelu")
+  assert config.embedding_init == "gpt2"
   assert (config.source_vocab_size, config.target_vocab_size) == (50, 60)
 
 
@@ -231,3 +251,30 @@ def test_a_language_model_task_generates_greedily_unless_told():
   assert LANGUAGE_MODEL_DEFAULTS["decode"] == {"strategy": "greedy"}
 
   assert kinds.of("language_model").tsv_defaults["decode"] == {"strategy": "greedy"}
+
+
+@pytest.mark.parametrize("kind", ["seq2seq", "classification", "language_model"])
+def test_position_encoding_and_activation_reach_every_kinds_model(kind):
+  from tfattn.layers import ACTIVATIONS
+  from tfattn.position import LearnedPosition, SinusoidalPosition
+  from train import kinds
+
+  for positions, activation, position_class in (
+    ("learned", "gelu", LearnedPosition),
+    (None, None, SinusoidalPosition),  # unset: the paper's
+  ):
+    run = RunConfig(
+      model="tiny",
+      d_model=16,
+      dff=32,
+      num_layers=1,
+      position_encoding=positions,
+      activation=activation,
+    ).resolved()
+    model = kinds.of(kind).build_model(run.model_config(40, 40, 2))
+    modules = model.submodules
+    assert {type(m) for m in modules if "position" in m.name} == {position_class}
+    feed_forwards = [m for m in modules if m.name == "feed_forward"]
+    assert feed_forwards and all(
+      m.activation is ACTIVATIONS[activation or "relu"] for m in feed_forwards
+    )
