@@ -66,8 +66,9 @@ class KerasHubSpeedFlags:
   size: str = setting("cpu", "Model size and batch: see SIZES.", choices=tuple(SIZES))
   modes: List[str] = setting(tuple(MODES), "What to time, a comma list: train, generate.")
   generate_batches: List[int] = setting((1, 32), "Generate: rows per batch, a comma list.")
-  rounds: int = setting(5, "Interleaved rounds (the median is reported).", minimum=1)
+  rounds: int = setting(7, "Interleaved rounds (the median is reported).", minimum=1)
   steps: int = setting(3, "Train: optimizer steps per round.", minimum=1)
+  repeats: int = setting(3, "Generate: calls per round.", minimum=1)
 
 
 def _define_flags():
@@ -209,11 +210,39 @@ def generate_calls(model, peer, prompts, new_tokens):
   }
 
 
-def measure(size="cpu", modes=MODES, generate_batches=(1, 32), rounds=5, steps=3):
-  """Times every mode asked for. Returns {"device", "size": the SIZES entry + its name,
-  "train": {name: tokens/s} (batch x length / median seconds per step), "generate": {batch:
-  {name: tokens/s}} (batch x new tokens / median seconds per call), "checks": what was
-  verified about the outputs}."""
+def interleaved_samples(functions, rounds, repeats):
+  """{name: [seconds per call, one a round]}, timing the functions in turn, round after round
+  (as `common.interleaved_medians`, keeping every round: a round's ratio compares calls made
+  moments apart on a shared machine). Each function is called once first (compilation)."""
+  for fn in functions.values():
+    fn()
+  samples = {name: [] for name in functions}
+  for _ in range(rounds):
+    for name, fn in functions.items():
+      samples[name].append(common.timed(fn, repeats, warm_up=False))
+  return samples
+
+
+def _rates(samples, tokens):
+  """{name: {"tokens_per_second": at the median time, "round_ratios": [keras-hub's time /
+  this one's, a round]}} (keras-hub's own ratios are all 1)."""
+  import statistics
+
+  peer = samples["keras-hub"]
+  return {
+    name: {
+      "tokens_per_second": tokens / statistics.median(values),
+      "round_ratios": [theirs / ours for ours, theirs in zip(values, peer)],
+    }
+    for name, values in samples.items()
+  }
+
+
+def measure(size="cpu", modes=MODES, generate_batches=(1, 32), rounds=5, steps=3, repeats=3):
+  """Times every mode asked for, interleaved. Returns {"device", "size": the SIZES entry + its
+  name, "train": {name: rates}, "generate": {batch: {name: rates}}, "checks": {batch: {name:
+  every row got its new tokens}}}; rates: {"tokens_per_second" (batch x length, or batch x new
+  tokens, over the median seconds), "round_ratios" (ours / keras-hub tokens/s, each round)}."""
   import numpy as np
   import tensorflow as tf
 
@@ -227,9 +256,8 @@ def measure(size="cpu", modes=MODES, generate_batches=(1, 32), rounds=5, steps=3
   result = {"device": common.device_description(), "size": dict(name=size, **s), "checks": {}}
   if "train" in modes:
     ids = tf.constant(rng.integers(4, s["vocab"], [s["batch"], s["max_length"] - 1]), tf.int32)
-    seconds = common.interleaved_medians(train_steps(size, model, peer, ids), rounds, steps)
-    tokens = s["batch"] * s["max_length"]
-    result["train"] = {name: tokens / value for name, value in seconds.items()}
+    samples = interleaved_samples(train_steps(size, model, peer, ids), rounds, steps)
+    result["train"] = _rates(samples, s["batch"] * s["max_length"])
   if "generate" in modes:
     result["generate"] = {}
     for rows in generate_batches:
@@ -242,51 +270,55 @@ def measure(size="cpu", modes=MODES, generate_batches=(1, 32), rounds=5, steps=3
         "keras-hub": bool(np.array_equal(theirs[:, : s["prompt"]], prompts))
         and theirs.shape[1] == s["prompt"] + new_tokens,
       }
-      seconds = common.interleaved_medians(calls, rounds, 1)
-      result["generate"][rows] = {name: rows * new_tokens / v for name, v in seconds.items()}
+      samples = interleaved_samples(calls, rounds, repeats)
+      result["generate"][rows] = _rates(samples, rows * new_tokens)
   return result
 
 
-def report(result, rounds, steps):
+def _table(rates, labels):
+  print(f"  {'model':<44} {'tokens/s':>9} {'ours / keras-hub':>17} {'rounds: min-max':>16}")
+  for name, rate in rates.items():
+    ratio = spread = ""
+    if name != "keras-hub":
+      ratio = f"{rate['tokens_per_second'] / rates['keras-hub']['tokens_per_second']:.2f}x"
+      spread = f"{min(rate['round_ratios']):.2f}-{max(rate['round_ratios']):.2f}x"
+    print(f"  {labels[name]:<44} {rate['tokens_per_second']:9.0f} {ratio:>17} {spread:>16}")
+
+
+def report(result, rounds, steps, repeats):
   s = result["size"]
   new_tokens = s["max_length"] - s["prompt"]
   print(f"device: {result['device']}")
   print(
     f"size {s['name']}: {s['layers']} layers, {s['heads']} heads, width {s['width']}, ff "
     f"{s['ff']}, vocabulary {s['vocab']}, max length {s['max_length']}, dropout 0; random "
-    f"weights; medians of {rounds} interleaved rounds"
+    f"weights; tokens/s at the median of {rounds} interleaved rounds, and the range of the "
+    "rounds' own ratios"
   )
   if "train" in result:
-    train = result["train"]
     print(
       f"\ntraining: one Adam step of next-token cross-entropy, batch {s['batch']} x "
       f"{s['max_length']} positions, XLA ({steps} steps a round)"
     )
-    print(f"  {'model':<42} {'tokens/s':>10} {'ours / keras-hub':>17}")
     labels = {
       "tfattn": "tfattn (trainer: XLA gradients, Adam after)",
       "tfattn, whole step": "tfattn (whole step under XLA)",
       "keras-hub": "keras-hub GPT2CausalLM.train_on_batch",
     }
-    for name, rate in train.items():
-      ratio = "" if name == "keras-hub" else f"{rate / train['keras-hub']:.2f}x"
-      print(f"  {labels[name]:<42} {rate:10.0f} {ratio:>17}")
+    _table(result["train"], labels)
   for rows, rates in result.get("generate", {}).items():
     checks = result["checks"][rows]
     print(
       f"\ngenerate: greedy, batch {rows}, prompt {s['prompt']} ids + {new_tokens} new tokens "
-      f"a row, XLA (outputs checked: "
+      f"a row, XLA, {repeats} calls a round (outputs checked: "
       + ", ".join(f"{k} {'ok' if v else 'WRONG'}" for k, v in checks.items())
       + ")"
     )
-    print(f"  {'model':<42} {'tokens/s':>10} {'ours / keras-hub':>17}")
     labels = {
       "tfattn": "tfattn start_decoding(padded) + token_loop",
       "keras-hub": "keras-hub GPT2CausalLM.generate",
     }
-    for name, rate in rates.items():
-      ratio = "" if name == "keras-hub" else f"{rate / rates['keras-hub']:.2f}x"
-      print(f"  {labels[name]:<42} {rate:10.0f} {ratio:>17}")
+    _table(rates, labels)
 
 
 def main(argv):
@@ -303,10 +335,9 @@ def main(argv):
   if missing:
     raise cli.UsageError(missing)
   cli.start_tensorflow_quietly()
-  result = measure(
-    args.size, list(dict.fromkeys(args.modes)), args.generate_batches, args.rounds, args.steps
-  )
-  report(result, args.rounds, args.steps)
+  modes = list(dict.fromkeys(args.modes))
+  result = measure(args.size, modes, args.generate_batches, args.rounds, args.steps, args.repeats)
+  report(result, args.rounds, args.steps, args.repeats)
 
 
 if __name__ == "__main__":
