@@ -329,14 +329,17 @@ def main(argv):
   unknown = sorted(set(args.modes) - set(MODES))
   if unknown:
     raise cli.UsageError(f"unknown --modes {unknown}: choose from {', '.join(MODES)}")
-  if any(rows < 1 for rows in args.generate_batches):
-    raise cli.UsageError("--generate_batches must be positive")
+  batches = [str(rows) for rows in args.generate_batches]  # absl's list flags hold strings
+  if not all(rows.isdigit() and int(rows) > 0 for rows in batches):
+    raise cli.UsageError(f"--generate_batches must be positive integers, got {batches}")
   missing = keras_hub_missing()
   if missing:
     raise cli.UsageError(missing)
   cli.start_tensorflow_quietly()
   modes = list(dict.fromkeys(args.modes))
-  result = measure(args.size, modes, args.generate_batches, args.rounds, args.steps, args.repeats)
+  result = measure(
+    args.size, modes, [int(rows) for rows in batches], args.rounds, args.steps, args.repeats
+  )
   report(result, args.rounds, args.steps, args.repeats)
 
 
