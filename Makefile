@@ -53,3 +53,11 @@ clean:
 # a GPU once TensorFlow is installed. QUICK=1: the tiniest sizes (checks the pass on a CPU).
 gpu-pass: venv
 	$(PY) benchmarks/gpu_pass.py --out_dir=gpu_pass $(if $(QUICK),--quick)
+
+# keras-hub's GPT-2 against our language model at equal dimensions (issue 41): installs
+# requirements-keras-hub.txt into .venv (it adds packages and changes none of requirements.txt's
+# pins), then prints training and generate tokens/s side by side. SIZE=cpu (default) or gpu.
+.PHONY: bench-keras-hub
+bench-keras-hub: venv
+	$(PY) -m pip install --quiet -r requirements-keras-hub.txt
+	$(PY) benchmarks/keras_hub_speed.py --size=$(or $(SIZE),cpu)
