@@ -2,7 +2,8 @@
 one or more seeds, chosen on validation, judged once on a public test set, and printed beside
 the published numbers it is meant to match (the recipe's record in `train/recipes.py`).
 
-  python benchmarks/quality.py --imdb=DIR --multi30k=DIR [--recipes=a,b] [--seeds=3]
+  python benchmarks/quality.py --imdb=DIR --multi30k=DIR --tinyshakespeare=FILE [--recipes=a,b]
+      [--seeds=3]
   python benchmarks/quality.py --help
 
 Data (public; prepare it once, never commit it):
@@ -14,6 +15,9 @@ Data (public; prepare it once, never commit it):
 * Multi30k German->English, task 1, raw cased text (the `multi30k/dataset` repository's
   data/task1/raw, gunzipped): DIR holds train.{de,en}, val.{de,en}, test_2016_flickr.{de,en};
   val is the validation set, test_2016_flickr the test set.
+* Tiny Shakespeare (karpathy/char-rnn's data/tinyshakespeare/input.txt, 1,115,394 characters):
+  split as nanoGPT splits it, the first 90% of the characters train and the last 10% validate;
+  no test set (nanoGPT's numbers are validation numbers).
 
 Every run reports validation (the in-run evaluation on the whole validation role, what recipes
 are chosen on) and test (the whole test set, judged once at the end on the weights that get
@@ -157,7 +161,35 @@ def wmt14_data_flags(data_dir, work_dir):
   return ["--task=wmt14_translate/en-de", f"--data_dir={data_dir}"]
 
 
-DATA_FLAGS = {"imdb": imdb_data_flags, "multi30k": multi30k_data_flags, "wmt14": wmt14_data_flags}
+def tinyshakespeare_data_flags(source, work_dir):
+  """karpathy/char-rnn's data/tinyshakespeare/input.txt (the file, or its folder), split as
+  nanoGPT splits it: the first 90% of the characters train, the last 10% validate (judged
+  whole); no test role."""
+  path = os.path.join(source, "input.txt") if os.path.isdir(source) else source
+  if not os.path.isfile(path):
+    raise cli.UsageError(f"{path} not found (expected tiny Shakespeare's input.txt)")
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  cut = int(len(text) * 0.9)
+  paths = {}
+  for role, part in (("train", text[:cut]), ("validation", text[cut:])):
+    paths[role] = os.path.join(work_dir, f"tinyshakespeare_{role}.txt")
+    with open(paths[role], "w", encoding="utf-8") as f:
+      f.write(part)
+  return [
+    "--task=text",
+    f"--train_file={paths['train']}",
+    f"--validation_file={paths['validation']}",
+    f"--eval_examples={len(text) - cut}",  # more than its blocks: the whole validation text
+  ]
+
+
+DATA_FLAGS = {
+  "imdb": imdb_data_flags,
+  "multi30k": multi30k_data_flags,
+  "wmt14": wmt14_data_flags,
+  "tinyshakespeare": tinyshakespeare_data_flags,
+}
 # Recipes that take days on a GPU run only when named in --recipes.
 ON_REQUEST = ("wmt14",)
 
@@ -269,6 +301,9 @@ class QualityFlags:
   imdb: Optional[str] = setting(None, "aclImdb folder, folder with train/test.tsv, or TFDS dir.")
   multi30k: Optional[str] = setting(None, "Folder with the Multi30k task-1 raw files.")
   wmt14: Optional[str] = setting(None, "TFDS data_dir with wmt14_translate/de-en prepared.")
+  tinyshakespeare: Optional[str] = setting(
+    None, "karpathy/char-rnn's data/tinyshakespeare/input.txt (or its folder)."
+  )
   recipes: List[str] = setting(
     tuple([name for name, recipe in RECIPES.items() if recipe.dataset not in ON_REQUEST]),
     "Recipes to train and judge (wmt14_base, days on a GPU, only when named).",

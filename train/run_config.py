@@ -320,8 +320,12 @@ class RunConfig:
   label_smoothing: Optional[float] = run_setting(
     None, "Label smoothing epsilon.", minimum=0, below=1, when_unset=0.1, resume=MUST_MATCH
   )
-  clip_norm: float = run_setting(
-    0.0, "Global gradient-norm clip; 0 disables.", minimum=0, resume=MUST_MATCH
+  clip_norm: Optional[float] = run_setting(
+    None,
+    "Global gradient-norm clip; 0 disables.",
+    minimum=0,
+    when_unset=0.0,  # unset until resolved, so a recipe can set it
+    resume=MUST_MATCH,
   )
   # Choices of today's practice (issue 41): positions, activation, the embeddings'
   # initialisation, AdamW, a learning-rate floor.

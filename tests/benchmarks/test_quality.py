@@ -1,6 +1,7 @@
 """benchmarks/quality.py end to end on a tiny aclImdb-shaped folder the test writes: the real
 CLI trains each seed, and the report gives validation and test over the seeds."""
 
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,39 @@ def test_validation_only_never_gives_the_trainer_a_test_role_on_any_route(tmp_pa
     assert judged.test is not None and chosen.test is None, chosen_flags
     held_out = sum(1 for _ in chosen.validation())
     assert held_out > 0 and f"--eval_examples={held_out}" in chosen_flags, (held_out, flags)
+
+
+def test_the_character_language_model_recipe_on_a_text_split_as_nanogpt_splits_it(tmp_path):
+  """--tinyshakespeare: the file's first 90% of characters train and the last 10% validate,
+  judged whole; the recipe's nats per character is reported beside nanoGPT's anchor."""
+  text = "".join(f"ROMEO:\nThe {w} is {w} tonight, {n}.\n\n" for n, w in enumerate("abcdefgh" * 8))
+  (tmp_path / "input.txt").write_text(text, encoding="utf-8")
+  result = subprocess.run(
+    [
+      sys.executable,
+      os.path.join("benchmarks", "quality.py"),
+      f"--tinyshakespeare={tmp_path}",
+      "--recipes=shakespeare_char",
+      f"--work_dir={tmp_path}/work",
+      "--extra_flag=--train_steps=2",
+      "--extra_flag=--log_every=1",
+      *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
+    ],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  cut = int(len(text) * 0.9)
+  work = tmp_path / "work"
+  assert (work / "tinyshakespeare_train.txt").read_text(encoding="utf-8") == text[:cut]
+  assert (work / "tinyshakespeare_validation.txt").read_text(encoding="utf-8") == text[cut:]
+  rows = [line for line in result.stdout.splitlines() if line.startswith("| shakespeare_char")]
+  assert len(rows) == 2 and all("| nats_per_char |" in row for row in rows), result.stdout[-3000:]
+  assert all("no test data" in row for row in rows)
+  with open(work / "shakespeare_char-seed0" / "eval.json") as f:
+    validation = json.load(f)["validation"]
+  # Judged whole: every character of the validation text (and the one [END]) is counted.
+  assert validation["partial"] is False and validation["characters"] == len(text) - cut + 1

@@ -20,6 +20,7 @@ from train.run_config import RunConfig
 from train.trainer import Trainer, prepare
 
 from tfds_helpers import prepare_fake_tfds
+from train_helpers import tiny_text_run
 
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
@@ -95,8 +96,11 @@ def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path
   assert [p["translation"] for p in answer["predictions"]] == [t for _, t in CASED_PAIRS]
 
 
-# wmt14_base reads TFDS (its own test below); the others read a TSV.
-TSV_RECIPES = sorted(name for name, r in recipes.RECIPES.items() if r.dataset != "wmt14")
+# wmt14_base reads TFDS (its own test below), shakespeare_char plain text (below, and through
+# benchmarks/quality.py in tests/benchmarks/test_quality.py); the others read a TSV.
+TSV_RECIPES = sorted(
+  name for name, r in recipes.RECIPES.items() if r.dataset not in ("wmt14", "tinyshakespeare")
+)
 
 
 @pytest.mark.parametrize("name", TSV_RECIPES)
@@ -237,3 +241,19 @@ def test_recipes_refuse_the_wrong_kind_of_task():
     recipes.recipe_values("imdb_attention", "seq2seq")
   with pytest.raises(ValueError, match="unknown recipe"):
     recipes.recipe_values("nope", "seq2seq")
+
+
+def test_the_character_language_model_recipe_reaches_the_run_and_its_model(tmp_path):
+  """Every value of shakespeare_char reaches a --task=text run's configuration and its model."""
+  config = tiny_text_run(tmp_path, recipe="shakespeare_char")
+  for field in ("d_model", "dff", "num_heads", "num_layers", "batch_size", "max_length"):
+    config = dataclasses.replace(config, **{field: None})
+  config = dataclasses.replace(config, model=None, vocab_size=None)
+  resolved, task, _ = prepare(config)
+  for field, value in recipes.recipe_values("shakespeare_char", "language_model").items():
+    assert getattr(resolved, field) == value, field
+  model_config = resolved.model_config(source_vocab_size=70, target_vocab_size=70, num_classes=2)
+  assert (model_config.activation, model_config.embedding_init) == ("gelu", "gpt2")
+  assert (model_config.position_encoding, model_config.norm_position) == ("learned", "post")
+  model = training_kinds.of(task).build_model(model_config)
+  assert model.config.d_model == 128 and len(model.decoder.layers) == 4
