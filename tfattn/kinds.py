@@ -37,6 +37,10 @@ class ModelKind(Protocol):
     shares_vocabulary: whether its two sides may learn one vocabulary and share one embedding
       table (`--shared_vocabulary`).
     model_description: what the model is, in a sentence's words ("a classifier").
+    decodes: whether the model generates text, so that the decoding options (`DecodeOptions`)
+      apply to it.
+    truncates: whether a long input keeps the end `--truncate` names (else the kind keeps
+      its own end, and the setting means nothing to it).
   """
 
   name: str
@@ -45,6 +49,8 @@ class ModelKind(Protocol):
   best_by: Mapping[str, str]
   shares_vocabulary: bool
   model_description: str
+  decodes: bool
+  truncates: bool
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     """A new model of this kind with every variable created."""
@@ -73,6 +79,7 @@ class Seq2SeqModel:
     }
   )
   shares_vocabulary = True
+  decodes, truncates = True, False  # a source longer than max_length keeps its beginning
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import Transformer
@@ -96,6 +103,7 @@ class ClassifierModel:
   example_features = (("text", "string"), ("label", "int64"))
   best_by: Mapping[str, str] = MappingProxyType({"accuracy": HIGHER})
   shares_vocabulary = False
+  decodes, truncates = False, True
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import EncoderClassifier
@@ -124,6 +132,7 @@ class LanguageModelKind:
     {"token_accuracy": HIGHER, "perplexity": LOWER, "nats_per_char": LOWER, "bits_per_byte": LOWER}
   )
   shares_vocabulary = False
+  decodes, truncates = True, False  # a training text keeps its beginning, a prompt its end
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.language_model import LanguageModel

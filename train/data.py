@@ -166,9 +166,11 @@ def classification_dataset(
   repeat=False,
   drop_remainder=False,
   truncate="right",
+  label_dtype=tf.int64,
   **batching,
 ):
-  """(text, label) -> batches of {"source": int32 `[batch, length]`, "label": int64 `[batch]`}.
+  """(text, label) -> batches of {"source": int32 `[batch, length]`, "label": `label_dtype`
+  `[batch]`} (int64 class ids; a kind whose label is a number of another type names it).
 
   Long texts are truncated to max_length on the `truncate` side rather than dropped.
   `batching`: as in `seq2seq_dataset`."""
@@ -185,7 +187,7 @@ def classification_dataset(
     )
     .unbatch()
   )
-  ds = ds.map(lambda s, y: {"source": s, "label": tf.cast(y, tf.int64)})
+  ds = ds.map(lambda s, y: {"source": s, "label": tf.cast(y, label_dtype)})
   ds = _bucket_and_batch(
     ds, lambda e: tf.size(e["source"]), batch_size, max_length, drop_remainder, **batching
   )

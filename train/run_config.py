@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 import settings
 from tfattn.config import PRESETS, TransformerConfig
 from tfattn.decode_options import BEAM, DECODE_MODES, GREEDY, SAMPLE, DecodeOptions
-from tfattn.kinds import CLASSIFICATION, MODEL_KINDS, SEQ2SEQ
+from tfattn.kinds import MODEL_KINDS, SEQ2SEQ
 from train import recipes
 from train.files import write_json_atomically
 from train.flag_choices import (
@@ -677,18 +677,19 @@ class RunConfig:
 
 # --- What the start-up configuration shows (`describe`) ------------------------------------
 # Settings that mean nothing to some runs, left out of the configuration a run logs at start
-# (run_config.json keeps every one): field -> whether it applies to (task name, kind).
+# (run_config.json keeps every one): field -> whether it applies to (task name, kind name).
+# What a kind reads is its own attribute (`tfattn.kinds.ModelKind`), never its name here.
 APPLIES_TO = {
   "tsv_kind": lambda task, kind: task == "tsv",
   "bad_lines": lambda task, kind: task == "tsv",
   "text_packing": lambda task, kind: task == "text",
   "text_documents": lambda task, kind: task == "text",
-  "truncate": lambda task, kind: kind == CLASSIFICATION,
-  "shared_vocabulary": lambda task, kind: kind == SEQ2SEQ,
+  "truncate": lambda task, kind: MODEL_KINDS[kind].truncates,
+  "shared_vocabulary": lambda task, kind: MODEL_KINDS[kind].shares_vocabulary,
   # A language model's evaluation is its likelihood: its decoding options are the export's
   # generation; a classifier decodes nothing.
-  "decode": lambda task, kind: kind != CLASSIFICATION,
-  "export_decode": lambda task, kind: kind != CLASSIFICATION,
+  "decode": lambda task, kind: MODEL_KINDS[kind].decodes,
+  "export_decode": lambda task, kind: MODEL_KINDS[kind].decodes,
 }
 
 

@@ -214,9 +214,11 @@ def check_against_info(info: Optional[dict], kind: Optional[str], layer: Optiona
   records its attention layout ({map: layers}; exports older than the record are checked after
   loading, against the signature's own outputs)."""
   layout = (info or {}).get("attention_layers")
-  if not layout:
+  if layout is None:
     return
   model = info.get("model_description", "this model")
+  if not layout:  # a kind whose export draws no attention
+    raise cli.UsageError(f"this model is {model}: its export has no attention maps to draw")
   if kind is not None and kind not in layout:
     raise cli.UsageError(refusal(kind, list(layout), model))
   count = layout[kind] if kind is not None else min(layout.values())

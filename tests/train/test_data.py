@@ -116,6 +116,18 @@ def test_classification_truncates_on_the_chosen_side(tmp_path):
   assert tok.detokenize(last["source"]).numpy()[0] == b"789"
 
 
+def test_a_label_keeps_the_type_its_kind_names(tmp_path):
+  """Class ids are int64 by default; a kind whose label is a real number keeps it whole."""
+  tok = _tokenizer(tmp_path, ["1 2 3"] * 10)
+  raw = tf.data.Dataset.from_tensor_slices((["12", "3"], [0.25, -1.5]))
+  classes = tf.data.Dataset.from_tensor_slices((["1"], [2]))
+  ids = next(iter(data.classification_dataset(classes, tok, 2, 3)))
+  numbers = next(iter(data.classification_dataset(raw, tok, 2, 3, label_dtype=tf.float32)))
+  assert ids["label"].dtype == tf.int64 and ids["label"].numpy().tolist() == [2]
+  assert numbers["label"].dtype == tf.float32
+  assert sorted(numbers["label"].numpy().tolist()) == [-1.5, 0.25]
+
+
 @pytest.mark.slow
 def test_seq2seq_evaluation_reports_exact_match_token_accuracy_and_bleu(trained_run):
   config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())

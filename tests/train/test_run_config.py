@@ -244,6 +244,25 @@ def test_a_language_models_start_up_configuration_leaves_out_what_does_not_apply
   assert "decode=" not in beam.describe(kind="classification")
 
 
+def test_what_a_start_up_configuration_shows_follows_the_kinds_attributes(monkeypatch):
+  """Issue 40: `describe` asks the kind what it reads (`decodes`, `truncates`,
+  `shares_vocabulary`), never its name, so a new kind needs no line in `APPLIES_TO`."""
+  from types import SimpleNamespace
+
+  from train import run_config
+
+  made_up = SimpleNamespace(decodes=False, truncates=True, shares_vocabulary=False)
+  monkeypatch.setitem(run_config.MODEL_KINDS, "made_up", made_up)
+  config = RunConfig(truncate="left", shared_vocabulary=False).resolved()
+  shown = config.describe(kind="made_up")
+  assert "truncate=left" in shown
+  assert "decode=" not in shown and "export_decode" not in shown
+  assert "shared_vocabulary" not in shown
+  made_up.decodes, made_up.truncates, made_up.shares_vocabulary = True, False, True
+  shown = config.describe(kind="made_up")
+  assert "decode=" in shown and "shared_vocabulary=False" in shown and "truncate" not in shown
+
+
 def test_a_language_model_task_generates_greedily_unless_told():
   from train import kinds
   from train.task import LANGUAGE_MODEL_DEFAULTS

@@ -261,6 +261,14 @@ def test_the_pre_load_check_reads_the_kinds_own_attention_layout(kind_name):
   attention_maps.check_against_info({}, "cross", 99)  # an older export: checked after loading
 
 
+def test_a_kind_without_attention_is_refused_in_its_own_words():
+  """A kind whose `attention_layers` is empty (no `attention` signature) is refused before
+  loading, naming the model, not taken for an export older than the record."""
+  info = {"attention_layers": {}, "model_description": "a regressor"}
+  with pytest.raises(cli.UsageError, match="this model is a regressor: its export has no"):
+    attention_maps.check_against_info(info, None, None)
+
+
 def test_an_export_records_its_attention_layout(exported):
   base, _ = exported
   info = attention_maps.export_info(attention_maps.version_directory(base, None))
