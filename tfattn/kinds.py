@@ -41,6 +41,8 @@ class ModelKind(Protocol):
       apply to it.
     truncates: whether a long input keeps the end `--truncate` names (else the kind keeps
       its own end, and the setting means nothing to it).
+    packs_pairs: whether several of its (source, target) pairs may share one row, masked apart
+      by segment ids (`--pack_examples`).
   """
 
   name: str
@@ -51,6 +53,7 @@ class ModelKind(Protocol):
   model_description: str
   decodes: bool
   truncates: bool
+  packs_pairs: bool
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     """A new model of this kind with every variable created."""
@@ -80,6 +83,7 @@ class Seq2SeqModel:
   )
   shares_vocabulary = True
   decodes, truncates = True, False  # a source longer than max_length keeps its beginning
+  packs_pairs = True
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import Transformer
@@ -104,6 +108,7 @@ class ClassifierModel:
   best_by: Mapping[str, str] = MappingProxyType({"accuracy": HIGHER})
   shares_vocabulary = False
   decodes, truncates = False, True
+  packs_pairs = False
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.transformer import EncoderClassifier
@@ -133,6 +138,7 @@ class LanguageModelKind:
   )
   shares_vocabulary = False
   decodes, truncates = True, False  # a training text keeps its beginning, a prompt its end
+  packs_pairs = False  # its text packs its own way: --text_packing
 
   def build_model(self, config: TransformerConfig) -> "tf.Module":
     from tfattn.language_model import LanguageModel

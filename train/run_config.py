@@ -584,7 +584,7 @@ class RunConfig:
       raise ValueError(
         f"--keep_best_by={self.keep_best_by} is not a {kind} metric; choose one of {list(best_by)}"
       )
-    if kind is not None and self.pack_examples and kind != SEQ2SEQ:
+    if kind is not None and self.pack_examples and not MODEL_KINDS[kind].packs_pairs:
       raise ValueError(f"--pack_examples packs translation pairs (seq2seq tasks), not {kind}")
     if self.pack_examples and self.attention_window:
       raise ValueError(
