@@ -2,7 +2,7 @@
 beam search, driven by `tf.while_loop`.
 
 The search never knows the model. A model supplies a `DecodingStart` (its
-`start_decoding(inputs, options, beams=, padded=, use_cache=)`): a step function `(ids so far,
+`start_decoding(inputs, options, beams=, padded=)`): a step function `(ids so far,
 last tokens, step, cache) -> (logits, new cache)`, the initial cache, each row's first token and
 each example's limit. The `Transformer` encodes its source there (and projects it once for every
 step); a decoder-only language model prefills its prompt there. `token_loop(start, options,
@@ -526,7 +526,6 @@ def decode(
   *,
   seeds: Optional[tf.Tensor] = None,
   padded_decode: bool = False,
-  use_cache: bool = True,
 ) -> Hypotheses:
   """One hypothesis a row, found as `options` say: greedy, beam search's best beam (beam size 1
   runs the greedy loop: the same result, tested), or a sample.
@@ -538,13 +537,12 @@ def decode(
     seeds: sampling only (ignored otherwise): int `[batch]`, one seed per row; None:
       options.seed + the row's index.
     padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
-    use_cache: False re-runs the model on the whole prefix every step (the slow reference).
   Returns:
     `Hypotheses` with ids int32 `[batch, length]`, scores and log_probs float32 `[batch]`.
   """
   if options.strategy == BEAM and options.beam_size > 1:
     return first_beam(nbest(model, inputs, options, padded_decode=padded_decode))
-  start = model.start_decoding(inputs, options, padded=padded_decode, use_cache=use_cache)
+  start = model.start_decoding(inputs, options, padded=padded_decode)
   if options.strategy == SAMPLE:
     return sample_loop(start, options, seeds)
   return token_loop(start, options)
@@ -559,12 +557,10 @@ def nbest(
   return beam_search(start, options)
 
 
-def greedy_decode(
-  model, inputs: tf.Tensor, *, use_cache: bool = True, padded_decode: bool = False, **fields
-) -> Hypotheses:
+def greedy_decode(model, inputs: tf.Tensor, *, padded_decode: bool = False, **fields) -> Hypotheses:
   """Greedy `decode` with DecodeOptions' `fields` as keywords (alpha, max_decode_length, ...)."""
   options = DecodeOptions(strategy=GREEDY, **fields)
-  return decode(model, inputs, options, padded_decode=padded_decode, use_cache=use_cache)
+  return decode(model, inputs, options, padded_decode=padded_decode)
 
 
 def sample_decode(

@@ -168,7 +168,6 @@ class LanguageModel(tf.Module):
     *,
     beams: int = 1,
     padded: bool = False,
-    use_cache: bool = True,
   ) -> decoding.DecodingStart:
     """How continuing `prompt_ids` starts: BOS + each prompt left-aligned to one column, all but
     its last token prefilled into the cache at once, the last one read by the first step.
@@ -181,7 +180,6 @@ class LanguageModel(tf.Module):
       options: the decoding options (here: the length limits).
       beams: rows per example (a beam search's beam size).
       padded: the fixed-size cache that compiles under `jit_compile=True`.
-      use_cache: False runs the whole sequence every step (the slow reference).
     """
     c = self.config
     batch = tf.shape(prompt_ids)[0]
@@ -195,53 +193,41 @@ class LanguageModel(tf.Module):
     # The last generated token is never read: positions up to max_length - 1 are.
     limits = tf.clip_by_value(c.max_length + 1 - lengths, 1, length)  # [batch]
     shift = decoding.tile_beams(shift, beams) if beams > 1 else shift  # [rows]
-    if use_cache:
-      heads, depth, dtype = c.num_heads, c.depth, tf.as_dtype(c.compute_dtype)
-      window = c.attention_window
-      if window is not None:  # the window's r + 1 slots however long the text (static shapes)
-        slots = window + 1
-        empty = RingCache.empty(batch, heads, depth, dtype, slots)
-      elif padded:
-        slots = columns - 1 + length
-        empty = PaddedCache.empty(batch, heads, depth, dtype, slots)
-      else:
-        empty = GrowingCache.empty(batch, heads, depth, dtype)
-      x = self.decoder.embed(left[:, :-1], positions[:, :-1])  # the prompt before its last token
-      cache = []
-      for layer in self.decoder.layers:
-        x, layer_cache = layer.prefill(x, bias[..., :-1], empty)
-        cache.append(layer_cache)
-      cache = tuple(cache)
-      if beams > 1:
-        cache = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), cache)
-      growing = window is None and not padded
-      cache_shapes = tf.nest.map_structure(decoding.growing_shape, cache) if growing else None
-
-      def step_fn(ids, last_tokens, step, cache):
-        del ids  # the cache holds what came before
-        column = columns - 1 + step  # the position of `last_tokens`
-        x = self.decoder.embed(last_tokens[:, tf.newaxis], (column - shift)[:, tf.newaxis])
-        if window is not None:  # the column each ring slot holds
-          key_columns = RingCache.slot_positions(column, slots)
-        else:
-          key_columns = tf.range(column + 1 if growing else slots)
-        key_bias = _key_bias(shift, key_columns)
-        new_cache = []
-        for layer, layer_cache in zip(self.decoder.layers, cache):
-          x, layer_cache = layer.step(x, column, layer_cache, key_bias)
-          new_cache.append(layer_cache)
-        return self._logits(self.decoder._finish(x))[:, 0], tuple(new_cache)
+    heads, depth, dtype = c.num_heads, c.depth, tf.as_dtype(c.compute_dtype)
+    window = c.attention_window
+    if window is not None:  # the window's r + 1 slots however long the text (static shapes)
+      slots = window + 1
+      empty = RingCache.empty(batch, heads, depth, dtype, slots)
+    elif padded:
+      slots = columns - 1 + length
+      empty = PaddedCache.empty(batch, heads, depth, dtype, slots)
     else:
-      cache = left[:, :-1]  # the tokens before the newest
-      if beams > 1:
-        cache = decoding.tile_beams(cache, beams)
-      cache_shapes = tf.TensorShape([None, None])
+      empty = GrowingCache.empty(batch, heads, depth, dtype)
+    x = self.decoder.embed(left[:, :-1], positions[:, :-1])  # the prompt before its last token
+    cache = []
+    for layer in self.decoder.layers:
+      x, layer_cache = layer.prefill(x, bias[..., :-1], empty)
+      cache.append(layer_cache)
+    cache = tuple(cache)
+    if beams > 1:
+      cache = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), cache)
+    growing = window is None and not padded
+    cache_shapes = tf.nest.map_structure(decoding.growing_shape, cache) if growing else None
 
-      def step_fn(ids, last_tokens, step, tokens):
-        del ids, step  # the prompt is not in ids: the sequence is carried
-        sequence = tf.concat([tokens, last_tokens[:, tf.newaxis]], 1)  # [rows, columns + step]
-        states, _ = self.decoder(sequence, *_alignment(shift, tf.shape(sequence)[1]))
-        return self._logits(states[:, -1]), sequence
+    def step_fn(ids, last_tokens, step, cache):
+      del ids  # the cache holds what came before
+      column = columns - 1 + step  # the position of `last_tokens`
+      x = self.decoder.embed(last_tokens[:, tf.newaxis], (column - shift)[:, tf.newaxis])
+      if window is not None:  # the column each ring slot holds
+        key_columns = RingCache.slot_positions(column, slots)
+      else:
+        key_columns = tf.range(column + 1 if growing else slots)
+      key_bias = _key_bias(shift, key_columns)
+      new_cache = []
+      for layer, layer_cache in zip(self.decoder.layers, cache):
+        x, layer_cache = layer.step(x, column, layer_cache, key_bias)
+        new_cache.append(layer_cache)
+      return self._logits(self.decoder._finish(x))[:, 0], tuple(new_cache)
 
     return decoding.DecodingStart(
       step_fn=step_fn,

@@ -555,7 +555,6 @@ class Transformer(tf.Module):
     *,
     beams: int = 1,
     padded: bool = False,
-    use_cache: bool = True,
   ) -> decoding.DecodingStart:
     """How decoding `source_ids` starts: the source encoded and projected once, an empty cache
     for `batch * beams` rows, the start token, and each example's limit from its own source
@@ -566,8 +565,6 @@ class Transformer(tf.Module):
       options: the decoding options (here: the length limits).
       beams: rows per example (a beam search's beam size).
       padded: the fixed-size `PaddedCache` that compiles under `jit_compile=True`.
-      use_cache: False re-runs the decoder on the whole prefix every step (the slow reference);
-        its "cache" is the tokens so far.
     """
     c = self.config
     batch = tf.shape(source_ids)[0]
@@ -576,21 +573,13 @@ class Transformer(tf.Module):
     if beams > 1:
       memory = decoding.tile_beams(memory, beams)  # [batch * beams, s_len, d_model]
       memory_bias = decoding.tile_beams(memory_bias, beams)  # [batch * beams, 1, 1, s_len]
-    if use_cache:
-      projected = self.decoding_memory(memory, memory_bias)
-      cache = self.init_cache(batch * beams, length if padded else None)
-      cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
+    projected = self.decoding_memory(memory, memory_bias)
+    cache = self.init_cache(batch * beams, length if padded else None)
+    cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
 
-      def step_fn(ids, last_tokens, step, cache):
-        del ids  # the cache holds what came before
-        return self.decode_step(last_tokens, step, cache, projected)
-    else:  # the reference: the whole prefix through the decoder at every step
-      cache, cache_shapes = (), None
-
-      def step_fn(ids, last_tokens, step, cache):
-        del last_tokens  # ids[:, step]
-        prefix = ids[:, : step + 1]  # [rows, step + 1]: START and the tokens so far
-        return self.decode(prefix, memory, memory_bias)[:, -1], cache
+    def step_fn(ids, last_tokens, step, cache):
+      del ids  # the cache holds what came before
+      return self.decode_step(last_tokens, step, cache, projected)
 
     return decoding.DecodingStart(
       step_fn=step_fn,

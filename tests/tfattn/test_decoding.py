@@ -10,6 +10,7 @@ import tensorflow as tf
 import tfattn
 from tfattn import decoding
 from tfattn.decode_options import DecodeOptions
+from tfattn.support.reference_decoding import reference_decode
 
 from conftest import random_ids
 from train_helpers import assert_same_answers_but_a_near_tie
@@ -57,7 +58,7 @@ def test_cached_greedy_equals_uncached_greedy(seed):
   source = random_ids(3, 7, VOCAB, seed)
   cached = tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=12))
   uncached = tf.function(
-    lambda s: decoding.greedy_decode(model, s, max_decode_length=12, use_cache=False)
+    lambda s: reference_decode(model, s, DecodeOptions(strategy="greedy", max_decode_length=12))
   )
   cached_ids, _, cached_scores = cached(source)  # the "scores" compared are the log-probs
   uncached_ids, _, uncached_scores = uncached(source)

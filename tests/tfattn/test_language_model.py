@@ -10,6 +10,7 @@ import tfattn
 from tfattn import decoding
 from tfattn.decode_options import DecodeOptions
 from tfattn.language_model import LanguageModel, perplexity_sums
+from tfattn.support.reference_decoding import reference_decode
 
 VOCAB = 30
 PROMPTS = tf.constant([[5, 6, 7, 8, 9], [9, 10, 0, 0, 0], [0, 0, 0, 0, 0], [11, 3, 4, 0, 0]])
@@ -80,7 +81,9 @@ def test_beam_and_sampling_under_xla_and_uncached_decode_what_graph_mode_does():
 
     graph = tf.function(run)(PROMPTS, seeds)
     xla = tf.function(lambda p, s: run(p, s, padded_decode=True), jit_compile=True)(PROMPTS, seeds)
-    uncached = tf.function(lambda p, s: run(p, s, use_cache=False))(PROMPTS, seeds)
+    uncached = tf.function(lambda p, s, o=options: reference_decode(model, p, o, seeds=s))(
+      PROMPTS, seeds
+    )
     for other in (xla, uncached):
       np.testing.assert_array_equal(other.ids, graph.ids)
       np.testing.assert_allclose(other.log_probs, graph.log_probs, atol=1e-4)

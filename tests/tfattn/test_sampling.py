@@ -30,8 +30,8 @@ class FixedLogitsModel:
     self.config = types.SimpleNamespace(pad_id=0, bos_id=1, eos_id=2, max_length=max_length)
     self.logits = tf.constant(logits, tf.float32)  # [vocab]
 
-  def start_decoding(self, source_ids, options, beams=1, padded=False, use_cache=True):
-    del padded, use_cache  # no cache
+  def start_decoding(self, source_ids, options, beams=1, padded=False):
+    del padded  # no cache
     length, limits = tfattn.Transformer.decoding_lengths(self, source_ids, options)  # its rule
     rows = tf.shape(source_ids)[0] * beams
 

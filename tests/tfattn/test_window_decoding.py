@@ -12,6 +12,7 @@ from tfattn import decoding, masking
 from tfattn.attention import RingCache, SelfAttention
 from tfattn.decode_options import DecodeOptions
 from tfattn.language_model import LanguageModel
+from tfattn.support.reference_decoding import reference_decode
 
 from conftest import random_ids
 
@@ -43,13 +44,7 @@ def _full_with_band(self, q, k, v, bias, training, return_scores):
 
 def _reference(model, inputs, options, seeds):
   """Uncached: the model reruns the whole prefix every step (beams too)."""
-  beams = options.beam_size if options.strategy == "beam" else 1
-  start = model.start_decoding(inputs, options, beams=beams, use_cache=False)
-  if options.strategy == "beam":
-    return decoding.first_beam(decoding.beam_search(start, options))
-  if options.strategy == "sample":
-    return decoding.sample_loop(start, options, seeds)
-  return decoding.token_loop(start, options)
+  return reference_decode(model, inputs, options, seeds=seeds)
 
 
 def _decoded(model, inputs, seeds, strategies, compiled):
