@@ -37,16 +37,22 @@ LONGEST_FILES = (
   "serving/server/test_server.py",  # 88
   "benchmarks/test_gpu_pass.py",  # 60
   "benchmarks/test_quality.py",  # 53
+  # Today's language-model files (one pytest process each at load ~5, 2026-11-26: seconds of
+  # a busier machine, so likely ~30% more than a quiet worker's).
+  "train/test_evaluate.py",  # 62 at load 5
+  "end_to_end/test_language_model_pipeline.py",  # 41 at load 5
   "end_to_end/test_compatibility.py",  # 49
   "benchmarks/test_batch_predict.py",  # ~45 (this session's files: seconds under load)
   "serving/server/test_server_xla_flags.py",  # ~40
   "benchmarks/test_data_scale.py",  # 41
   "serving/tools/test_predict.py",  # ~35
+  "end_to_end/test_packed_language_model.py",  # 26 at load 5
   "end_to_end/test_window_pipeline.py",  # ~30
   "serving/server/test_server_and_client_flags.py",  # ~30
   "benchmarks/test_latency_and_dropout_benchmarks.py",  # ~25
   "serving/tools/test_beam_predict.py",  # ~25
   "tfattn/test_window_decoding.py",  # ~23
+  "end_to_end/test_character_vocabularies.py",  # 18 at load 5
   "serving/server/test_server_lifecycle.py",  # 37
   "tfattn/test_decoding.py",  # 33
   "serving/server/test_server_config_file.py",  # 29

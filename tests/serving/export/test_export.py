@@ -47,16 +47,6 @@ def test_layout_follows_tf_serving(exported):
   assert records[0][1]["text"].dtype == object
 
 
-def test_versions_increase_and_are_never_overwritten(trained_run, tmp_path):
-  first = export.export(str(trained_run), str(tmp_path), options=GREEDY)
-  second = export.export(str(trained_run), str(tmp_path), options=GREEDY)
-  assert (os.path.basename(first), os.path.basename(second)) == ("1", "2")
-  with pytest.raises(ValueError, match="already exists"):
-    export.export(str(trained_run), str(tmp_path), version=2)
-  with pytest.raises(ValueError, match="not a training run directory"):
-    export.export(str(tmp_path), str(tmp_path))
-
-
 def test_warmup_records_round_trip():
   record = warmup.prediction_log(
     "m", "sig", {"text": np.array([b"a", b""], dtype=object), "ids": np.array([[1, 2]], np.int32)}
@@ -173,7 +163,9 @@ def test_invalid_utf8_is_rejected_by_the_signature(exported):
     serving(text=tf.constant([b"\xff\xfe"]))
 
 
-def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
+def test_export_averages_the_last_checkpoints_and_versions_increase(trained_run, tmp_path):
+  """Averaged weights; then a second export of the same run to the same base: version 2, and
+  neither version is ever overwritten."""
   import shutil
 
   import tfattn
@@ -200,9 +192,16 @@ def test_export_averages_the_last_checkpoints(trained_run, tmp_path):
     np.testing.assert_array_equal(variable.numpy(), newest)
   with pytest.raises(ValueError, match="only 3 checkpoints"):
     export.load_trained(str(run_dir), average_last=4)
-  path = export.export(str(run_dir), str(tmp_path / "models"), options=GREEDY, average_last=3)
-  with open(os.path.join(path, export.EXPORT_INFO_FILE)) as f:
+  base = str(tmp_path / "models")
+  first = export.export(str(run_dir), base, options=GREEDY, average_last=3)
+  with open(os.path.join(first, export.EXPORT_INFO_FILE)) as f:
     assert json.load(f)["checkpoints"] == ["ckpt-10", "ckpt-11", "ckpt-12"]
+  second = export.export(str(run_dir), base, options=GREEDY)
+  assert (os.path.basename(first), os.path.basename(second)) == ("1", "2")
+  with pytest.raises(ValueError, match="already exists"):
+    export.export(str(run_dir), base, version=2)
+  with pytest.raises(ValueError, match="not a training run directory"):
+    export.export(base, base)
 
 
 @pytest.fixture(scope="module")
@@ -649,7 +648,7 @@ def test_score_is_the_models_teacher_forced_log_probability(trained_run, exporte
 
 
 def test_evaluation_decodes_what_the_export_serves(
-  trained_run, exported, sampling_exports, tmp_path
+  trained_run, exported, graph_and_xla_exports, sampling_exports
 ):
   """docs/training.md: "Evaluation decodes exactly as the export will serve". The decoder the
   evaluation runs (`train.evaluation.make_decoder`, on batches of its own pipeline) and the
@@ -668,11 +667,9 @@ def test_evaluation_decodes_what_the_export_serves(
   # (text, text) pairs: the batches' "target_text" gives back each row's source text.
   raw = tf.data.Dataset.from_tensor_slices((texts, texts))
   batches = list(data.seq2seq_dataset(raw, source, target, 3, config.max_length, keep_text=True))
-  beam = DecodeOptions(beam_size=3, alpha=0.6)
-  export.export(str(trained_run), str(tmp_path), options=beam, decode="graph")
-  exports = {
+  exports = {  # the module's own exports of trained_run: none made for this test alone
     "greedy": (GREEDY, os.path.dirname(exported[1])),
-    "beam": (beam, str(tmp_path)),
+    "beam": (DecodeOptions(beam_size=4), os.path.dirname(graph_and_xla_exports[4][0])),
     "sample": (SAMPLING, sampling_exports["graph"]),
   }
   for name, (options, base) in exports.items():
