@@ -269,8 +269,8 @@ class Trainer:
     With several replicas, all-reduce and the optimizer update stay outside XLA (tf.distribute's
     collectives cannot be compiled into the program). With one replica and jit_compile there is
     nothing to all-reduce: the whole step (every micro-batch's forward and backward pass,
-    clipping and the optimizer's update) is one XLA program (issue 41: 1.15x-1.34x the tokens/s
-    of gradients-only XLA at nanoGPT's CPU size)."""
+    clipping and the optimizer's update) is one XLA program (1.07x-1.10x the tokens/s of the
+    update outside XLA at nanoGPT's CPU size: WORKSPACE_NOTES.md, issue 41)."""
     clip_norm = self.config.clip_norm
     variables = self.model.trainable_variables
     optimizer = self.optimizer
