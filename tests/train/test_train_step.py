@@ -310,3 +310,45 @@ def test_k_steps_in_one_loop_give_the_weights_of_k_loops_of_one_step(
   assert one_loop[0][2] > 0
   for a, b in zip(one_loop[1], single[1]):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow  # builds two Trainers and traces their loops
+def test_the_one_replica_xla_step_updates_the_weights_as_the_graph_step(tmp_path):
+  """One replica under XLA compiles the optimizer's update (AdamW with its weight-decay
+  exclusion, after clipping, over two micro-batches) into the step's program: after 2 steps on
+  the same batches its weights and optimizer slots are the plain graph step's."""
+  rng = np.random.default_rng(2)
+  batches = [_batch(rng, 8, 8, 12), _batch(rng, 8, 16, 12)] * 2
+  dataset = tf.data.Dataset.from_tensor_slices(
+    {k: tf.ragged.constant([b[k].tolist() for b in batches]) for k in batches[0]}
+  ).map(lambda b: {k: tf.cast(v.to_tensor(), tf.int32) for k, v in b.items()})
+  # Adam's epsilon is raised from the run's 1e-9: the key bias's gradient is zero in exact
+  # arithmetic (softmax ignores a shift), and epsilon 1e-9 turns its rounding noise, which
+  # differs between programs, into updates of up to the learning rate in either direction.
+  # The decay (1e-3 x 1.0 x the weight) moves matrices by well over the tolerance.
+  common = dict(
+    optimizer="adamw",
+    weight_decay=1.0,
+    clip_norm=0.5,
+    grad_accum_steps=2,
+    schedule="constant",
+    learning_rate=1e-3,
+    warmup_steps=1,
+  )
+  states = {}  # prepare() seeds the stateless initialisers alike
+  for jit_compile in (False, True):
+    config = dataclasses.replace(
+      _SMALL, run_dir=str(tmp_path / f"jit{jit_compile}"), jit_compile=jit_compile, **common
+    )
+    trainer = Trainer(*prepare(config))
+    trainer.optimizer.epsilon = 1e-6  # read when the loop is first traced, below
+    initial = [v.numpy() for v in trainer.model.trainable_variables]
+    sums, _ = trainer._train_loop(iter(dataset), tf.constant(2))
+    assert trainer.step == 2 and float(sums[2]) > 0
+    moved = [
+      np.abs(v.numpy() - w).max() for v, w in zip(trainer.model.trainable_variables, initial)
+    ]
+    assert min(moved) > 1e-4  # every variable moved: a missed update fails the comparison
+    states[jit_compile] = _state(trainer)
+  for xla, graph in zip(states[True], states[False]):
+    np.testing.assert_allclose(xla, graph, atol=1e-5)
