@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tfattn import flops, kinds, losses, text
+from tfattn import flops, kinds, losses, scoring, text
 from tfattn.language_model import perplexity_sums_of_logits
 from tfattn.special_ids import END_ID, PAD_ID, START_ID
 from train import data, evaluation, language_model_data, packing
@@ -362,13 +362,8 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     a packed batch's own, or a line batch's (BOS + tokens, tokens + EOS), `[batch, length + 1]`."""
     if language_model_data.TARGETS in batch:
       return batch[language_model_data.INPUTS], batch[language_model_data.TARGETS]
-    tokens = batch["source"]
-    rows, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
-    inputs = tf.concat([tf.fill([rows, 1], START_ID), tokens], 1)
-    ends = text.row_lengths(tokens)  # [batch]: where each row's EOS goes
-    targets = tf.concat([tokens, tf.fill([rows, 1], PAD_ID)], 1)
-    at_end = tf.equal(tf.range(length + 1)[tf.newaxis], ends[:, tf.newaxis])
-    return inputs, tf.where(at_end, END_ID, targets)
+    inputs, targets, _ = scoring.next_token_pairs(batch["source"], START_ID, END_ID, PAD_ID)
+    return inputs, targets
 
   @staticmethod
   def model_options(batch):
