@@ -434,14 +434,20 @@ def _packing_step(kind, model, optimizer, example_batch, jit):
   return step
 
 
+def _ratios_by_xla(result, role, rate, over, under):
+  """{"XLA off": variant `over`'s / variant `under`'s `rate`, ...} for the XLA modes where both
+  were measured; variants are told apart by their `role` field."""
+  by = {(v[role], v["xla"]): v[rate] for v in result["variants"]}
+  return {
+    f"XLA {xla}": by[over, xla] / by[under, xla]
+    for xla in XLA_MODES
+    if (over, xla) in by and (under, xla) in by
+  }
+
+
 def packing_ratios(result):
   """{"XLA off": packed / unpacked real target tokens/s, ...}."""
-  by = {(v["mode"], v["xla"]): v["real_target_tokens_per_second"] for v in result["variants"]}
-  return {
-    f"XLA {xla}": by["packed", xla] / by["unpacked", xla]
-    for xla in XLA_MODES
-    if ("packed", xla) in by and ("unpacked", xla) in by
-  }
+  return _ratios_by_xla(result, "mode", "real_target_tokens_per_second", "packed", "unpacked")
 
 
 def _print_packing(args, xla_modes):
@@ -495,12 +501,7 @@ def _keras_peer(c, dtype, batch):
 
 def ratios(result):
   """{"XLA on": tfattn / keras_mha tokens/s, ...} for the XLA modes where both were measured."""
-  by = {(v["model"], v["xla"]): v["target_tokens_per_second"] for v in result["variants"]}
-  return {
-    f"XLA {xla}": by["tfattn", xla] / by["keras_mha", xla]
-    for xla in XLA_MODES
-    if ("tfattn", xla) in by and ("keras_mha", xla) in by
-  }
+  return _ratios_by_xla(result, "model", "target_tokens_per_second", "tfattn", "keras_mha")
 
 
 def main(argv):
