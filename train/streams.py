@@ -62,14 +62,19 @@ def expand(spec: str, flag: str, what: str = "TSV file") -> List[str]:
   return files
 
 
+def is_utf8(lines: tf.Tensor) -> tf.Tensor:
+  """string `[n]` -> bool `[n]`: which are valid UTF-8. RE2 matches UTF-8 text, and its `.`
+  matches no invalid byte (4x faster than transcoding)."""
+  return tf.strings.regex_full_match(lines, "(?s:.)*")
+
+
 def _codes(lines, target_ok):
   """`[n]` lines -> (int32 `[n]` check codes, `[n, 2]` fields, int32 `[n]` field counts)."""
   # (TextLineDataset already drops a line's "\n" or "\r\n".)
   fields = tf.strings.split(lines, "\t")  # ragged [n, (fields)]
   counts = tf.cast(fields.row_lengths(), tf.int32)
   pairs = fields.to_tensor(default_value="", shape=[None, 2])
-  # RE2 matches UTF-8 text: `.` matches no invalid byte (4x faster than transcoding).
-  utf8 = tf.strings.regex_full_match(lines, "(?s:.)*")
+  utf8 = is_utf8(lines)
   blank = tf.equal(tf.strings.strip(lines), "")
   codes = tf.where(
     blank,
@@ -261,7 +266,7 @@ def examples(
 def _checked_text(path, numbers, lines):
   """`[n]` lines of a text file (int64 `[n]` numbers) -> the same lines, once an assertion has
   found them valid UTF-8 (else it names the first bad line: `bad_line_message`)."""
-  utf8 = tf.strings.regex_full_match(lines, "(?s:.)*")  # RE2's `.` matches no invalid byte
+  utf8 = is_utf8(lines)
   first_bad = tf.boolean_mask(numbers, ~utf8)[:1]
   message = tf.strings.join([path, ":", tf.strings.as_string(first_bad), ": ", _NOT_UTF8_TEXT])
   check = tf.debugging.Assert(tf.reduce_all(utf8), [message], summarize=1)
