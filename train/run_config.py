@@ -203,12 +203,20 @@ class RunConfig:
     to=("num_encoder_layers", "num_decoder_layers"),
     resume=MUST_MATCH,
   )
-  norm_position: str = model_setting("norm_position", default="post", resume=MUST_MATCH)
+  norm_position: Optional[str] = model_setting(
+    "norm_position", when_unset="post", resume=MUST_MATCH
+  )
   classifier_body: Optional[str] = model_setting("classifier_body", resume=MUST_MATCH)
   attention_window: Optional[int] = model_setting(
     "attention_window", unset="full attention", resume=MUST_MATCH
   )
   dropout: Optional[float] = model_setting("dropout_rate", resume=MUST_MATCH)
+  attention_dropout: Optional[float] = model_setting(
+    "attention_dropout_rate",
+    when_unset=0.0,
+    when_missing=0.0,  # saved before the field existed: attention weights were never dropped
+    resume=MUST_MATCH,
+  )
   feed_forward_dropout: Optional[float] = model_setting(
     "feed_forward_dropout_rate",
     when_unset=0.0,
@@ -451,8 +459,12 @@ class RunConfig:
     resume=MAY_CHANGE,
   )
   log_every: int = run_setting(100, "Steps between progress lines.", above=0, resume=MAY_CHANGE)
-  eval_every: int = run_setting(
-    0, "Steps between validation evaluations; 0 = only at the end.", minimum=0, resume=MAY_CHANGE
+  eval_every: Optional[int] = run_setting(
+    None,
+    "Steps between validation evaluations; 0 = only at the end.",
+    minimum=0,
+    when_unset=0,
+    resume=MAY_CHANGE,
   )
   eval_examples: int = run_setting(
     1000,

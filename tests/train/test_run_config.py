@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import re
+import types
 
 import pytest
 
@@ -90,6 +91,17 @@ def test_recipes_set_only_declared_settings_and_decoding_options():
   assert "multi30k_de_en: a German<TAB>English TSV" in recipes.help_text()
 
 
+def test_a_recipe_sets_every_value_it_names():
+  """A recipe fills only unset (None) fields: a field declared with a value of its own would
+  keep that value and silently ignore the recipe's."""
+  for name, recipe in recipes.RECIPES.items():
+    task = types.SimpleNamespace(kind=recipe.kind, defaults={})
+    resolved = RunConfig(recipe=name).resolved_for(task)
+    for key, value in recipe.values.items():
+      if key != "decode":
+        assert getattr(resolved, key) == value, (name, key)
+
+
 def test_task_defaults_are_declared_settings():
   fields = {field.name for field in dataclasses.fields(RunConfig)}
   for name in tasks.TASK_NAMES:
@@ -111,6 +123,8 @@ def test_configurations_saved_by_earlier_versions_load(tmp_path):
   assert RunConfig.load(str(path)).feed_forward_dropout == 0.3
   path.write_text(json.dumps({"task": "numbers", "dropout": 0.3, "feed_forward_dropout": 0.0}))
   assert RunConfig.load(str(path)).feed_forward_dropout == 0.0
+  # Before attention_dropout: attention weights were never dropped, whatever `dropout` was.
+  assert RunConfig.load(str(path)).attention_dropout == 0.0
   # Before DecodeOptions and the data roles.
   path.write_text(
     json.dumps({"task": "tsv", "eval_file": "dev.tsv", "eval_beam_size": 4, "eval_alpha": 0.8})
@@ -204,6 +218,7 @@ def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
     seed=5,
     attention_window=3,
     feed_forward_dropout=0.1,
+    attention_dropout=0.15,
     norm_position="pre",
     position_encoding="learned",
     activation="gelu",
@@ -212,6 +227,7 @@ def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
   assert (config.d_model, config.num_heads, config.dff) == (32, 2, 48)
   assert (config.num_encoder_layers, config.num_decoder_layers, config.max_length) == (1, 1, 40)
   assert (config.dropout_rate, config.feed_forward_dropout_rate, config.seed) == (0.2, 0.1, 5)
+  assert config.attention_dropout_rate == 0.15
   assert (config.attention_window, config.norm_position) == (3, "pre")
   assert (config.position_encoding, config.activation) == ("learned", "gelu")
   assert config.embedding_init == "gpt2"
