@@ -2,13 +2,16 @@
 for, nats per character, bits per byte) and partial evaluations, on hand-built data whose
 answers are known."""
 
+import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfattn
+from tfattn.decode_options import DecodeOptions
 from tfattn.special_ids import END_ID, PAD_ID, RESERVED_TOKENS, UNK_ID
 from train import evaluation, kinds, tokenizer
 
@@ -135,3 +138,74 @@ def test_every_kind_marks_a_partial_evaluation():
   for max_examples, partial in ((2, True), (None, False)):
     metrics = kinds.of("classification").evaluate(classifier, classified, {}, None, max_examples)
     assert (metrics["examples"], metrics["partial"]) == (2 if partial else 3, partial)
+
+
+class _Greedy:
+  """The piece of a run's config a sequence-to-sequence evaluation reads."""
+
+  @staticmethod
+  def decode_options():
+    return DecodeOptions(strategy="greedy", max_decode_length=4)
+
+
+def test_every_kind_traces_its_evaluation_once_per_model_and_reads_its_weights_now():
+  """A run evaluates every --eval_every steps: each kind's evaluation functions are traced once
+  per model (not once per call), yet judge the weights as they are at each call; another model
+  gets its own, and the cache keeps no model alive."""
+  chars = _Characters()  # ids 0..8: the detokenizer of every model's outputs
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=9, target_vocab_size=9, num_encoder_layers=1, max_length=16
+  )
+  source = tf.constant([[5, 6, 7], [8, 5, 0], [4, 4, 4]], tf.int32)
+
+  def batches(**fields):
+    return tf.data.Dataset.from_tensor_slices({"source": source, **fields}).batch(2)
+
+  judged = {
+    "classification": lambda: (
+      tfattn.EncoderClassifier(config.replace(num_classes=2)),
+      batches(label=tf.constant([0, 1, 0], tf.int64)),
+    ),
+    "language_model": lambda: (
+      tfattn.LanguageModel(config.replace(num_encoder_layers=0)),
+      batches(),
+    ),
+    "seq2seq": lambda: (
+      tfattn.Transformer(config),
+      batches(
+        target_in=tf.constant([[1, 5, 6], [1, 8, 0], [1, 4, 4]], tf.int32),
+        target_out=tf.constant([[5, 6, 2], [8, 2, 0], [4, 4, 2]], tf.int32),
+        target_text=tf.constant(["ab", "é", "aa"]),
+      ),
+    ),
+  }
+  for name, build in judged.items():
+    kind = kinds.of(name)
+    model, dataset = build()
+    kind.evaluate(model, dataset, {"source": chars, "target": chars}, _Greedy(), None)
+    first = evaluation.traced_functions(model)
+    for variable in model.variables:  # uniform predictions from here on
+      variable.assign(tf.zeros_like(variable))
+    _, same_spec = build()  # new batches of the same element spec
+    metrics = kind.evaluate(model, same_spec, {"source": chars, "target": chars}, _Greedy(), 3)
+    traced = evaluation.traced_functions(model)
+    assert traced and traced == first, f"{name}: the second evaluation built new functions"
+    for key, function in traced.items():
+      assert function.experimental_get_tracing_count() == 1, (name, key)
+    if name == "language_model":  # the zeroed weights, not the first call's
+      np.testing.assert_allclose(metrics["perplexity"], 9, rtol=1e-5)
+    elif name == "classification":  # all logits equal: class 0, right for 2 of 3
+      assert metrics["accuracy"] == pytest.approx(2 / 3)
+    else:  # all logits equal: PAD everywhere, never a target token
+      assert metrics["token_accuracy"] == 0.0
+    other, _ = build()
+    kind.evaluate(other, same_spec, {"source": chars, "target": chars}, _Greedy(), None)
+    assert all(
+      function.experimental_get_tracing_count() == 1
+      for function in evaluation.traced_functions(other).values()
+    )
+    assert all(f is not traced[k] for k, f in evaluation.traced_functions(other).items())
+    alive = weakref.ref(model)
+    del model, other
+    gc.collect()
+    assert alive() is None, f"{name}: the evaluation cache kept a model alive"
