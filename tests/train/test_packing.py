@@ -161,3 +161,50 @@ def test_the_training_pipeline_packs_rows_of_max_length(tmp_path):
 def test_packing_is_refused_where_it_cannot_work(values, kind, message):
   with pytest.raises(ValueError, match=message):
     RunConfig(**values).check(kind=kind)
+
+
+@pytest.mark.slow  # builds two small Trainers and traces their loops
+def test_a_stopped_packed_run_resumes_the_packed_stream_where_it_stopped(tmp_path):
+  """`--pack_examples`: a run saved after 3 steps (as SIGTERM or Ctrl-C leaves it) and resumed
+  by `Trainer.run` (as `python -m train` resumes) reads the packed rows the uninterrupted run
+  read next: it ends with the same weights, and its next batch of rows is the uninterrupted
+  run's. A resume that restarted the packed stream would train steps 4-6 on rows 1-3 again."""
+
+  from train.trainer import Trainer, prepare
+
+  config = RunConfig(
+    run_dir=str(tmp_path / "run"),
+    task="copy",
+    model="tiny",
+    d_model=32,
+    dff=64,
+    num_heads=4,
+    num_layers=1,
+    vocab_examples=300,
+    vocab_size=200,
+    batch_size=4,
+    max_length=16,
+    dropout=0.0,
+    warmup_steps=2,
+    train_steps=6,
+    eval_examples=4,
+    test_examples=4,
+    decode=dict(strategy="greedy"),
+    attention_images=0,
+    strategy="one_device",
+    jit_compile=False,
+    pack_examples=True,
+  )
+  straight = Trainer(*prepare(config))
+  straight._train_loop(straight.iterator, tf.constant(3))
+  straight._save()  # the checkpoint a stopped run leaves at step 3
+  straight._train_loop(straight.iterator, tf.constant(3))  # the uninterrupted run goes on
+  resumed = Trainer(*prepare(config))
+  resumed.run()  # from the step-3 checkpoint to step 6
+  assert resumed.step == straight.step == 6
+  for got, want in zip(resumed.model.variables, straight.model.variables):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6, err_msg=got.name)
+  after_resume, after_straight = next(resumed.iterator), next(straight.iterator)
+  assert packing.SOURCE_SEGMENTS in after_straight  # packed rows
+  for name, rows in after_straight.items():
+    np.testing.assert_array_equal(after_resume[name].numpy(), rows.numpy(), err_msg=name)
