@@ -21,6 +21,15 @@ def test_export_comparison_times_both_exports_of_a_run(trained_run, capsys):
       assert timing["rows_per_second"] > 0
   printed = capsys.readouterr().out
   assert "batch 1: XLA p50" in printed and "batch 3: XLA p50" in printed
+  # benchmarks/gpu_pass.py's decode step reports these timings (its own test skips the step).
+  import gpu_pass
+
+  decode = {"status": "ok", "seconds": 1.0, "result": {str(b): m for b, m in results.items()}}
+  steps = {name: {"status": "skipped: --skip"} for name in gpu_pass.STEPS}
+  steps["decode"] = decode
+  report = {"quick": True, "started": "now", "total_seconds": 1.0, "steps": steps}
+  table = gpu_pass.markdown(report).split("## Export decoding (beam 4), graph vs XLA\n")[1]
+  assert [line.split(" | ")[0] for line in table.splitlines()[2:4]] == ["| 1", "| 3"]
 
 
 def test_every_decoder_and_sampling_variant_is_timed_on_a_tiny_model(capsys):
