@@ -198,4 +198,5 @@ def test_a_stopped_packed_run_resumes_the_packed_stream_where_it_stopped(tmp_pat
   )
   straight, _ = resume_and_go_on(config)
   assert straight.model_config.compute_dtype == "bfloat16"
+  assert {v.dtype for v in straight.model.trainable_variables} == {tf.float32}
   assert packing.SOURCE_SEGMENTS in next(straight.iterator)  # packed rows
