@@ -34,9 +34,9 @@ from tfattn.decode_options import DecodeOptions
 from tfattn.support.reference_decoding import reference_decode
 
 
-def make_model(vocab=8000):
+def make_model(vocab=8000, preset="small"):
   config = tfattn.TransformerConfig.preset(
-    "small",
+    preset,
     source_vocab_size=vocab,
     target_vocab_size=vocab,
     tie_output_embedding=False,
@@ -175,11 +175,16 @@ def main(argv):
     compare_exports(args)
 
 
-def compare_decoders(args):
-  model = make_model()
+def compare_decoders(args, preset="small", vocab=8000, lengths=(16, 64, 128), length=64):
+  """Times greedy cached against uncached at each of `lengths` output tokens, then at `length`
+  tokens beam 4 and padded (XLA) greedy against greedy, then sampling (`compare_sampling`), on
+  a `preset` model with random weights. Returns {"cached_vs_uncached": {tokens: {"cached",
+  "uncached"}}, "decoders": {"greedy", "beam", "xla"}, "sampling": {variant: seconds}}, in
+  output tokens/s but for sampling."""
+  model = make_model(vocab, preset)
   spec = tf.TensorSpec([None, None], tf.int32)
   source = tf.constant(
-    np.random.default_rng(0).integers(3, 8000, [args.batch, args.source_length]), tf.int32
+    np.random.default_rng(0).integers(3, vocab, [args.batch, args.source_length]), tf.int32
   )
 
   def greedy(length, **kwargs):
@@ -199,22 +204,27 @@ def compare_decoders(args):
   def call(fn):
     return lambda: fn(source).numpy()
 
+  c = model.config
   print(
-    f"model: small (4+4 layers, d_model 256), batch {args.batch}, source length "
-    f"{args.source_length}; output tokens/s (batch x length / seconds), median of "
-    f"{args.rounds} interleaved rounds\n"
+    f"model: {preset} ({c.num_encoder_layers}+{c.num_decoder_layers} layers, d_model "
+    f"{c.d_model}), batch {args.batch}, source length {args.source_length}; output tokens/s "
+    f"(batch x length / seconds), median of {args.rounds} interleaved rounds\n"
   )
   print(f"{'tokens':>6} {'cached tok/s':>13} {'uncached tok/s':>15} {'speed-up':>9}")
-  for length in (16, 64, 128):
+  results = {"cached_vs_uncached": {}}
+  for tokens in lengths:
     seconds = common.interleaved_medians(
-      {"cached": call(greedy(length)), "uncached": call(uncached_greedy(length))},
+      {"cached": call(greedy(tokens)), "uncached": call(uncached_greedy(tokens))},
       args.rounds,
       1,
     )
-    cached, uncached = (args.batch * length / seconds[k] for k in ("cached", "uncached"))
-    print(f"{length:>6} {cached:13.0f} {uncached:15.0f} {cached / uncached:8.1f}x")
+    rates = {k: args.batch * tokens / v for k, v in seconds.items()}
+    results["cached_vs_uncached"][tokens] = rates
+    print(
+      f"{tokens:>6} {rates['cached']:13.0f} {rates['uncached']:15.0f} "
+      f"{rates['cached'] / rates['uncached']:8.1f}x"
+    )
 
-  length = 64
   beam = tf.function(
     lambda s: decoding.beam_decode(model, s, beam_size=4, alpha=0.6, max_decode_length=length).ids,
     input_signature=[spec],
@@ -229,18 +239,22 @@ def compare_decoders(args):
     args.rounds,
     1,
   )
-  rate = {k: args.batch * length / v for k, v in seconds.items()}
+  rate = results["decoders"] = {k: args.batch * length / v for k, v in seconds.items()}
   print(
     f"\nat {length} tokens: greedy {rate['greedy']:.0f} tok/s, beam 4 {rate['beam']:.0f} "
     f"tok/s (beam costs {rate['greedy'] / rate['beam']:.1f}x greedy's time), padded greedy "
     f"under XLA {rate['xla']:.0f} tok/s ({rate['xla'] / rate['greedy']:.2f}x graph-mode "
     f"cached greedy)"
   )
-  compare_sampling(args, model, source, greedy(length), greedy(length, padded_decode=True), length)
+  results["sampling"] = compare_sampling(
+    args, model, source, greedy(length), greedy(length, padded_decode=True), length
+  )
+  return results
 
 
 def compare_sampling(args, model, source, greedy, xla_greedy, length):
-  """Sampling's cost against greedy's (the same loop, another token choice), graph and XLA."""
+  """Sampling's cost against greedy's (the same loop, another token choice), graph and XLA.
+  Returns {variant: median seconds a call}."""
   spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int64)]
   seeds = tf.range(args.batch, dtype=tf.int64)
 
@@ -274,6 +288,7 @@ def compare_sampling(args, model, source, greedy, xla_greedy, length):
   for name, value in seconds.items():
     base = seconds["XLA greedy" if name.startswith("XLA") else "greedy"]
     print(f"  {name:22s} {value * 1000:8.1f} ms  {value / base:5.2f}x")
+  return seconds
 
 
 if __name__ == "__main__":

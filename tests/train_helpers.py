@@ -303,3 +303,31 @@ def run_recording_imports(args, timeout=60):
     if line.startswith("import time:")
   }
   return result, imported
+
+
+def resume_and_go_on(config, steps=3):
+  """Exact resume, in one process: a Trainer of `config` (a RunConfig with a fresh run_dir and
+  `train_steps` = 2 x `steps`) trains `steps` steps, saves the checkpoint a stopped run leaves
+  (SIGTERM, Ctrl-C), and trains on to the end uninterrupted; a second Trainer of the same
+  config resumes from that checkpoint with `Trainer.run`, as `python -m train` resumes.
+  Asserts both end at the same step with the same model and optimizer variables, and read the
+  same next batch. Returns (uninterrupted, resumed)."""
+  from train.trainer import Trainer, prepare
+
+  assert config.train_steps == 2 * steps
+  straight = Trainer(*prepare(config))
+  straight._train_loop(straight.iterator, tf.constant(steps))
+  straight._save()
+  straight._train_loop(straight.iterator, tf.constant(steps))
+  resumed = Trainer(*prepare(config))
+  resumed.run()
+  assert resumed.step == straight.step == config.train_steps
+  for trainer_part in ("model", "optimizer"):
+    pairs = zip(getattr(resumed, trainer_part).variables, getattr(straight, trainer_part).variables)
+    for got, want in pairs:
+      np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6, err_msg=got.name)
+  after_resume, after_straight = next(resumed.iterator), next(straight.iterator)
+  assert set(after_resume) == set(after_straight)
+  for name, value in after_straight.items():
+    np.testing.assert_array_equal(after_resume[name].numpy(), value.numpy(), err_msg=name)
+  return straight, resumed

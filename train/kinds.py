@@ -423,7 +423,7 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     }
 
   def evaluation_note(self, config) -> str:
-    return " (perplexity)"
+    return " (perplexity, nats per character, bits per byte, token accuracy)"
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:
     """The last layer's causal self-attention over the first `MAP_PIECES` pieces of each row

@@ -156,3 +156,48 @@ def test_the_character_language_model_recipe_on_a_text_split_as_nanogpt_splits_i
     validation = json.load(f)["validation"]
   # Judged whole: every character of the validation text (and the one [END]) is counted.
   assert validation["partial"] is False and validation["characters"] == len(text) - cut + 1
+
+
+def test_a_translation_recipe_on_multi30k_files_judged_through_its_export(tmp_path):
+  """--multi30k (the task-1 raw files: one sentence a line, one file a language) with
+  --through_export: the run is exported and the test sources translated by the SavedModel, its
+  BLEU recorded beside the trainer's and its hypotheses written, one a line."""
+  sentences = [
+    ("Ein Mann schläft.", "A man sleeps."),
+    ("Eine Frau läuft.", "A woman runs."),
+    ("Ein Hund spielt im Schnee.", "A dog plays in the snow."),
+    ("Zwei Kinder lachen.", "Two children laugh."),
+  ]
+  for split, count in (("train", 8), ("val", 2), ("test_2016_flickr", 3)):
+    for side, language in enumerate(("de", "en")):
+      lines = [pair[side] for pair in (sentences * 2)[:count]]
+      (tmp_path / f"{split}.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+  result = subprocess.run(
+    [
+      sys.executable,
+      os.path.join("benchmarks", "quality.py"),
+      f"--multi30k={tmp_path}",
+      "--recipes=multi30k_de_en",
+      "--through_export",
+      f"--work_dir={tmp_path}/work",
+      *TINY,
+      *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
+      *("--extra_flag=--num_heads=4", "--extra_flag=--vocab_examples=100"),
+    ],
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  work = tmp_path / "work"
+  with open(work / "results.jsonl") as f:
+    (run,) = [json.loads(line) for line in f]
+  served = run["test_through_export"]
+  assert {"bleu", "bleu_lowercase", "seconds"} <= set(served)
+  assert served["bleu"] >= 0 and run["test"]["examples"] == 3
+  hypotheses = (work / "multi30k_de_en-seed0.test.hypotheses").read_text(encoding="utf-8")
+  assert hypotheses.count("\n") == 3
+  rows = [line for line in result.stdout.splitlines() if line.startswith("| multi30k_de_en")]
+  assert len(rows) == 3, result.stdout[-3000:]  # one per anchor

@@ -1,5 +1,5 @@
 """benchmarks/train_throughput.py at a tiny size: every model and XLA mode on full random rows,
-and packed against unpacked batches of a pairs file, each XLA mode."""
+both dtypes, and packed against unpacked batches of a pairs file, each XLA mode."""
 
 import cli
 
@@ -15,6 +15,31 @@ def test_every_model_and_xla_mode_is_measured():
   assert found == {(m, x) for m in benchmark.MODELS for x in benchmark.XLA_MODES}
   assert all(v["target_tokens_per_second"] > 0 for v in result["variants"])
   assert set(benchmark.ratios(result)) == {"XLA off", "XLA on"}
+
+
+def test_bfloat16_is_measured_on_tfattn_and_the_keras_peer():
+  """--dtype=bfloat16: tfattn computes in bfloat16, the peer under Keras' mixed_bfloat16 policy
+  (restored after), the peak in bfloat16. XLA off only: the dtype path is the same under XLA."""
+  import keras
+
+  result = benchmark.measure(
+    "tiny",
+    dtype="bfloat16",
+    steps=1,
+    rounds=1,
+    batch_size=2,
+    length=8,
+    models=("tfattn", "keras_mha"),
+    xla_modes=("off",),
+    peak_seconds=0.05,
+  )
+  assert result["config"]["dtype"] == "bfloat16" and result["peak_flops"] > 0
+  assert {(v["model"], v["xla"]) for v in result["variants"]} == {
+    ("tfattn", "off"),
+    ("keras_mha", "off"),
+  }
+  assert all(v["target_tokens_per_second"] > 0 for v in result["variants"])
+  assert keras.mixed_precision.global_policy().name == "float32"
 
 
 def _pairs_file(tmp_path):

@@ -352,3 +352,47 @@ def test_the_one_replica_xla_step_updates_the_weights_as_the_graph_step(tmp_path
     states[jit_compile] = _state(trainer)
   for xla, graph in zip(states[True], states[False]):
     np.testing.assert_allclose(xla, graph, atol=1e-5)
+
+
+@pytest.mark.slow  # builds two Trainers and compiles their step
+def test_float16_in_the_one_replica_xla_step_scales_the_loss_skips_overflows_and_resumes(tmp_path):
+  """`--mixed_precision=mixed_float16 --jit_compile` on one replica: the LossScaleOptimizer's
+  update runs inside the step's XLA program. A language model trains in float16 with float32
+  weights; its loss scale and the count of finite steps resume exactly with the weights; a
+  step whose scaled gradients overflow float16 changes no weight and halves the scale."""
+  import keras
+
+  from train_helpers import resume_and_go_on, tiny_text_run
+
+  config = tiny_text_run(
+    tmp_path,
+    mixed_precision="mixed_float16",
+    jit_compile=True,
+    strategy="one_device",
+    train_steps=6,
+    schedule="constant",  # steps after train_steps still learn
+    learning_rate=1e-3,
+    warmup_steps=1,
+    eval_examples=8,
+  )
+  _, trainer = resume_and_go_on(config)
+  assert trainer.model_config.compute_dtype == "float16"
+  assert {v.dtype for v in trainer.model.trainable_variables} == {tf.float32}
+  optimizer = trainer.optimizer
+  assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+  assert int(optimizer.step_counter) == 6  # every step was finite, counted inside XLA
+  weights = [v.numpy() for v in trainer.model.trainable_variables]
+
+  optimizer.dynamic_scale.assign(2.0**100)  # float16 gradients overflow at this scale
+  sums, _ = trainer._train_loop(trainer.iterator, tf.constant(1))
+  assert np.isfinite(float(sums[0]))  # the loss itself is not scaled
+  assert trainer.step == 6  # Keras counts the steps it applies
+  assert float(optimizer.dynamic_scale) == 2.0**99 and int(optimizer.step_counter) == 0
+  for before, after in zip(weights, trainer.model.trainable_variables):
+    np.testing.assert_array_equal(after.numpy(), before)  # the step was skipped
+
+  optimizer.dynamic_scale.assign(2.0**15)
+  trainer._train_loop(trainer.iterator, tf.constant(1))
+  assert int(optimizer.step_counter) == 1
+  moved = [np.abs(v.numpy() - w).max() for v, w in zip(trainer.model.trainable_variables, weights)]
+  assert max(moved) > 0
