@@ -7,7 +7,8 @@ number of examples (`FirstExamples`) and says whether that left some out."""
 import math
 import sys
 import unicodedata
-from typing import Dict, Optional
+import weakref
+from typing import Callable, Dict, Hashable, Optional
 
 import numpy as np
 import sacrebleu
@@ -28,6 +29,33 @@ def bleu_scores(hypotheses, references):
     scores[name] = metric.corpus_score(hypotheses, [references]).score
     scores[f"{name}_signature"] = str(metric.get_signature())
   return scores
+
+
+# Each model's evaluation functions, traced once and kept while the model lives: a run evaluates
+# every --eval_every steps, and a tf.function built per evaluation traces again each time. The
+# functions see the model through a weak proxy, so this cache keeps no model alive.
+_TRACED = weakref.WeakKeyDictionary()  # model -> {key: tf.function}
+
+
+def traced_for(model, key: Hashable, build: Callable):
+  """The tf.function `build(model)` makes, built on the first call for `model` and `key` and
+  reused while the model lives. `key` names everything else the function depends on (what it
+  computes, decoding options, the batches' element spec, a tokenizer it captures); the model's
+  weights are read when the function runs, so they may change between calls."""
+  functions = _TRACED.setdefault(model, {})
+  if key not in functions:
+    functions[key] = build(weakref.proxy(model))
+  return functions[key]
+
+
+def traced_functions(model) -> Dict:
+  """{key: tf.function} of the evaluation functions cached for `model`."""
+  return dict(_TRACED.get(model, {}))
+
+
+def spec_key(element_spec) -> Hashable:
+  """A dataset's element spec (a dict of `tf.TensorSpec`) as a cache key."""
+  return tuple(sorted(element_spec.items()))
 
 
 def make_decoder(model, options: DecodeOptions):
@@ -156,11 +184,15 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, options: De
   """Decodes held-out sources (up to `max_examples`, None: all) as `options` say and compares
   the detokenized outputs with the reference texts ("target_text" in the batches, see
   `train.data.seq2seq_dataset`)."""
-  decode = make_decoder(model, options)
-  teacher_forced = tf.function(
-    lambda s, t: model(s, t),
-    input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2,
-    autograph=False,
+  decode = traced_for(model, ("decode", options), lambda m: make_decoder(m, options))
+  teacher_forced = traced_for(
+    model,
+    "teacher_forced",
+    lambda m: tf.function(
+      lambda s, t: m(s, t),
+      input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2,
+      autograph=False,
+    ),
   )
   correct_tokens = total_tokens = 0.0
   hypotheses, references = [], []
@@ -188,10 +220,14 @@ def evaluate_seq2seq(model, dataset, target_tokenizer, max_examples, options: De
 
 def evaluate_classification(model, dataset, max_examples):
   """Accuracy on up to `max_examples` examples (None: all)."""
-  predict = tf.function(
-    lambda ids: tf.argmax(model(ids), -1),
-    input_signature=[tf.TensorSpec([None, None], tf.int32)],
-    autograph=False,
+  predict = traced_for(
+    model,
+    "predict",
+    lambda m: tf.function(
+      lambda ids: tf.argmax(m(ids), -1),
+      input_signature=[tf.TensorSpec([None, None], tf.int32)],
+      autograph=False,
+    ),
   )
   correct = 0
   judged = FirstExamples(dataset, max_examples)

@@ -393,16 +393,22 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     del config  # judged on token ids
     tokenizer = tokenizers["source"]
 
-    @tf.function(input_signature=[dataset.element_spec], autograph=False)
-    def sums(batch):
-      inputs, targets = self.inputs_and_targets(batch)
-      logits = model(inputs, **self.model_options(batch))  # once: likelihood and accuracy
-      nll, count = perplexity_sums_of_logits(logits, targets)
-      characters, utf8_bytes = evaluation.target_characters(tokenizer, targets)
-      correct = losses.masked_accuracy(logits, targets)[0]
-      slots = tf.cast(tf.size(targets), tf.float32)
-      return nll, count, correct, characters, utf8_bytes, slots
+    def build(model):
+      @tf.function(input_signature=[dataset.element_spec], autograph=False)
+      def sums(batch):
+        inputs, targets = self.inputs_and_targets(batch)
+        logits = model(inputs, **self.model_options(batch))  # once: likelihood and accuracy
+        nll, count = perplexity_sums_of_logits(logits, targets)
+        characters, utf8_bytes = evaluation.target_characters(tokenizer, targets)
+        correct = losses.masked_accuracy(logits, targets)[0]
+        slots = tf.cast(tf.size(targets), tf.float32)
+        return nll, count, correct, characters, utf8_bytes, slots
 
+      return sums
+
+    # One trace per model, batches' spec and tokenizer: every later evaluation reuses it.
+    key = ("sums", evaluation.spec_key(dataset.element_spec), tokenizer)
+    sums = evaluation.traced_for(model, key, build)
     totals = np.zeros(6)  # nll, tokens, correct, characters, bytes, target slots
     judged = evaluation.FirstExamples(dataset, max_examples)
     for batch in judged:

@@ -2,13 +2,16 @@
 for, nats per character, bits per byte) and partial evaluations, on hand-built data whose
 answers are known."""
 
+import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfattn
+from tfattn.decode_options import DecodeOptions
 from tfattn.special_ids import END_ID, PAD_ID, RESERVED_TOKENS, UNK_ID
 from train import evaluation, kinds, tokenizer
 
@@ -135,3 +138,84 @@ def test_every_kind_marks_a_partial_evaluation():
   for max_examples, partial in ((2, True), (None, False)):
     metrics = kinds.of("classification").evaluate(classifier, classified, {}, None, max_examples)
     assert (metrics["examples"], metrics["partial"]) == (2 if partial else 3, partial)
+
+
+class _Greedy:
+  """The piece of a run's config a sequence-to-sequence evaluation reads."""
+
+  @staticmethod
+  def decode_options():
+    return DecodeOptions(strategy="greedy", max_decode_length=4)
+
+
+def test_every_kind_traces_its_evaluation_once_per_model_and_reads_its_weights_now():
+  """A run evaluates every --eval_every steps: each kind's evaluation functions are traced once
+  per model (not once per call), yet judge the weights as they are at each call; another model
+  gets its own, and the cache keeps no model alive."""
+  chars = _Characters()  # ids 0..8: the detokenizer of every model's outputs
+  tokenizers = {"source": chars, "target": chars}
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=9, target_vocab_size=9, num_encoder_layers=1, max_length=16
+  )
+  source = tf.constant([[5, 6, 7], [8, 5, 0], [4, 4, 4]], tf.int32)
+
+  def batches(**fields):
+    return lambda: tf.data.Dataset.from_tensor_slices({"source": source, **fields}).batch(2)
+
+  judged = {  # kind: (its model, its batches)
+    "classification": (
+      lambda: tfattn.EncoderClassifier(config.replace(num_classes=2)),
+      batches(label=tf.constant([0, 1, 0], tf.int64)),
+    ),
+    "language_model": (
+      lambda: tfattn.LanguageModel(config.replace(num_encoder_layers=0)),
+      batches(),
+    ),
+    "seq2seq": (
+      lambda: tfattn.Transformer(config),
+      batches(
+        target_in=tf.constant([[1, 5, 6], [1, 8, 0], [1, 4, 4]], tf.int32),
+        target_out=tf.constant([[5, 6, 2], [8, 2, 0], [4, 4, 2]], tf.int32),
+        target_text=tf.constant(["ab", "é", "aa"]),
+      ),
+    ),
+  }
+  for name, (make_model, make_batches) in judged.items():
+    kind = kinds.of(name)
+    model = make_model()
+    kind.evaluate(model, make_batches(), tokenizers, _Greedy(), None)
+    first = evaluation.traced_functions(model)
+    for variable in model.variables:  # uniform predictions from here on
+      variable.assign(tf.zeros_like(variable))
+    # New batches of the same element spec, as each --eval_every evaluation makes.
+    metrics = kind.evaluate(model, make_batches(), tokenizers, _Greedy(), 3)
+    traced = evaluation.traced_functions(model)
+    assert traced and traced == first, f"{name}: the second evaluation built new functions"
+    for key, function in traced.items():
+      assert function.experimental_get_tracing_count() == 1, (name, key)
+    if name == "language_model":  # the zeroed weights, not the first call's
+      np.testing.assert_allclose(metrics["perplexity"], 9, rtol=1e-5)
+    elif name == "classification":  # all logits equal: class 0, right for 2 of 3
+      assert metrics["accuracy"] == pytest.approx(2 / 3)
+    else:  # all logits equal: PAD everywhere, never a target token
+      assert metrics["token_accuracy"] == 0.0
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None, f"{name}: the evaluation cache kept a model alive"
+
+  # Another model gets functions of its own (the cache is keyed by the model), which judge its
+  # weights, not the first model's.
+  make_model, make_batches = judged["language_model"]
+  zeroed, other = make_model(), make_model()
+  for variable in zeroed.variables:
+    variable.assign(tf.zeros_like(variable))
+  language_model = kinds.of("language_model")
+  perplexities = [
+    language_model.evaluate(model, make_batches(), tokenizers, None, None)["perplexity"]
+    for model in (zeroed, other)
+  ]
+  np.testing.assert_allclose(perplexities[0], 9, rtol=1e-5)
+  assert abs(perplexities[1] - 9) > 1e-3, perplexities  # a random model is not uniform
+  (mine,), (theirs,) = (evaluation.traced_functions(m).values() for m in (zeroed, other))
+  assert mine is not theirs
