@@ -10,7 +10,7 @@ import tensorflow as tf
 import tfattn
 from tfattn import text
 from tfattn.position import segment_positions
-from train import data, kinds, packing, tokenizer
+from train import data, kinds, packing, tasks, tokenizer
 from train.run_config import RunConfig
 
 LENGTH = 12
@@ -161,3 +161,27 @@ def test_the_training_pipeline_packs_rows_of_max_length(tmp_path):
 def test_packing_is_refused_where_it_cannot_work(values, kind, message):
   with pytest.raises(ValueError, match=message):
     RunConfig(**values).check(kind=kind)
+
+
+def test_pack_examples_reaches_the_kind_through_the_task_options_for_training_only(tmp_path):
+  path = tmp_path / "train.tsv"
+  path.write_text("7 7\t8\n7\t8 8\n" * 6)
+  assert tasks.get_task(RunConfig(task="tsv", train_file=str(path))).dataset_options == {}
+  task = tasks.get_task(RunConfig(task="tsv", train_file=str(path), pack_examples=True))
+  assert task.dataset_options == {"pack": True}
+  tok = _tokenizer(tmp_path)
+
+  def first_batch(training):
+    dataset = kinds.Seq2Seq().dataset(
+      task.train(),
+      {"source": tok, "target": tok},
+      training=training,
+      truncate="right",
+      batch_size=4,
+      max_length=16,
+      **task.dataset_options,
+    )
+    return next(dataset.as_numpy_iterator())
+
+  assert packing.SOURCE_SEGMENTS in first_batch(training=True)
+  assert packing.SOURCE_SEGMENTS not in first_batch(training=False)  # validation: unpacked
