@@ -15,8 +15,10 @@ With `--pairs_file` (source<TAB>target lines, e.g. Multi30k's), it measures pack
 tfattn's training step (the trainer's loss, `train.kinds.Seq2Seq`) on the batches the training
 pipeline cuts from those pairs (SentencePiece vocabularies of the config's size learned from
 them), unpacked (token batching: up to `--batch` x `--length` padded tokens a side, by length
-bucket) and packed (`--pack_examples`: `--batch` rows of `--length` tokens), side by side. It
-prints real (non-padding) target tokens/s, the share of real tokens (both sides) and the ratio.
+bucket), packed (`--pack_examples`: the same tokens a batch, in rows of the length the trainer
+chooses from the data) and packed_full (rows of `--length`), side by side. It prints real
+(non-padding) target tokens per second and per CPU second, the share of real tokens (both
+sides), pairs a row, the row length and the ratios.
 """
 
 import cli
