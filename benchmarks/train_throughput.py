@@ -15,8 +15,10 @@ With `--pairs_file` (source<TAB>target lines, e.g. Multi30k's), it measures pack
 tfattn's training step (the trainer's loss, `train.kinds.Seq2Seq`) on the batches the training
 pipeline cuts from those pairs (SentencePiece vocabularies of the config's size learned from
 them), unpacked (token batching: up to `--batch` x `--length` padded tokens a side, by length
-bucket) and packed (`--pack_examples`: `--batch` rows of `--length` tokens), side by side. It
-prints real (non-padding) target tokens/s, the share of real tokens (both sides) and the ratio.
+bucket), packed (`--pack_examples`: the same tokens a batch, in rows of the length the trainer
+chooses from the data) and packed_full (rows of `--length`), side by side. It prints real
+(non-padding) target tokens per second and per CPU second, the share of real tokens (both
+sides), pairs a row, the row length and the ratios.
 """
 
 import cli
@@ -24,7 +26,9 @@ import common
 
 import dataclasses
 import os
+import statistics
 import tempfile
+import time
 from typing import List, Optional
 
 from settings import setting
@@ -299,7 +303,9 @@ def measure(
   }
 
 
-PACKING_MODES = ("unpacked", "packed")
+# packed: rows of the length the trainer chooses from the data (`data.packed_row_length`);
+# packed_full: every row --length tokens (how packing first packed).
+PACKING_MODES = ("unpacked", "packed", "packed_full")
 # Pairs the vocabularies of a --pairs_file run are learned from (Multi30k's training set).
 VOCAB_PAIRS = 29_000
 
@@ -328,7 +334,8 @@ def _learn_tokenizer(texts, vocab_size, directory, side):
 
 
 def _batch_counts(batches):
-  """(real target tokens, real share of both sides' tokens, pairs a row) of a pass."""
+  """(real target tokens, real share of both sides' tokens, pairs a row, the commonest row
+  length) of a pass."""
   share, pairs, rows = packing.real_token_share(
     tf.data.Dataset.from_generator(
       lambda: iter(batches),
@@ -336,7 +343,8 @@ def _batch_counts(batches):
     )
   )
   target = sum(int(tf.math.count_nonzero(b["target_out"])) for b in batches)
-  return target, share, pairs / rows
+  lengths = [int(b["source"].shape[1]) for b in batches]
+  return target, share, pairs / rows, max(set(lengths), key=lengths.count)
 
 
 def measure_packing(
@@ -351,8 +359,9 @@ def measure_packing(
 ):
   """Times tfattn's training step over `steps` batches of the pairs, unpacked and packed, at
   each XLA mode, interleaved. Returns a dict: "device", "config", "pairs", and "variants":
-  [{"mode", "xla", "seconds_per_pass", "real_target_tokens_per_second", "real_share",
-  "pairs_per_row"}]."""
+  [{"mode", "xla", "seconds_per_pass", "real_target_tokens_per_second",
+  "cpu_seconds_per_pass", "real_target_tokens_per_cpu_second", "real_share",
+  "pairs_per_row", "row_length"}] (row_length: the commonest padded length of its batches)."""
   c = CONFIGS[config_name]
   sources, targets = read_pairs(pairs_file)
   with tempfile.TemporaryDirectory() as directory:
@@ -374,7 +383,7 @@ def measure_packing(
   )
   model, kind = tfattn.Transformer(config), kinds.Seq2Seq()
   variables = model.trainable_variables
-  timed, counts = {}, {}
+  timed, counts, cpu = {}, {}, {}
   for xla in xla_modes:
     for mode in PACKING_MODES:
       batches = list(
@@ -389,15 +398,20 @@ def measure_packing(
           drop_remainder=True,
           batch_tokens=batch_size * length,  # the same padded tokens a batch, both ways
           pad_to_bucket=xla == "on",  # as the trainer batches under XLA
-          pack=mode == "packed",
+          pack=mode != "unpacked",
+          pack_row_length=length if mode == "packed_full" else None,
         ).take(steps)
       )
       counts[mode, xla] = _batch_counts(batches)
       optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
       optimizer.build(variables)
       step = _packing_step(kind, model, optimizer, batches[0], xla == "on")
-      timed[mode, xla] = lambda step=step, batches=batches: [step(b) for b in batches][-1].numpy()
+      timed[mode, xla] = _with_cpu_time(
+        lambda step=step, batches=batches: [step(b) for b in batches][-1].numpy(),
+        cpu.setdefault((mode, xla), []),
+      )
   seconds = common.interleaved_medians(timed, rounds, 1)
+  cpu_seconds = {key: statistics.median(values[1:]) for key, values in cpu.items()}  # [0]: compile
   return {
     "device": common.device_description(),
     "config": dict(name=config_name, dtype=dtype, batch=batch_size, length=length, **c),
@@ -410,12 +424,28 @@ def measure_packing(
         "xla": xla,
         "seconds_per_pass": value,
         "real_target_tokens_per_second": counts[mode, xla][0] / value,
+        "cpu_seconds_per_pass": cpu_seconds[mode, xla],
+        "real_target_tokens_per_cpu_second": counts[mode, xla][0] / cpu_seconds[mode, xla],
         "real_share": counts[mode, xla][1],
         "pairs_per_row": counts[mode, xla][2],
+        "row_length": counts[mode, xla][3],
       }
       for (mode, xla), value in seconds.items()
     ],
   }
+
+
+def _with_cpu_time(fn, samples):
+  """fn, appending the process CPU seconds of each call to `samples`: on a machine other jobs
+  share, CPU time counts the work done and wall time also the waiting (both are reported)."""
+
+  def run():
+    start = time.process_time()
+    result = fn()
+    samples.append(time.process_time() - start)
+    return result
+
+  return run
 
 
 def _packing_step(kind, model, optimizer, example_batch, jit):
@@ -445,9 +475,9 @@ def _ratios_by_xla(result, role, rate, over, under):
   }
 
 
-def packing_ratios(result):
-  """{"XLA off": packed / unpacked real target tokens/s, ...}."""
-  return _ratios_by_xla(result, "mode", "real_target_tokens_per_second", "packed", "unpacked")
+def packing_ratios(result, packed="packed", rate="real_target_tokens_per_second"):
+  """{"XLA off": `packed` / unpacked real target tokens/s (or another `rate`), ...}."""
+  return _ratios_by_xla(result, "mode", rate, packed, "unpacked")
 
 
 def _print_packing(args, xla_modes):
@@ -471,18 +501,25 @@ def _print_packing(args, xla_modes):
     f"{args.steps} steps\n"
   )
   print(
-    f"{'mode':<9} {'XLA':<5} {'s/pass':>8} {'real target tok/s':>18} {'real share':>11} "
-    f"{'pairs/row':>10}"
+    f"{'mode':<11} {'XLA':<5} {'s/pass':>8} {'real target tok/s':>18} {'CPU s/pass':>11} "
+    f"{'tok/CPU s':>10} {'real share':>11} {'pairs/row':>10} {'row length':>11}"
   )
   for v in result["variants"]:
     print(
-      f"{v['mode']:<9} {v['xla']:<5} {v['seconds_per_pass']:8.3f} "
-      f"{v['real_target_tokens_per_second']:18.0f} {v['real_share']:11.3f} "
-      f"{v['pairs_per_row']:10.2f}"
+      f"{v['mode']:<11} {v['xla']:<5} {v['seconds_per_pass']:8.3f} "
+      f"{v['real_target_tokens_per_second']:18.0f} {v['cpu_seconds_per_pass']:11.3f} "
+      f"{v['real_target_tokens_per_cpu_second']:10.0f} {v['real_share']:11.3f} "
+      f"{v['pairs_per_row']:10.2f} {v['row_length']:11d}"
     )
   print()
-  for name, ratio in packing_ratios(result).items():
-    print(f"ratio packed / unpacked real target tokens/s, {name}: {ratio:.2f}x")
+  cpu_rate = "real_target_tokens_per_cpu_second"
+  for packed, what in (("packed", "packed"), ("packed_full", "packed_full (rows of --length)")):
+    for name, ratio in packing_ratios(result, packed).items():
+      by_cpu = packing_ratios(result, packed, cpu_rate)[name]
+      print(
+        f"ratio {what} / unpacked real target tokens, {name}: {ratio:.2f}x per second, "
+        f"{by_cpu:.2f}x per CPU second"
+      )
 
 
 def _keras_peer(c, dtype, batch):

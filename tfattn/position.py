@@ -31,19 +31,21 @@ def segment_positions(segment_ids: tf.Tensor) -> tf.Tensor:
     segment_ids: int `[batch, length]`, 1, 2, ... per example, 0 for padding; each segment is
       one contiguous run.
   Returns:
-    int32 `[batch, length]`: 0, 1, 2, ... within each segment (padding counts on; it is
-    masked).
+    int32 `[batch, length]`: 0, 1, 2, ... within each segment (padding counts from where it
+    begins; it is masked).
   """
   segment_ids = tf.convert_to_tensor(segment_ids)
-  length = tf.shape(segment_ids)[1]
-  index = tf.broadcast_to(tf.range(length), tf.shape(segment_ids))
+  shape = tf.shape(segment_ids)
+  index = tf.broadcast_to(tf.range(shape[1]), shape)
   starts = tf.concat(
     [tf.ones_like(segment_ids[:, :1], tf.bool), segment_ids[:, 1:] != segment_ids[:, :-1]], 1
   )
-  # Each position minus the index where its segment began (a running max of start indices).
-  start_index = tf.where(starts, index, tf.zeros_like(index))
-  start_index = tf.scan(tf.maximum, tf.transpose(start_index))
-  return index - tf.transpose(start_index)
+  # Each position minus the index where its run began. Runs are numbered 1, 2, ... along each
+  # row (any ids work, only neighbours must differ) and apart across rows, so one segment-min
+  # over every row at once finds each run's first index: no loop over the length.
+  run = tf.cumsum(tf.cast(starts, tf.int32), axis=1) + tf.range(shape[0])[:, tf.newaxis] * shape[1]
+  run_start = tf.math.unsorted_segment_min(index, run, shape[0] * shape[1] + 1)
+  return index - tf.gather(run_start, run)
 
 
 class SinusoidalPosition(tf.Module):
@@ -63,9 +65,13 @@ class SinusoidalPosition(tf.Module):
     positions = tf.range(tf.shape(x)[1]) + offset
     return x + tf.cast(sinusoidal_encoding(positions, self.d_model), x.dtype)[tf.newaxis]
 
-  def at(self, positions: tf.Tensor) -> tf.Tensor:
+  def at(self, positions: tf.Tensor, limit=None) -> tf.Tensor:
     """int `[batch, length]` positions (each row its own, e.g. a left-padded prompt's) ->
-    float32 `[batch, length, d_model]` encodings."""
+    float32 `[batch, length, d_model]` encodings. With `limit` (a bound every position is
+    below, e.g. a packed row's length), the encodings of 0..limit-1 are computed once and
+    looked up: sines and cosines of `[limit, d_model]` rather than of every token."""
+    if limit is not None:
+      return tf.gather(sinusoidal_encoding(tf.range(limit), self.d_model), positions)
     flat = sinusoidal_encoding(tf.reshape(positions, [-1]), self.d_model)
     return tf.reshape(flat, tf.concat([tf.shape(positions), [self.d_model]], 0))
 
@@ -92,7 +98,8 @@ class LearnedPosition(tf.Module):
     positions = tf.range(tf.shape(x)[1]) + offset
     return x + tf.cast(tf.gather(self.table, positions), x.dtype)[tf.newaxis]
 
-  def at(self, positions: tf.Tensor) -> tf.Tensor:
+  def at(self, positions: tf.Tensor, limit=None) -> tf.Tensor:
     """int `[batch, length]` positions (each row its own) -> `[batch, length, d_model]` rows of
-    the table."""
+    the table (`limit`, a bound on the positions, changes nothing: this is a lookup already)."""
+    del limit
     return tf.gather(self.table, positions)

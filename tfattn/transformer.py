@@ -276,7 +276,8 @@ class _Stack(tf.Module):
     if segments is None:
       x = self.position(x, offset)
     else:
-      x += tf.cast(self.position.at(position.segment_positions(segments)), x.dtype)
+      positions = position.segment_positions(segments)  # [batch, length], each below length
+      x += tf.cast(self.position.at(positions, limit=tf.shape(ids)[1]), x.dtype)
     return dropout(x, self.config.dropout_rate, self._rng, training)
 
   def _finish(self, x):

@@ -12,6 +12,8 @@ MAX_SHUFFLE_BUFFER = 200_000
 # Streamed files (size unknown): a smaller buffer. A checkpoint saves the buffer with the input
 # position (exact resume), ~160 bytes a slot plus the text: ~20 MB at 250-byte lines.
 STREAM_SHUFFLE_BUFFER = 50_000
+# Training pairs whose lengths choose the packed row length (`packed_row_length`).
+ROW_LENGTH_SAMPLE = 2000
 
 
 def shuffled(raw, seed):
@@ -91,6 +93,7 @@ def seq2seq_dataset(
   drop_remainder=False,
   keep_text=False,
   pack=False,
+  pack_row_length=None,
   **batching,
 ):
   """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
@@ -101,10 +104,14 @@ def seq2seq_dataset(
   kept, truncated to max_length, and the batch also carries the raw reference string
   "target_text" `[batch]`, so metrics compare with the reference text itself.
 
-  With `pack` (training), several pairs share each row of max_length tokens
-  (`train.packing`), and the batches also carry "source_segments" and "target_segments";
-  a batch holds `batch_size` rows, or with `batch_tokens` as many rows as fit that many
-  tokens a side."""
+  With `pack` (training), several pairs share each row (`train.packing`), and the batches also
+  carry "source_segments" and "target_segments". Rows are `pack_row_length` tokens a side, by
+  default the shortest bucket length that holds 99% of the first `ROW_LENGTH_SAMPLE` pairs
+  (`packing.choose_row_length`; read once, now); the longer pairs go into rows of max_length.
+  A batch holds `batch_tokens` tokens a side (default: `batch_size` rows of max_length), as
+  many rows of its length as fit."""
+  if pack and pack_row_length is None:
+    pack_row_length = packed_row_length(raw, source_tokenizer, target_tokenizer, max_length)
   if shuffle_seed is not None:
     raw = shuffled(raw, shuffle_seed)
   if repeat:
@@ -132,7 +139,7 @@ def seq2seq_dataset(
     )
   ds = ds.map(frame, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if pack:
-    return _packed_batches(ds, batch_size, max_length, drop_remainder, **batching)
+    return _packed_batches(ds, batch_size, max_length, pack_row_length, drop_remainder, **batching)
   ds = _bucket_and_batch(
     ds,
     lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])),
@@ -144,17 +151,45 @@ def seq2seq_dataset(
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
+def packed_row_length(raw, source_tokenizer, target_tokenizer, max_length):
+  """The packed row length for these (source, target) strings: from the lengths of the first
+  `ROW_LENGTH_SAMPLE` pairs that fit max_length, framed (`packing.choose_row_length` over the
+  bucket lengths)."""
+  sample = raw.take(ROW_LENGTH_SAMPLE).batch(512)
+  longest = []
+  for source, target in sample:
+    source_lengths = source_tokenizer.tokenize(source).row_lengths()
+    target_lengths = target_tokenizer.tokenize(target).row_lengths() + 1  # START or END
+    longest.extend(int(n) for n in tf.maximum(source_lengths, target_lengths) if n <= max_length)
+  return packing.choose_row_length(longest, max_length, bucket_lengths(max_length))
+
+
 def _packed_batches(
-  ds, batch_size, max_length, drop_remainder, batch_tokens=None, multiple_of=1, pad_to_bucket=False
+  ds,
+  batch_size,
+  max_length,
+  row_length,
+  drop_remainder,
+  batch_tokens=None,
+  multiple_of=1,
+  pad_to_bucket=False,
 ):
-  """Framed pairs -> batches of packed rows, `[rows, max_length]` each (one shape: every row
-  is max_length long, so `pad_to_bucket` changes nothing)."""
+  """Framed pairs -> batches of packed rows, `[rows, row_length]` or `[rows, max_length]` each
+  (every row of a batch is one of those lengths, both bucket lengths, so `pad_to_bucket`
+  changes nothing): as many rows as hold `batch_tokens` tokens a side, by default `batch_size`
+  rows of max_length."""
   del pad_to_bucket
-  rows = bucket_batch_sizes(max_length, batch_size, batch_tokens, multiple_of)[-1]
-  ds = packing.pack_pairs(ds, max_length).batch(rows, drop_remainder=drop_remainder)
-  options = tf.data.Options()  # as in `_bucket_and_batch`: the lookup tables are read-only
-  options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-  return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+  rows = packing.pack_pairs(ds, max_length, row_length=row_length)
+  batches = _bucket_and_batch(
+    rows,
+    lambda row: tf.size(row["source"]),
+    batch_size,
+    max_length,
+    drop_remainder,
+    batch_tokens=batch_tokens or batch_size * max_length,
+    multiple_of=multiple_of,
+  )
+  return batches.prefetch(tf.data.AUTOTUNE)
 
 
 def classification_dataset(

@@ -126,7 +126,7 @@ def evaluate(layout: RunDir, saved: dict, checkpoint_dir: str, file, weights, ma
     shuffle_seed=None,
     repeat=False,
     drop_remainder=False,
-    **task.dataset_options,  # e.g. the language model's packing
+    **task.dataset_options,  # packing (`train.tasks.get_task`), as in training
   )
   metrics = kind.evaluate(model, dataset, tokenizers, config, max_examples)
   return {

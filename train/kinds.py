@@ -177,20 +177,23 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
     """Batches of {"source", "target_in", "target_out"} `[batch, length]` int32 (plus
     "target_text" for evaluation); with `pack` (training only), rows of several pairs with
     their "source_segments" and "target_segments" (`train.packing`), and one log line: the
-    share of real tokens in the first batches, unpacked and packed."""
+    row length chosen and the share of real tokens in the first batches, unpacked and
+    packed."""
     del truncate  # sources longer than max_length are cut on the right
     pack = pack and training
+    source, target = tokenizers["source"], tokenizers["target"]
     if pack:
+      batching["pack_row_length"] = data.packed_row_length(
+        raw, source, target, batching["max_length"]
+      )
       self._log_real_token_share(raw, tokenizers, batching)
-    return data.seq2seq_dataset(
-      raw, tokenizers["source"], tokenizers["target"], keep_text=not training, pack=pack, **batching
-    )
+    return data.seq2seq_dataset(raw, source, target, keep_text=not training, pack=pack, **batching)
 
   @staticmethod
   def _log_real_token_share(raw, tokenizers, batching, pairs=SHARE_SAMPLE_PAIRS):
-    """Logs the share of real (non-padding) tokens in the batches of the first `pairs`
-    training pairs (in file order), batched as training batches them, without and with
-    packing."""
+    """Logs the packed row length and the share of real (non-padding) tokens in the batches of
+    the first `pairs` training pairs (in file order), batched as training batches them,
+    without and with packing."""
     sample = dict(batching, shuffle_seed=None, repeat=False, drop_remainder=False)
     shares = [
       packing.real_token_share(
@@ -202,9 +205,13 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
     ]
     (unpacked, _, _), (packed, packed_pairs, rows) = shares
     logging.info(
-      "packing: real (non-padding) tokens are %.1f%% of the batches' tokens unpacked, "
+      "packing: rows of %d tokens a side (of --max_length=%d: the shortest batch length that "
+      "holds 99%% of the first pairs whole; the longer ones are packed into rows of "
+      "--max_length); real (non-padding) tokens are %.1f%% of the batches' tokens unpacked, "
       "%.1f%% packed, %.2f pairs a row (both sides; the %d pairs that fit --max_length of "
       "the first %d training examples)",
+      batching["pack_row_length"],
+      batching["max_length"],
       100 * unpacked,
       100 * packed,
       packed_pairs / max(rows, 1),

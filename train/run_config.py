@@ -291,11 +291,12 @@ class RunConfig:
   )
   pack_examples: Optional[bool] = run_setting(
     None,
-    "Seq2seq training: pack several (source, target) pairs into each row of --max_length "
-    "tokens a side, each pair attending only to itself with its own positions, so far fewer "
-    "tokens are padding (tensor2tensor's and Flax's packing). --batch_size then counts rows; "
-    "--batch_tokens keeps the tokens a batch holds. Validation and test are not packed. Not "
-    "with --attention_window.",
+    "Seq2seq training: pack several (source, target) pairs into each row, each pair "
+    "attending only to itself with its own positions, so far fewer tokens are padding "
+    "(tensor2tensor's and Flax's packing). Rows are the shortest batch length that holds 99% "
+    "of the first 2,000 training pairs (the longer pairs: rows of --max_length). A batch "
+    "holds --batch_tokens tokens a side, or --batch_size rows of --max_length. Validation "
+    "and test are not packed. Not with --attention_window.",
     when_unset=False,
     when_missing=False,  # saved before packing existed: unpacked
     resume=MUST_MATCH,

@@ -35,8 +35,10 @@ class Task:
     vocabulary_sample: how the vocabularies sample the training examples: "first" (the first
       `vocab_examples`) or "reservoir" (a seeded uniform sample of one pass over all of them,
       for streamed files and large sorted corpora).
-    dataset_options: keyword arguments of the kind's `dataset` that the task chooses (the
-      language model's packing of `--task=text`); empty for most tasks.
+    dataset_options: keyword arguments of the kind's `dataset` that the run chooses, the one
+      path by which they reach it (`train.tasks.get_task`): the language model's packing of
+      `--task=text` (`packing`, `shuffle_tokens`), seq2seq's `--pack_examples` (`pack`);
+      empty for most runs.
   """
 
   name: str

@@ -7,6 +7,8 @@
   (`train/text_tasks.py`).
 """
 
+import dataclasses
+
 from train.builtin_tasks import builtin_task
 from train.flag_choices import BUILTIN_TASKS, TASK_NAMES, TEXT, TFDS_TASKS, TSV
 from train.task import CLASSIFICATION, SEQ2SEQ, Task  # noqa: F401 (the names users import)
@@ -17,7 +19,19 @@ from train.tsv_tasks import tsv_task
 
 def get_task(config) -> Task:
   """The task a run configuration names (its `task`, `seed`, data files, TFDS `data_dir` and
-  split slices); a ValueError naming the problem for an unknown task or bad data."""
+  split slices); a ValueError naming the problem for an unknown task or bad data.
+
+  Its `dataset_options` are the one path by which a run's choices of how examples become
+  batches reach the kind's `dataset`, in training and evaluate-only runs alike: the language
+  model's `--text_packing` (set by `text_task`) and seq2seq's `--pack_examples` (`pack`;
+  `train.kinds.Seq2Seq` packs training batches only)."""
+  task = _named_task(config)
+  if config.pack_examples:  # seq2seq tasks only (RunConfig.check)
+    task = dataclasses.replace(task, dataset_options={**task.dataset_options, "pack": True})
+  return task
+
+
+def _named_task(config) -> Task:
   name = config.task
   if name in BUILTIN_TASKS:
     return builtin_task(name, config.seed)

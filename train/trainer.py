@@ -250,9 +250,7 @@ class Trainer:
       kwargs.update(
         batch_tokens=batch_tokens, multiple_of=self.local_replicas, pad_to_bucket=c.jit_compile
       )
-      if c.pack_examples:  # seq2seq only (RunConfig.check)
-        kwargs.update(pack=True)
-    kwargs.update(self.task.dataset_options)  # e.g. the language model's packing
+    kwargs.update(self.task.dataset_options)  # packing (`train.tasks.get_task`)
     return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate, **kwargs)
 
   def _make_train_loop(self):

@@ -63,9 +63,12 @@ def test_packed_and_unpacked_batches_are_measured_at_each_xla_mode(tmp_path):
   for xla in benchmark.XLA_MODES:
     packed, unpacked = variants["packed", xla], variants["unpacked", xla]
     assert packed["real_target_tokens_per_second"] > 0
+    assert packed["real_target_tokens_per_cpu_second"] > 0
     assert unpacked["pairs_per_row"] == 1 and packed["pairs_per_row"] > 1
     assert 0 < unpacked["real_share"] <= 1 and 0 < packed["real_share"] <= 1
+    assert packed["row_length"] <= variants["packed_full", xla]["row_length"] == 24
   assert set(benchmark.packing_ratios(result)) == {"XLA off", "XLA on"}
+  assert set(benchmark.packing_ratios(result, "packed_full")) == {"XLA off", "XLA on"}
 
 
 def test_a_bad_pairs_file_is_one_usage_error(tmp_path):

@@ -10,7 +10,7 @@ import tensorflow as tf
 import tfattn
 from tfattn import text
 from tfattn.position import segment_positions
-from train import data, kinds, packing, tokenizer
+from train import data, kinds, packing, tasks, tokenizer
 from train.run_config import RunConfig
 
 LENGTH = 12
@@ -97,6 +97,19 @@ def test_first_fit_fills_an_earlier_row_before_opening_a_new_one():
   assert (rows[0][packing.SOURCE_SEGMENTS] > 0).sum() == 11
 
 
+def test_longer_pairs_are_placed_first_so_short_ones_fill_their_gaps():
+  # Sources of 4, 4, 4 then 8, 8, 8 tokens in rows of 12: in arrival order the 4s share a row
+  # and each 8 opens its own (4 rows); longest first, each 8 takes a 4 (3 rows).
+  pairs = [
+    {"source": np.full(n, 5, np.int32), "target_in": np.full(1, 1, np.int32)}
+    for n in (4, 4, 4, 8, 8, 8)
+  ]
+  for pair in pairs:
+    pair["target_out"] = pair["target_in"]
+  rows = list(packing.pack_pairs(_dataset(pairs), LENGTH).as_numpy_iterator())
+  assert sorted((row[packing.SOURCE_SEGMENTS] > 0).sum() for row in rows) == [12, 12, 12]
+
+
 def _model():
   config = tfattn.TransformerConfig.preset(
     "tiny", source_vocab_size=40, target_vocab_size=40, max_length=LENGTH
@@ -132,23 +145,54 @@ def _tokenizer(tmp_path):
   )
 
 
-def test_the_training_pipeline_packs_rows_of_max_length(tmp_path):
-  pairs = [(" ".join("7" * n), " ".join("8" * (n % 5 + 1))) for n in range(1, 8)] * 9
+def test_the_training_pipeline_packs_short_pairs_into_short_rows(tmp_path):
+  # n words are 2n - 1 pieces: 100 pairs of at most 7 pieces a side (framed) and one of 13,
+  # so rows of 8 hold 99% of them.
+  pairs = [(" ".join("7" * n), " ".join("8" * (n % 3 + 1))) for n in range(1, 5)] * 25
+  pairs.append((" ".join("7" * 7), "8"))
   raw = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs))))
   tok = _tokenizer(tmp_path)
   batching = dict(max_length=16, batch_size=4, batch_tokens=64)
+  assert data.packed_row_length(raw, tok, tok, 16) == 8
   batches = list(data.seq2seq_dataset(raw, tok, tok, pack=True, **batching).as_numpy_iterator())
-  assert {tuple(b["source"].shape) for b in batches[:-1]} == {(4, 16)}  # 64 tokens: 4 rows
+  # 64 tokens a side a batch: 8 rows of 8, and the long pair's one row of 16.
+  assert {tuple(b["source"].shape) for b in batches if len(b["source"]) == 8} == {(8, 8)}
+  assert [b["source"].shape for b in batches if b["source"].shape[1] == 16] == [(1, 16)]
   segments = {packing.SOURCE_SEGMENTS, packing.TARGET_SEGMENTS}
   assert set(batches[0]) == {"source", "target_in", "target_out", *segments}
   packed_share, packed_pairs, _ = packing.real_token_share(
     data.seq2seq_dataset(raw, tok, tok, pack=True, **batching)
   )
+  full_share, full_pairs, _ = packing.real_token_share(
+    data.seq2seq_dataset(raw, tok, tok, pack=True, pack_row_length=16, **batching)
+  )
   unpacked_share, unpacked_pairs, _ = packing.real_token_share(
     data.seq2seq_dataset(raw, tok, tok, **batching)
   )
-  assert packed_pairs == unpacked_pairs == len(pairs)
-  assert packed_share > unpacked_share
+  assert packed_pairs == full_pairs == unpacked_pairs == len(pairs)
+  assert packed_share > unpacked_share and full_share > unpacked_share
+
+
+def test_the_row_length_is_the_shortest_candidate_holding_the_share():
+  lengths = [5] * 99 + [40]
+  assert packing.choose_row_length(lengths, 64, [8, 16, 32, 64]) == 8
+  assert packing.choose_row_length(lengths, 64, [8, 16, 32, 64], share=0.995) == 64
+  assert packing.choose_row_length([5] * 98 + [20, 40], 64, [8, 16, 32, 64]) == 32
+  assert packing.choose_row_length([30] * 10, 64, [8, 16, 32, 64]) == 32
+  assert packing.choose_row_length([], 64, [8, 16, 32, 64]) == 64
+
+
+def test_pairs_go_to_rows_of_the_shortest_length_that_holds_them():
+  pairs = _framed_pairs(60, seed=2, longest=LENGTH)
+  rows = list(
+    packing.pack_pairs(_dataset(pairs), LENGTH, window=32, row_length=6).as_numpy_iterator()
+  )
+  found = [pair for row in rows for pair in _unpack(row)]
+  assert collections.Counter(map(_key, found)) == collections.Counter(map(_key, pairs))
+  for row in rows:
+    longest = max(max(len(pair["source"]), len(pair["target_in"])) for pair in _unpack(row))
+    assert len(row["source"]) == (6 if longest <= 6 else LENGTH)
+  assert {len(row["source"]) for row in rows} == {6, LENGTH}
 
 
 @pytest.mark.parametrize(
@@ -196,3 +240,27 @@ def test_a_stopped_packed_run_resumes_the_packed_stream_where_it_stopped(tmp_pat
   )
   straight, _ = resume_and_go_on(config)
   assert packing.SOURCE_SEGMENTS in next(straight.iterator)  # packed rows
+
+
+def test_pack_examples_reaches_the_kind_through_the_task_options_for_training_only(tmp_path):
+  path = tmp_path / "train.tsv"
+  path.write_text("7 7\t8\n7\t8 8\n" * 6)
+  assert tasks.get_task(RunConfig(task="tsv", train_file=str(path))).dataset_options == {}
+  task = tasks.get_task(RunConfig(task="tsv", train_file=str(path), pack_examples=True))
+  assert task.dataset_options == {"pack": True}
+  tok = _tokenizer(tmp_path)
+
+  def first_batch(training):
+    dataset = kinds.Seq2Seq().dataset(
+      task.train(),
+      {"source": tok, "target": tok},
+      training=training,
+      truncate="right",
+      batch_size=4,
+      max_length=16,
+      **task.dataset_options,
+    )
+    return next(dataset.as_numpy_iterator())
+
+  assert packing.SOURCE_SEGMENTS in first_batch(training=True)
+  assert packing.SOURCE_SEGMENTS not in first_batch(training=False)  # validation: unpacked
