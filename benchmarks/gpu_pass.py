@@ -73,6 +73,7 @@ TINY_TRAIN = [
   "--warmup_steps=5",
   "--attention_images=0",
   "--decode_strategy=greedy",
+  "--builtin_train_examples=2000",
 ]
 
 

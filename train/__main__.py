@@ -16,7 +16,7 @@ from absl import flags, logging
 
 # These import no TensorFlow: the flags are defined, parsed and checked without it.
 from tfattn.decode_options import DecodeOptions
-from train import resume
+from train import data_files, resume
 from train.run_config import FLAGLESS, RunConfig
 
 FLAGS = flags.FLAGS
@@ -112,6 +112,7 @@ def main(argv):
   try:
     config = config_from_flags()
     config.check()  # the values as given (the Trainer checks them again once resolved)
+    data_files.check_local_files(config)  # before TensorFlow: the task reads them after
   except ValueError as error:
     raise cli.UsageError(str(error)) from None
   _check_directory("export_base_path", config.export_base_path)

@@ -98,6 +98,15 @@ class RunConfig:
     choices=TASK_NAMES,
     resume=MUST_MATCH,
   )
+  builtin_train_examples: int = run_setting(
+    50_000,
+    "Built-in tasks: training examples drawn from --seed (validation and test hold out 1,000 "
+    "each). Fewer make each start and checkpoint cheaper (a checkpoint keeps the shuffle "
+    "buffer, which holds them all).",
+    above=0,
+    when_missing=50_000,  # runs saved before the setting existed
+    resume=MUST_MATCH,
+  )
   data_dir: Optional[str] = run_setting(
     None,
     "tensorflow-datasets data directory.",

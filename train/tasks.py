@@ -34,7 +34,7 @@ def get_task(config) -> Task:
 def _named_task(config) -> Task:
   name = config.task
   if name in BUILTIN_TASKS:
-    return builtin_task(name, config.seed)
+    return builtin_task(name, config.seed, num_train=config.builtin_train_examples)
   if name in TFDS_TASKS:
     return tfds_task(
       name, config.data_dir, config.train_split, config.validation_split, config.test_split

@@ -36,6 +36,7 @@ def test_the_policies_split_the_settings_as_the_readme_says():
   must, may, machine = (resume.fields_with(p) for p in (MUST_MATCH, MAY_CHANGE, FOLLOWS_MACHINE))
   assert {
     "task",
+    "builtin_train_examples",
     "d_model",
     "vocab_size",
     "batch_size",

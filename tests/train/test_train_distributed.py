@@ -40,7 +40,8 @@ def test_two_mirrored_replicas_match_one_replica(tmp_path):
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
   total = 48
-  common = [f"--train_steps={total}", "--checkpoint_every=5", "--dropout=0.1", "--deterministic"]
+  # A save costs ~0.7 CPU s at these sizes (the data pipeline's state): every 10 steps, not 5.
+  common = [f"--train_steps={total}", "--checkpoint_every=10", "--dropout=0.1", "--deterministic"]
   straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
   reference = start_train(straight, *common)  # side by side with the interrupted run
 
@@ -54,7 +55,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
   saved_step = int(
     latest_variables(interrupted)["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]
   )
-  assert 10 <= saved_step < total and saved_step % 5 == 0, (checkpoint, saved_step)
+  assert 10 <= saved_step < total and saved_step % 10 == 0, (checkpoint, saved_step)
 
   resumed = run_train(interrupted, *common)
   assert f"at step {saved_step}" in resumed.stdout + resumed.stderr

@@ -376,8 +376,12 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
       ["serving.export", "--base_path={tmp}/models", "--run_dir={tmp}"],
       "serving.export: error: {tmp} is not a training run directory (missing task.json)",
     ),
+    (
+      ["train", "--task=text", "--train_file={tmp}/nope.txt", "--run_dir={tmp}/new"],
+      "train: error: text file {tmp}/nope.txt does not exist (or is not a file)",
+    ),
   ],
-  ids=["train", "export"],
+  ids=["train", "export", "train-data-file"],
 )
 def test_a_mistake_is_told_before_tensorflow_loads(tmp_path, argv, message):
   """The flags, the saved run and the paths are checked first: a mistake there costs a fraction
