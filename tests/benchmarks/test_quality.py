@@ -32,15 +32,13 @@ TINY = [
 ]
 
 
-def _quality(tmp_path, *flags):
+def _run_quality(tmp_path, *flags):
+  """benchmarks/quality.py with `flags`, its work under tmp_path/work; returns its stdout."""
   result = subprocess.run(
     [
       sys.executable,
       os.path.join("benchmarks", "quality.py"),
-      f"--imdb={tmp_path}/aclImdb",
-      "--recipes=imdb_attention",
       f"--work_dir={tmp_path}/work",
-      *TINY,
       *flags,
     ],
     cwd=REPO,
@@ -51,6 +49,12 @@ def _quality(tmp_path, *flags):
   )
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   return result.stdout
+
+
+def _quality(tmp_path, *flags):
+  return _run_quality(
+    tmp_path, f"--imdb={tmp_path}/aclImdb", "--recipes=imdb_attention", *TINY, *flags
+  )
 
 
 def test_two_seeds_of_a_recipe_report_validation_and_test(tmp_path):
@@ -127,30 +131,20 @@ def test_the_character_language_model_recipe_on_a_text_split_as_nanogpt_splits_i
   judged whole; the recipe's nats per character is reported beside nanoGPT's anchor."""
   text = "".join(f"ROMEO:\nThe {w} is {w} tonight, {n}.\n\n" for n, w in enumerate("abcdefgh" * 8))
   (tmp_path / "input.txt").write_text(text, encoding="utf-8")
-  result = subprocess.run(
-    [
-      sys.executable,
-      os.path.join("benchmarks", "quality.py"),
-      f"--tinyshakespeare={tmp_path}",
-      "--recipes=shakespeare_char",
-      f"--work_dir={tmp_path}/work",
-      "--extra_flag=--train_steps=2",
-      "--extra_flag=--log_every=1",
-      *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
-    ],
-    cwd=REPO,
-    env=environment(),
-    capture_output=True,
-    text=True,
-    timeout=600,
+  stdout = _run_quality(
+    tmp_path,
+    f"--tinyshakespeare={tmp_path}",
+    "--recipes=shakespeare_char",
+    "--extra_flag=--train_steps=2",
+    "--extra_flag=--log_every=1",
+    *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
   )
-  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   cut = int(len(text) * 0.9)
   work = tmp_path / "work"
   assert (work / "tinyshakespeare_train.txt").read_text(encoding="utf-8") == text[:cut]
   assert (work / "tinyshakespeare_validation.txt").read_text(encoding="utf-8") == text[cut:]
-  rows = [line for line in result.stdout.splitlines() if line.startswith("| shakespeare_char")]
-  assert len(rows) == 2 and all("| nats_per_char |" in row for row in rows), result.stdout[-3000:]
+  rows = [line for line in stdout.splitlines() if line.startswith("| shakespeare_char")]
+  assert len(rows) == 2 and all("| nats_per_char |" in row for row in rows), stdout[-3000:]
   assert all("no test data" in row for row in rows)
   with open(work / "shakespeare_char-seed0" / "eval.json") as f:
     validation = json.load(f)["validation"]
@@ -172,25 +166,15 @@ def test_a_translation_recipe_on_multi30k_files_judged_through_its_export(tmp_pa
     for side, language in enumerate(("de", "en")):
       lines = [pair[side] for pair in (sentences * 2)[:count]]
       (tmp_path / f"{split}.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-  result = subprocess.run(
-    [
-      sys.executable,
-      os.path.join("benchmarks", "quality.py"),
-      f"--multi30k={tmp_path}",
-      "--recipes=multi30k_de_en",
-      "--through_export",
-      f"--work_dir={tmp_path}/work",
-      *TINY,
-      *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
-      *("--extra_flag=--num_heads=4", "--extra_flag=--vocab_examples=100"),
-    ],
-    cwd=REPO,
-    env=environment(),
-    capture_output=True,
-    text=True,
-    timeout=600,
+  stdout = _run_quality(
+    tmp_path,
+    f"--multi30k={tmp_path}",
+    "--recipes=multi30k_de_en",
+    "--through_export",
+    *TINY,
+    *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
+    *("--extra_flag=--num_heads=4", "--extra_flag=--vocab_examples=100"),
   )
-  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   work = tmp_path / "work"
   with open(work / "results.jsonl") as f:
     (run,) = [json.loads(line) for line in f]
@@ -199,5 +183,5 @@ def test_a_translation_recipe_on_multi30k_files_judged_through_its_export(tmp_pa
   assert served["bleu"] >= 0 and run["test"]["examples"] == 3
   hypotheses = (work / "multi30k_de_en-seed0.test.hypotheses").read_text(encoding="utf-8")
   assert hypotheses.count("\n") == 3
-  rows = [line for line in result.stdout.splitlines() if line.startswith("| multi30k_de_en")]
-  assert len(rows) == 3, result.stdout[-3000:]  # one per anchor
+  rows = [line for line in stdout.splitlines() if line.startswith("| multi30k_de_en")]
+  assert len(rows) == 3, stdout[-3000:]  # one per anchor
