@@ -12,6 +12,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from train.run_config import RunConfig
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A model and task small enough that a run takes seconds.
 SMALL_RUN = [
@@ -36,6 +38,25 @@ SMALL_RUN = [
   # cost ~1-2 and ~0.7 CPU s less.
   "--builtin_train_examples=2000",
 ]
+
+# The same model and task as a RunConfig, for Trainers built in the test process.
+SMALL_CONFIG = RunConfig(
+  task="copy",
+  builtin_train_examples=2000,  # a cheaper start and checkpoint than the 50,000 default
+  model="tiny",
+  d_model=32,
+  dff=64,
+  num_heads=4,
+  num_layers=1,
+  vocab_examples=300,
+  vocab_size=200,
+  batch_size=8,
+  max_length=16,
+  dropout=0.0,
+  warmup_steps=10,
+  strategy="one_device",
+  jit_compile=False,
+)
 
 
 def train_command(run_dir, *flags):

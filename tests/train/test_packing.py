@@ -2,6 +2,7 @@
 and the same loss as the pairs unpacked."""
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -213,30 +214,19 @@ def test_a_stopped_packed_run_resumes_the_packed_stream_where_it_stopped(tmp_pat
   by `Trainer.run` reads the packed rows the uninterrupted run read next: it ends with the same
   weights, and its next batch of rows is the uninterrupted run's. A resume that restarted the
   packed stream would train steps 4-6 on rows 1-3 again."""
-  from train_helpers import resume_and_go_on
+  from train_helpers import SMALL_CONFIG, resume_and_go_on
 
-  config = RunConfig(
+  config = dataclasses.replace(
+    SMALL_CONFIG,
     run_dir=str(tmp_path / "run"),
-    task="copy",
-    model="tiny",
-    d_model=32,
-    dff=64,
-    num_heads=4,
-    num_layers=1,
-    vocab_examples=300,
-    vocab_size=200,
     batch_size=4,
-    max_length=16,
-    dropout=0.0,
     warmup_steps=2,
     train_steps=6,
     eval_examples=4,
     test_examples=4,
     decode=dict(strategy="greedy"),
     attention_images=0,
-    strategy="one_device",
-    jit_compile=False,  # XLA and float16: test_train_step.py's resume test
-    pack_examples=True,
+    pack_examples=True,  # graph mode: XLA and float16 are test_train_step.py's resume test
   )
   straight, _ = resume_and_go_on(config)
   assert packing.SOURCE_SEGMENTS in next(straight.iterator)  # packed rows

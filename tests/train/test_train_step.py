@@ -8,26 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from train.run_config import RunConfig
 from train.trainer import Trainer, loop_end, prepare
 
-_SMALL = RunConfig(
-  task="copy",
-  builtin_train_examples=2000,  # a cheaper start and checkpoint than the 50,000 default
-  model="tiny",
-  d_model=32,
-  dff=64,
-  num_heads=4,
-  num_layers=1,
-  vocab_examples=300,
-  vocab_size=200,
-  batch_size=8,
-  max_length=16,
-  dropout=0.0,
-  warmup_steps=10,
-  strategy="one_device",
-  jit_compile=False,
-)
+from train_helpers import SMALL_CONFIG
 
 
 def _batch(rng, rows, length, vocab):
@@ -63,7 +46,7 @@ def first_step(tmp_path_factory):
   trainers = {}
 
   def run(batches, **overrides):
-    config = dataclasses.replace(_SMALL, **overrides)
+    config = dataclasses.replace(SMALL_CONFIG, **overrides)
     key = repr(config)
     if key not in trainers:
       run_dir = tmp_path_factory.mktemp("step")
@@ -244,7 +227,12 @@ def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(avera
 
 def test_loops_end_at_every_log_checkpoint_and_evaluation_step_and_the_last():
   config = dataclasses.replace(
-    _SMALL, train_steps=1000, steps_per_loop=50, log_every=100, checkpoint_every=120, eval_every=0
+    SMALL_CONFIG,
+    train_steps=1000,
+    steps_per_loop=50,
+    log_every=100,
+    checkpoint_every=120,
+    eval_every=0,
   )
   ends, step = [], 0
   while step < config.train_steps:
@@ -299,7 +287,9 @@ def test_k_steps_in_one_loop_give_the_weights_of_k_loops_of_one_step(
 ):
   """From one saved state (weights, optimizer, data position, dropout generator): 4 steps in
   one call, then back to that state and 4 calls of one step."""
-  config = dataclasses.replace(_SMALL, run_dir=str(tmp_path / "run"), dropout=0.1, **overrides)
+  config = dataclasses.replace(
+    SMALL_CONFIG, run_dir=str(tmp_path / "run"), dropout=0.1, **overrides
+  )
   trainer = Trainer(*prepare(config))
   start = trainer.checkpoint.write(str(tmp_path / "start"))
   one_loop = _train_loops(trainer, [4])
@@ -339,7 +329,7 @@ def test_the_one_replica_xla_step_updates_the_weights_as_the_graph_step(tmp_path
   states = {}  # prepare() seeds the stateless initialisers alike
   for jit_compile in (False, True):
     config = dataclasses.replace(
-      _SMALL, run_dir=str(tmp_path / f"jit{jit_compile}"), jit_compile=jit_compile, **common
+      SMALL_CONFIG, run_dir=str(tmp_path / f"jit{jit_compile}"), jit_compile=jit_compile, **common
     )
     trainer = Trainer(*prepare(config))
     trainer.optimizer.epsilon = 1e-6  # read when the loop is first traced, below
