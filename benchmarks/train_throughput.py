@@ -174,6 +174,23 @@ class KerasTransformer(keras.Model):
 
 
 # --- Measurement --------------------------------------------------------------------------
+def _transformer_config(c, source_vocab_size, target_vocab_size, length, dtype):
+  """The benchmarked Transformer: config `c`'s sizes (one of CONFIGS), dropout 0.1."""
+  return tfattn.TransformerConfig.preset(
+    "small",
+    source_vocab_size=source_vocab_size,
+    target_vocab_size=target_vocab_size,
+    d_model=c["d_model"],
+    num_heads=c["num_heads"],
+    dff=c["dff"],
+    num_encoder_layers=c["num_layers"],
+    num_decoder_layers=c["num_layers"],
+    dropout_rate=0.1,
+    max_length=length,
+    compute_dtype=dtype,
+  )
+
+
 def make_step(model_fn, variables, optimizer, jit):
   spec = tf.TensorSpec([None, None], tf.int32)
 
@@ -243,19 +260,7 @@ def measure(
   batch = [
     tf.constant(rng.integers(3, c["vocab"], [batch_size, length]), tf.int32) for _ in range(3)
   ]
-  config = tfattn.TransformerConfig.preset(
-    "small",
-    source_vocab_size=c["vocab"],
-    target_vocab_size=c["vocab"],
-    d_model=c["d_model"],
-    num_heads=c["num_heads"],
-    dff=c["dff"],
-    num_encoder_layers=c["num_layers"],
-    num_decoder_layers=c["num_layers"],
-    dropout_rate=0.1,
-    max_length=length,
-    compute_dtype=dtype,
-  )
+  config = _transformer_config(c, c["vocab"], c["vocab"], length, dtype)
   builders = {
     "tfattn": lambda: tfattn.Transformer(config),
     # The same model with tensor2tensor's extra dropout on the feed-forward hidden layer (our
@@ -368,18 +373,8 @@ def measure_packing(
     source_tokenizer = _learn_tokenizer(sources, c["vocab"], directory, "source")
     target_tokenizer = _learn_tokenizer(targets, c["vocab"], directory, "target")
   raw = tf.data.Dataset.from_tensor_slices((sources, targets))
-  config = tfattn.TransformerConfig.preset(
-    "small",
-    source_vocab_size=source_tokenizer.vocab_size,
-    target_vocab_size=target_tokenizer.vocab_size,
-    d_model=c["d_model"],
-    num_heads=c["num_heads"],
-    dff=c["dff"],
-    num_encoder_layers=c["num_layers"],
-    num_decoder_layers=c["num_layers"],
-    dropout_rate=0.1,
-    max_length=length,
-    compute_dtype=dtype,
+  config = _transformer_config(
+    c, source_tokenizer.vocab_size, target_tokenizer.vocab_size, length, dtype
   )
   model, kind = tfattn.Transformer(config), kinds.Seq2Seq()
   variables = model.trainable_variables
