@@ -5,11 +5,29 @@ loads (with `tf.io.gfile`, which also reads remote paths such as gs://, skipped 
 
 import glob
 import os
+from typing import List
 
 # The tasks that read --train_file, --validation_file and --test_file, and what they call a file.
 FILE_TASKS = {"tsv": "TSV file", "text": "text file"}
 ROLES = ("train_file", "validation_file", "test_file")
 _GLOB_CHARACTERS = "*?["
+
+
+def spec_parts(spec: str) -> List[str]:
+  """A flag's comma list of paths and globs -> its parts, blanks dropped."""
+  return [part for part in (p.strip() for p in spec.split(",")) if part]
+
+
+def is_glob(part: str) -> bool:
+  return any(c in part for c in _GLOB_CHARACTERS)
+
+
+def no_match(flag: str, part: str) -> ValueError:
+  return ValueError(f"--{flag}: no file matches {part}")
+
+
+def missing_file(what: str, path: str) -> ValueError:
+  return ValueError(f"{what} {path} does not exist (or is not a file)")
 
 
 def check_local_files(config) -> None:
@@ -20,11 +38,11 @@ def check_local_files(config) -> None:
   if not config.train_file:
     raise ValueError(f"--task={config.task} needs --train_file")
   for flag in ROLES:
-    for part in (p.strip() for p in (getattr(config, flag) or "").split(",")):
-      if not part or "://" in part:
+    for part in spec_parts(getattr(config, flag) or ""):
+      if "://" in part:
         continue
-      if any(c in part for c in _GLOB_CHARACTERS):
+      if is_glob(part):
         if not glob.glob(part, include_hidden=True):
-          raise ValueError(f"--{flag}: no file matches {part}")
+          raise no_match(flag, part)
       elif not os.path.exists(part) or os.path.isdir(part):
-        raise ValueError(f"{what} {part} does not exist (or is not a file)")
+        raise missing_file(what, part)

@@ -16,6 +16,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from train import data_files
+
 FAIL, SKIP = "fail", "skip"
 BAD_LINE_POLICIES = (FAIL, SKIP)
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec")
@@ -41,18 +43,16 @@ def expand(spec: str, flag: str, what: str = "TSV file") -> List[str]:
   dropped; a ValueError naming the flag for a glob that matches nothing or a missing file
   (called `what`)."""
   files = []
-  for part in (p.strip() for p in spec.split(",")):
-    if not part:
-      continue
-    if any(c in part for c in "*?["):
+  for part in data_files.spec_parts(spec):
+    if data_files.is_glob(part):
       matches = sorted(tf.io.gfile.glob(part))
       if not matches:
-        raise ValueError(f"--{flag}: no file matches {part}")
+        raise data_files.no_match(flag, part)
     else:
       matches = [part]
     for path in matches:
       if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-        raise ValueError(f"{what} {path} does not exist (or is not a file)")
+        raise data_files.missing_file(what, path)
       if path not in files:
         files.append(path)
   if not files:
