@@ -26,6 +26,10 @@ def no_match(flag: str, part: str) -> ValueError:
   return ValueError(f"--{flag}: no file matches {part}")
 
 
+def needs_train_file(task: str) -> ValueError:
+  return ValueError(f"--task={task} needs --train_file")
+
+
 def missing_file(what: str, path: str) -> ValueError:
   return ValueError(f"{what} {path} does not exist (or is not a file)")
 
@@ -36,7 +40,7 @@ def check_local_files(config) -> None:
   if what is None:
     return
   if not config.train_file:
-    raise ValueError(f"--task={config.task} needs --train_file")
+    raise needs_train_file(config.task)
   for flag in ROLES:
     for part in spec_parts(getattr(config, flag) or ""):
       if "://" in part:

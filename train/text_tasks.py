@@ -19,7 +19,7 @@ from typing import Optional
 import tensorflow as tf
 
 from tfattn import kinds
-from train import streams
+from train import data_files, streams
 from train.flag_choices import TEXT_BLOCKS, TEXT_LINES, TEXT_PACKINGS
 from train.task import LANGUAGE_MODEL_DEFAULTS, Task
 from train.tsv_tasks import HEAD_LINES, UNHELD_VALIDATION_LINES, workers_in_tf_config
@@ -48,7 +48,7 @@ def text_task(
     num_workers: (default: TF_CONFIG's) must not exceed the training files.
   """
   if not train_file:
-    raise ValueError("--task=text needs --train_file")
+    raise data_files.needs_train_file("text")
   if packing not in TEXT_PACKINGS:
     raise ValueError(f"--text_packing must be one of {TEXT_PACKINGS}, got {packing!r}")
   if documents not in (FILE, LINE):

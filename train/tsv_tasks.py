@@ -15,7 +15,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from train import kinds, streams
+from train import data_files, kinds, streams
 from train.task import SEQ2SEQ, Task, strings_dataset
 
 # Without --validation_file, validation reads this many training lines (not held out).
@@ -78,7 +78,7 @@ def tsv_task(
   training files."""
   kind_object = kinds.of(kind)  # a ValueError naming the known kinds
   if not train_file:
-    raise ValueError("--task=tsv needs --train_file")
+    raise data_files.needs_train_file("tsv")
   if bad_lines not in streams.BAD_LINE_POLICIES:
     raise ValueError(f"--bad_lines must be one of {streams.BAD_LINE_POLICIES}, got {bad_lines!r}")
   train_files = streams.expand(train_file, "train_file")
