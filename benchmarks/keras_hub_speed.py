@@ -14,15 +14,17 @@ What each side runs (chosen so that both do the same work; see docs/benchmarks.m
     to the output, dropout 0) at the size's layers, heads, width, feed-forward width,
     vocabulary and max length. Differences that stay: our feed-forward uses ReLU (GPT-2:
     tanh-approximated GELU), and our embedding is scaled by sqrt(d_model).
-  * Training, ours: the trainer's step (`python -m train --jit_compile`, one replica): the
-    gradient of `train.kinds.LanguageModeling.loss_sums` (the trainer's loss and accuracy
-    sums) and Keras' Adam update compiled into one XLA program, as Keras does. "tfattn,
-    update outside XLA" is the trainer's layout with several replicas: XLA gradients, the
-    update after them outside XLA.
+  * Training, ours: the trainer's own loop (`train.trainer.make_train_loop`, as `python -m
+    train --jit_compile` runs it on one device): `--steps` optimizer steps in one call, each
+    step one XLA program (the gradient of `train.kinds.LanguageModeling.loss_sums`, the
+    trainer's loss and accuracy sums, and Keras' Adam update). "tfattn, update outside XLA" is
+    the trainer's layout with several replicas: XLA gradients, the update after them outside
+    XLA, one call a step.
   * Training, keras-hub: `GPT2CausalLM.compile(jit_compile=True)` (its default loss, sparse
-    cross-entropy from logits, and its default weighted accuracy), then `train_on_batch` (one
-    XLA-compiled `train_step`). Both read `length` positions per row and predict the next
-    token at each.
+    cross-entropy from logits, and its default weighted accuracy), timed in `fit`'s loop
+    (`steps_per_execution=--steps`: the compiled `train_function` over an iterator, as `fit`
+    calls it) and, one call a step, through `train_on_batch`; the ratios are against the
+    loop. Both read `length` positions per row and predict the next token at each.
   * Generation, ours: `LanguageModel.start_decoding(padded=True)` (the prompt prefilled in one
     pass, a fixed-size cache) and `decoding.token_loop`, greedy, in one
     `tf.function(jit_compile=True)`, as the XLA export decodes. The start's `eos_id` is set to
@@ -68,7 +70,12 @@ class KerasHubSpeedFlags:
   modes: List[str] = setting(tuple(MODES), "What to time, a comma list: train, generate.")
   generate_batches: List[int] = setting((1, 32), "Generate: rows per batch, a comma list.")
   rounds: int = setting(7, "Interleaved rounds (the median is reported).", minimum=1)
-  steps: int = setting(3, "Train: optimizer steps per round.", minimum=1)
+  steps: int = setting(
+    3,
+    "Train: optimizer steps per round: one call of each loop (the trainer's --steps_per_loop, "
+    "Keras' steps_per_execution), one call a step of the others.",
+    minimum=1,
+  )
   repeats: int = setting(3, "Generate: calls per round.", minimum=1)
 
 
@@ -106,9 +113,10 @@ def our_config(size):
   )
 
 
-def peer_model(size):
+def peer_model(size, steps_per_execution=1):
   """keras-hub's `GPT2CausalLM` of a size: random weights, no preprocessor (token ids in and
-  out), compiled as `compile` documents with Adam, the greedy sampler and XLA."""
+  out), compiled as `compile` documents with Adam, the greedy sampler, XLA and
+  `steps_per_execution`."""
   import keras
   import keras_hub
 
@@ -123,7 +131,12 @@ def peer_model(size):
     max_sequence_length=s["max_length"],
   )
   peer = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
-  peer.compile(optimizer=_adam(keras), sampler="greedy", jit_compile=True)
+  peer.compile(
+    optimizer=_adam(keras),
+    sampler="greedy",
+    jit_compile=True,
+    steps_per_execution=steps_per_execution,
+  )
   return peer
 
 
@@ -131,16 +144,30 @@ def _adam(keras):
   return keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
 
 
-def train_steps(size, model, peer, batch_ids):
-  """{name: a function running one optimizer step and waiting for it}, on `batch_ids` int32
-  `[batch, max_length - 1]` (ours: BOS + ids -> ids + EOS; keras-hub: the same length)."""
+def train_steps(model, peer, peer_loop, batch_ids, steps):
+  """{name: a function running `steps` optimizer steps and waiting for them}, on `batch_ids`
+  int32 `[batch, max_length - 1]` (ours: BOS + ids -> ids + EOS; keras-hub: the same length).
+  `peer_loop`: keras-hub's model compiled with `steps_per_execution=steps`."""
   import keras
   import tensorflow as tf
 
-  from train import kinds
+  from train import kinds, trainer
 
   lm = kinds.LanguageModeling()
   variables = model.trainable_variables
+
+  def optimizer():
+    adam = _adam(keras)
+    adam.build(variables)
+    return adam
+
+  # The trainer's own loop (`python -m train --jit_compile` on one device): `steps` steps in
+  # one call, each step one XLA program, batches read from an iterator inside the loop.
+  train_loop = trainer.make_train_loop(
+    model, lm, optimizer(), tf.distribute.get_strategy(), jit_compile=True
+  )
+  our_batches = iter(tf.data.Dataset.from_tensors({"source": batch_ids}).repeat())
+  steps_tensor = tf.constant(steps)
 
   def gradients(ids):
     with tf.GradientTape() as tape:
@@ -149,25 +176,12 @@ def train_steps(size, model, peer, batch_ids):
     return tape.gradient(mean, variables), sums
 
   xla_gradients = tf.function(gradients, jit_compile=True, autograph=False)
-  spec = [tf.TensorSpec([None, None], tf.int32)]
+  outside_adam = optimizer()
 
-  def optimizer():
-    adam = _adam(keras)
-    adam.build(variables)
-    return adam
-
-  outside_adam, whole_adam = optimizer(), optimizer()
-
-  @tf.function(input_signature=spec, autograph=False)
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
   def outside_step(ids):  # the trainer's layout with several replicas: the update outside
     grads, sums = xla_gradients(ids)
     outside_adam.apply_gradients(zip(grads, variables))
-    return sums.loss
-
-  @tf.function(input_signature=spec, jit_compile=True, autograph=False)
-  def whole_step(ids):  # the trainer's layout with one replica: one XLA program
-    grads, sums = gradients(ids)
-    whole_adam.apply_gradients(zip(grads, variables))
     return sums.loss
 
   # keras-hub: inputs and next-token targets of the same `length` positions as ours.
@@ -176,10 +190,22 @@ def train_steps(size, model, peer, batch_ids):
   full = tf.concat([bos, batch_ids, tf.fill([rows, 1], 2)], 1)  # [rows, length + 1]
   x = {"token_ids": full[:, :-1], "padding_mask": tf.ones([rows, length], tf.int32)}
   y = full[:, 1:]
+  # What `fit` calls once per `steps_per_execution` steps: its compiled multi-step function.
+  peer_loop.make_train_function()
+  peer_batches = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
+
+  def each_step(step):
+    def run():
+      for _ in range(steps):
+        step()
+
+    return run
+
   return {
-    "tfattn": lambda: whole_step(batch_ids).numpy(),
-    "tfattn, update outside XLA": lambda: outside_step(batch_ids).numpy(),
-    "keras-hub": lambda: peer.train_on_batch(x, y),
+    "tfattn": lambda: train_loop(our_batches, steps_tensor)[0].loss.numpy(),
+    "tfattn, update outside XLA": each_step(lambda: outside_step(batch_ids).numpy()),
+    "keras-hub": lambda: peer_loop.train_function(peer_batches),
+    "keras-hub, train_on_batch": each_step(lambda: peer.train_on_batch(x, y)),
   }
 
 
@@ -257,8 +283,9 @@ def measure(size="cpu", modes=MODES, generate_batches=(1, 32), rounds=5, steps=3
   result = {"device": common.device_description(), "size": dict(name=size, **s), "checks": {}}
   if "train" in modes:
     ids = tf.constant(rng.integers(4, s["vocab"], [s["batch"], s["max_length"] - 1]), tf.int32)
-    samples = interleaved_samples(train_steps(size, model, peer, ids), rounds, steps)
-    result["train"] = _rates(samples, s["batch"] * s["max_length"])
+    calls = train_steps(model, peer, peer_model(size, steps), ids, steps)
+    samples = interleaved_samples(calls, rounds, 1)  # each call runs `steps` steps
+    result["train"] = _rates(samples, steps * s["batch"] * s["max_length"])
   if "generate" in modes:
     result["generate"] = {}
     for rows in generate_batches:
@@ -299,12 +326,14 @@ def report(result, rounds, steps, repeats):
   if "train" in result:
     print(
       f"\ntraining: one Adam step of next-token cross-entropy, batch {s['batch']} x "
-      f"{s['max_length']} positions, XLA ({steps} steps a round)"
+      f"{s['max_length']} positions, XLA ({steps} steps a round: one call of the loops, "
+      "one call a step of the others)"
     )
     labels = {
-      "tfattn": "tfattn (trainer, 1 replica: one XLA step)",
-      "tfattn, update outside XLA": "tfattn (replicas' layout: Adam after XLA)",
-      "keras-hub": "keras-hub GPT2CausalLM.train_on_batch",
+      "tfattn": "tfattn trainer's loop (an XLA program a step)",
+      "tfattn, update outside XLA": "tfattn replicas' layout (Adam after XLA)",
+      "keras-hub": "keras-hub fit's loop (steps_per_execution)",
+      "keras-hub, train_on_batch": "keras-hub train_on_batch",
     }
     _table(result["train"], labels)
   for rows, rates in result.get("generate", {}).items():

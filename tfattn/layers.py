@@ -171,10 +171,40 @@ class LayerNorm(tf.Module):
       self.offset = tf.Variable(tf.zeros([size]), name="offset")
 
   def __call__(self, x: tf.Tensor) -> tf.Tensor:
-    x32 = tf.cast(x, tf.float32)
-    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
-    normed = (x32 - mean) * tf.math.rsqrt(variance + self.epsilon)
-    return tf.cast(normed * self.scale + self.offset, x.dtype)
+    # On rows [-1, size]: the scale's and offset's gradients are then sums over one axis,
+    # which XLA's CPU backend reduces faster than over several.
+    rows = tf.reshape(tf.cast(x, tf.float32), [-1, tf.shape(x)[-1]])
+    normed = _layer_norm(rows, self.scale, self.offset, self.epsilon)
+    return tf.cast(tf.reshape(normed, tf.shape(x)), x.dtype)
+
+
+def _layer_norm(x: tf.Tensor, scale, offset, epsilon: float) -> tf.Tensor:
+  """(x - mean) / sqrt(variance + epsilon) * scale + offset over each row of float32 x
+  `[rows, size]`, with its backward pass in closed form."""
+
+  @tf.custom_gradient
+  def layer_norm(x, scale, offset):
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    centred = x - mean
+    variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
+    inverse_std = tf.math.rsqrt(variance + epsilon)
+    normed = centred * inverse_std
+
+    def gradient(dy):
+      # With g = dy * scale: dx = (g - mean(g) - normed * mean(g * normed)) / std. The same
+      # values as autodiff through the mean and the variance, in fewer passes over x: XLA's
+      # CPU step of a small language model ran ~4% faster (WORKSPACE_NOTES, issue 41).
+      g = dy * scale
+      dx = inverse_std * (
+        g
+        - tf.reduce_mean(g, axis=-1, keepdims=True)
+        - normed * tf.reduce_mean(g * normed, axis=-1, keepdims=True)
+      )
+      return dx, tf.reduce_sum(dy * normed, axis=0), tf.reduce_sum(dy, axis=0)
+
+    return normed * scale + offset, gradient
+
+  return layer_norm(x, scale, offset)
 
 
 ACTIVATIONS = {

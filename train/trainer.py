@@ -126,6 +126,124 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
   )
 
 
+def make_train_loop(
+  model,
+  kind,
+  optimizer,
+  strategy: tf.distribute.Strategy,
+  *,
+  jit_compile: bool,
+  grad_accum_steps: int = 1,
+  label_smoothing: float = 0.0,
+  clip_norm: Optional[float] = None,
+  local_replicas: int = 1,
+):
+  """`train_loop(iterator, steps)`: `steps` optimizer steps of `model` (its loss from `kind`,
+  `train.kinds`) under `strategy` in one call (Orbit's steps_per_loop, Keras'
+  steps_per_execution), so the host does not wait for the device after every step. The
+  Trainer's own loop; `benchmarks/keras_hub_speed.py` times it too. Returns the loss sums of
+  all those steps, added on the device, and the padded (rows, source length, target length)
+  of every micro-batch, int32 `[steps * micro, 3]`.
+
+  Each optimizer step runs over `grad_accum_steps` micro-batches. Each replica differentiates
+  the mean loss of its slice of each micro-batch (compiled with XLA when jit_compile is on),
+  weights those gradients by the slice's token count and divides the sum by the *global*
+  token count of the whole step: summing replica gradients then gives exactly the gradient of
+  the mean token loss over every micro-batch of every replica, whatever the batch shapes.
+  With several replicas, all-reduce and the optimizer update stay outside XLA (tf.distribute's
+  collectives cannot be compiled into the program). With one replica and jit_compile there is
+  nothing to all-reduce: the whole step (every micro-batch's forward and backward pass,
+  clipping and the optimizer's update) is one XLA program (1.07x-1.10x the tokens/s of the
+  update outside XLA at nanoGPT's CPU size: WORKSPACE_NOTES.md, issue 41)."""
+  variables = model.trainable_variables
+  scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+  micro_batches, smoothing = grad_accum_steps, label_smoothing
+
+  def gradients(batch):
+    with tf.GradientTape() as tape:
+      sums = kind.loss_sums(model, batch, smoothing)
+      mean = sums.loss / tf.maximum(sums.count, 1.0)
+      to_differentiate = optimizer.scale_loss(mean) if scaled else mean
+    return tape.gradient(to_differentiate, variables), sums
+
+  def summed_gradients(batches):
+    """The token-weighted sum of the micro-batches' gradients, and their loss sums."""
+    summed, totals = None, _zero_sums()
+    for batch in batches:
+      grads, sums = gradients(batch)
+      # The gradient of the mean times the token count is the gradient of the sum.
+      weighted = [g * sums.count for g in grads]
+      summed = weighted if summed is None else [a + b for a, b in zip(summed, weighted)]
+      totals = kinds.LossSums(*[a + b for a, b in zip(totals, sums)])
+    return summed, totals
+
+  def whole_step(batches):
+    """One replica's whole optimizer step, compiled as one XLA program."""
+    summed, totals = summed_gradients(batches)
+    grads = [g / tf.maximum(totals.count, 1.0) for g in summed]
+    if clip_norm:
+      grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+    optimizer.apply_gradients(zip(grads, variables))
+    return totals
+
+  def multi_replica_step(worker_batches):
+    replica = tf.distribute.get_replica_context()
+    local_id = replica.replica_id_in_sync_group % local_replicas
+    batches = []
+    for worker_batch in worker_batches:
+      rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
+      batches.append(
+        {
+          name: value[local_id * rows : (local_id + 1) * rows]
+          for name, value in worker_batch.items()
+        }
+      )
+    summed, totals = summed_gradients(batches)
+    global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, totals.count), 1.0)
+    grads = [g / global_count for g in summed]
+    if clip_norm:
+      # Keras clips each replica's *local* gradients; the global norm needs the sum first.
+      # The optimizer sums across replicas again, hence the division.
+      grads = replica.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+      grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+      grads = [g / replica.num_replicas_in_sync for g in grads]
+    optimizer.apply_gradients(zip(grads, variables))
+    return totals
+
+  if jit_compile and strategy.num_replicas_in_sync == 1:
+    replica_step = tf.function(whole_step, jit_compile=True, autograph=False)
+  else:
+    if jit_compile:  # summed_gradients calls this compiled one
+      gradients = tf.function(gradients, jit_compile=True, autograph=False)
+    replica_step = multi_replica_step
+
+  # TensorFlow's own loop, not AutoGraph's rewrite of a Python one: nothing in the training
+  # graph needs AutoGraph, whose conversion of every function it calls costs seconds a trace.
+  @tf.function(autograph=False)
+  def train_loop(iterator, steps):
+    def one_step(step, totals, shapes):
+      batches = [iterator.get_next() for _ in range(micro_batches)]
+      per_replica = strategy.run(replica_step, args=(batches,))
+      totals = kinds.LossSums(
+        *[
+          total + strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+          for total, value in zip(totals, per_replica)
+        ]
+      )
+      # FLOPs and the XLA program count are derived from these, read once per loop.
+      for index, batch in enumerate(batches):
+        shapes = shapes.write(step * micro_batches + index, kind.batch_shape(batch))
+      return step + 1, totals, shapes
+
+    shapes = tf.TensorArray(tf.int32, size=steps * micro_batches, element_shape=[3])
+    _, totals, shapes = tf.while_loop(
+      lambda step, *_: step < steps, one_step, (tf.constant(0), _zero_sums(), shapes)
+    )
+    return totals, shapes.stack()
+
+  return train_loop
+
+
 class Trainer:
   """One training run; `run()` trains to `train_steps`, resuming from the latest checkpoint.
 
@@ -254,113 +372,18 @@ class Trainer:
     return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate, **kwargs)
 
   def _make_train_loop(self):
-    """`train_loop(iterator, steps)`: `steps` optimizer steps in one call (Orbit's
-    steps_per_loop, Keras' steps_per_execution), so the host does not wait for the device after
-    every step. Returns the loss sums of all those steps, added on the device, and the padded
-    (rows, source length, target length) of every micro-batch, int32 `[steps * micro, 3]`.
-
-    Each optimizer step runs over `grad_accum_steps` micro-batches. Each replica differentiates
-    the mean loss of its slice of each micro-batch (compiled with XLA when jit_compile is on),
-    weights those gradients by the slice's token count and divides the sum by the *global*
-    token count of the whole step: summing replica gradients then gives exactly the gradient of
-    the mean token loss over every micro-batch of every replica, whatever the batch shapes.
-    With several replicas, all-reduce and the optimizer update stay outside XLA (tf.distribute's
-    collectives cannot be compiled into the program). With one replica and jit_compile there is
-    nothing to all-reduce: the whole step (every micro-batch's forward and backward pass,
-    clipping and the optimizer's update) is one XLA program (1.07x-1.10x the tokens/s of the
-    update outside XLA at nanoGPT's CPU size: WORKSPACE_NOTES.md, issue 41)."""
-    clip_norm = self.config.clip_norm
-    variables = self.model.trainable_variables
-    optimizer = self.optimizer
-    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    local_replicas = self.local_replicas
-    micro_batches = self.config.grad_accum_steps
-    smoothing = self.config.label_smoothing
-    kind, model, strategy = self.kind, self.model, self.strategy
-
-    def gradients(batch):
-      with tf.GradientTape() as tape:
-        sums = kind.loss_sums(model, batch, smoothing)
-        mean = sums.loss / tf.maximum(sums.count, 1.0)
-        to_differentiate = optimizer.scale_loss(mean) if scaled else mean
-      return tape.gradient(to_differentiate, variables), sums
-
-    def summed_gradients(batches):
-      """The token-weighted sum of the micro-batches' gradients, and their loss sums."""
-      summed, totals = None, _zero_sums()
-      for batch in batches:
-        grads, sums = gradients(batch)
-        # The gradient of the mean times the token count is the gradient of the sum.
-        weighted = [g * sums.count for g in grads]
-        summed = weighted if summed is None else [a + b for a, b in zip(summed, weighted)]
-        totals = kinds.LossSums(*[a + b for a, b in zip(totals, sums)])
-      return summed, totals
-
-    def whole_step(batches):
-      """One replica's whole optimizer step, compiled as one XLA program."""
-      summed, totals = summed_gradients(batches)
-      grads = [g / tf.maximum(totals.count, 1.0) for g in summed]
-      if clip_norm:
-        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-      optimizer.apply_gradients(zip(grads, variables))
-      return totals
-
-    def multi_replica_step(worker_batches):
-      replica = tf.distribute.get_replica_context()
-      local_id = replica.replica_id_in_sync_group % local_replicas
-      batches = []
-      for worker_batch in worker_batches:
-        rows = tf.shape(next(iter(worker_batch.values())))[0] // local_replicas
-        batches.append(
-          {
-            name: value[local_id * rows : (local_id + 1) * rows]
-            for name, value in worker_batch.items()
-          }
-        )
-      summed, totals = summed_gradients(batches)
-      global_count = tf.maximum(replica.all_reduce(tf.distribute.ReduceOp.SUM, totals.count), 1.0)
-      grads = [g / global_count for g in summed]
-      if clip_norm:
-        # Keras clips each replica's *local* gradients; the global norm needs the sum first.
-        # The optimizer sums across replicas again, hence the division.
-        grads = replica.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-        grads = [g / replica.num_replicas_in_sync for g in grads]
-      optimizer.apply_gradients(zip(grads, variables))
-      return totals
-
-    if self.config.jit_compile and strategy.num_replicas_in_sync == 1:
-      replica_step = tf.function(whole_step, jit_compile=True, autograph=False)
-    else:
-      if self.config.jit_compile:  # summed_gradients calls this compiled one
-        gradients = tf.function(gradients, jit_compile=True, autograph=False)
-      replica_step = multi_replica_step
-
-    # TensorFlow's own loop, not AutoGraph's rewrite of a Python one: nothing in the training
-    # graph needs AutoGraph, whose conversion of every function it calls costs seconds a trace.
-    @tf.function(autograph=False)
-    def train_loop(iterator, steps):
-      def one_step(step, totals, shapes):
-        batches = [iterator.get_next() for _ in range(micro_batches)]
-        per_replica = strategy.run(replica_step, args=(batches,))
-        totals = kinds.LossSums(
-          *[
-            total + strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-            for total, value in zip(totals, per_replica)
-          ]
-        )
-        # FLOPs and the XLA program count are derived from these, read once per loop.
-        for index, batch in enumerate(batches):
-          shapes = shapes.write(step * micro_batches + index, kind.batch_shape(batch))
-        return step + 1, totals, shapes
-
-      shapes = tf.TensorArray(tf.int32, size=steps * micro_batches, element_shape=[3])
-      _, totals, shapes = tf.while_loop(
-        lambda step, *_: step < steps, one_step, (tf.constant(0), _zero_sums(), shapes)
-      )
-      return totals, shapes.stack()
-
-    return train_loop
+    c = self.config
+    return make_train_loop(
+      self.model,
+      self.kind,
+      self.optimizer,
+      self.strategy,
+      jit_compile=c.jit_compile,
+      grad_accum_steps=c.grad_accum_steps,
+      label_smoothing=c.label_smoothing,
+      clip_norm=c.clip_norm,
+      local_replicas=self.local_replicas,
+    )
 
   def evaluate(self, dataset=None, max_examples: Optional[int] = -1) -> Dict:
     """Metrics of the model as it is on `dataset` (default: validation) over `max_examples`

@@ -98,6 +98,36 @@ def test_layer_norm_normalises_the_last_axis():
   np.testing.assert_allclose(out.numpy(), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_layer_norm_gradients_are_autodiffs_of_the_formula(jit_compile):
+  """The closed-form backward pass against autodiff through the textbook formula in float64,
+  for the input (rank 3) and both variables."""
+  norm = layers.LayerNorm(6, epsilon=1e-6)
+  norm.scale.assign(np.linspace(0.5, 1.5, 6))
+  norm.offset.assign(np.linspace(-1, 1, 6))
+  rng = np.random.default_rng(4)
+  x = tf.constant(rng.normal(3.0, 2.0, size=[2, 3, 6]), tf.float32)
+  weights = tf.constant(rng.normal(size=[2, 3, 6]), tf.float32)
+
+  def ours(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      loss = tf.reduce_sum(norm(x) * weights)
+    return tape.gradient(loss, [x, norm.scale, norm.offset])
+
+  x64, scale, offset = (tf.cast(t, tf.float64) for t in (x, norm.scale, norm.offset))
+  with tf.GradientTape() as tape:
+    tape.watch([x64, scale, offset])
+    mean, variance = tf.nn.moments(x64, axes=[-1], keepdims=True)
+    formula = (x64 - mean) / tf.sqrt(variance + 1e-6) * scale + offset
+    loss = tf.reduce_sum(formula * tf.cast(weights, tf.float64))
+  expected = tape.gradient(loss, [x64, scale, offset])
+  got = tf.function(ours, jit_compile=jit_compile, autograph=False)(x)
+  for g, e in zip(got, expected):
+    assert g.shape == e.shape
+    np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_layer_norm_of_bfloat16_is_computed_in_float32():
   """The reference is float32 layer norm of the same bfloat16-rounded inputs. Computing in
   float32 and rounding once at the end stays within half a bfloat16 step (ulp) of it (measured:
