@@ -23,42 +23,53 @@ import tfattn  # noqa: E402
 tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
-# The test files that keep one process busy longest (seconds of one xdist worker, clean clone
-# of fa1e7d8 on 2 quiet cores), longest first. They are handed out first, so the short files
-# fill the gaps at the end and the two workers finish together: `make test` passes
-# --no-loadscope-reorder, or xdist would order files by their number of tests instead. A file
-# missing here only runs later; the order changes no result.
+# The test files that keep one process busy longest, longest first: CPU seconds (the worker's
+# and its programs') of each file in a full `-n 2 --dist loadfile` run of 2c615d2 (2026-11-27,
+# 2-core AMD EPYC shared with another job, load 3.4-7.8). They are handed out first, so the
+# short files fill the gaps at the end and the two workers finish together: `make test` passes
+# --no-loadscope-reorder, or xdist would order files by their number of tests instead. xdist
+# hands a worker its next file while it still runs the last two tests of the one before, so a
+# long file handed out last would end alone: every file over ~9 CPU s is listed. A file missing
+# here only runs later; the order changes no result.
 LONGEST_FILES = (
-  "serving/export/test_export.py",  # 136 s
-  "train/test_train_distributed.py",  # 134
-  "train/test_user_mistakes.py",  # 102
-  "train/test_train_step.py",  # 98
-  "end_to_end/test_recipes.py",  # 98
-  "serving/server/test_server.py",  # 88
-  "benchmarks/test_gpu_pass.py",  # 60
-  "benchmarks/test_quality.py",  # 53
-  # Today's language-model files (one pytest process each at load ~5, 2026-11-26: seconds of
-  # a busier machine, so likely ~30% more than a quiet worker's).
-  "train/test_evaluate.py",  # 62 at load 5
-  "end_to_end/test_language_model_pipeline.py",  # 41 at load 5
-  "end_to_end/test_compatibility.py",  # 49
-  "benchmarks/test_batch_predict.py",  # ~45 (this session's files: seconds under load)
-  "serving/server/test_server_xla_flags.py",  # ~40
-  "benchmarks/test_data_scale.py",  # 41
-  "serving/tools/test_predict.py",  # ~35
-  "end_to_end/test_packed_language_model.py",  # 26 at load 5
-  "end_to_end/test_window_pipeline.py",  # ~30
-  "serving/server/test_server_and_client_flags.py",  # ~30
-  "benchmarks/test_latency_and_dropout_benchmarks.py",  # ~25
-  "serving/tools/test_beam_predict.py",  # ~25
-  "tfattn/test_window_decoding.py",  # ~23
-  "end_to_end/test_character_vocabularies.py",  # 18 at load 5
-  "serving/server/test_server_lifecycle.py",  # 37
-  "tfattn/test_decoding.py",  # 33
-  "serving/server/test_server_config_file.py",  # 29
-  "train/test_streams.py",  # 26
-  "serving/server/test_grpc_service.py",  # 23
-  "serving/tools/test_attention_maps.py",  # 21
+  "serving/export/test_export.py",  # 124
+  "train/test_train_step.py",  # 111
+  "train/test_train_distributed.py",  # 103
+  "serving/server/test_server.py",  # 80 (an export fewer since)
+  "benchmarks/test_quality.py",  # 75 (a training and a start fewer since)
+  "benchmarks/test_train_throughput.py",  # 55 (one batch a packing pass since)
+  "serving/server/test_server_lifecycle.py",  # 50
+  "end_to_end/test_recipes.py",  # 50
+  "tfattn/test_decoding.py",  # 45
+  "serving/server/test_server_xla_flags.py",  # 45
+  "end_to_end/test_compatibility.py",  # 36
+  "benchmarks/test_decode_speed.py",  # 35
+  "benchmarks/test_gpu_pass.py",  # 33
+  "train/test_user_mistakes.py",  # 28
+  "train/test_streams.py",  # 28
+  "serving/tools/test_attention_maps.py",  # 27
+  "benchmarks/test_batch_predict.py",  # 26
+  "serving/server/test_server_fuzz.py",  # 25
+  "end_to_end/test_window_pipeline.py",  # 24
+  "train/test_packing.py",  # 23
+  "end_to_end/test_language_model_pipeline.py",  # 23
+  "benchmarks/test_data_scale.py",  # 22
+  "serving/server/test_server_config_file.py",  # 22
+  "serving/tools/test_predict.py",  # 22
+  "tfattn/test_transformer.py",  # 20
+  "serving/tools/test_batch_model.py",  # 18
+  "train/test_evaluate.py",  # 17
+  "tfattn/test_window_decoding.py",  # 17
+  "serving/server/test_server_cli.py",  # 17
+  "benchmarks/test_local_attention.py",  # 16
+  "benchmarks/test_latency_and_dropout_benchmarks.py",  # 16
+  "serving/server/test_grpc_service.py",  # 14
+  "end_to_end/test_character_vocabularies.py",  # 13
+  "serving/server/test_server_and_client_flags.py",  # 12
+  "tfattn/test_language_model.py",  # 12
+  "end_to_end/test_program_style.py",  # 12
+  "serving/tools/test_beam_predict.py",  # 11
+  "tfattn/test_no_repeat_ngram.py",  # 9
 )
 
 

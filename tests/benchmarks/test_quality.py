@@ -57,40 +57,44 @@ def _quality(tmp_path, *flags):
   )
 
 
-def test_two_seeds_of_a_recipe_report_validation_and_test(tmp_path):
+def test_two_seeds_chosen_on_validation_then_judged_on_test_once(tmp_path):
+  """--validation_only gives the trainer no test file; the same command without it resumes the
+  finished runs, judges the test set and reports them as judged, not trained again; over two
+  seeds the report gives mean ± sd on validation and test. (One test: two trainings, where a
+  two-seed run and a separate chosen-then-judged run trained three times.)"""
   _write_aclimdb(tmp_path / "aclImdb")
-  stdout = _quality(tmp_path, "--seeds=2")
-  rows = [line for line in stdout.splitlines() if line.startswith("| imdb_attention")]
-  assert len(rows) == 2, stdout[-3000:]  # one per anchor
-  assert all("(2 seeds)" in row and "±" in row for row in rows), rows
+  chosen = _quality(tmp_path, "--validation_only", "--seeds=2")
+  rows = [line for line in chosen.splitlines() if line.startswith("| imdb_attention")]
+  assert len(rows) == 2 and all("no test data" in row for row in rows), chosen[-3000:]
+  assert all("(2 seeds)" in row and "±" in row for row in rows), rows  # validation
   # 10% of the 40 training reviews are validation; the 12 test reviews are judged whole.
   with open(tmp_path / "work" / "imdb_validation.tsv") as f:
     assert len(f.readlines()) == 4
-  for seed in (0, 1):
-    assert os.path.exists(tmp_path / "work" / f"imdb_attention-seed{seed}" / "eval.json")
-  assert '"examples": 12' in stdout
-
-
-def test_choose_on_validation_then_judge_test_once(tmp_path):
-  """--validation_only gives the trainer no test file; the same command without it resumes the
-  finished run, judges the test set and reports the run as judged, not trained again."""
-  import json
-
-  _write_aclimdb(tmp_path / "aclImdb")
-  chosen = _quality(tmp_path, "--validation_only")
-  assert "no test data" in chosen
-  run_dir = tmp_path / "work" / "imdb_attention-seed0"
-  with open(run_dir / "eval.json") as f:
-    assert json.load(f).get("test") is None  # no test file was given
-  judged = _quality(tmp_path)
-  with open(run_dir / "eval.json") as f:
-    metrics = json.load(f)
-  assert metrics["test"]["examples"] == 12 and metrics["step"] == 2
+  runs = [tmp_path / "work" / f"imdb_attention-seed{seed}" for seed in (0, 1)]
+  for run_dir in runs:
+    with open(run_dir / "eval.json") as f:
+      assert json.load(f).get("test") is None  # no test file was given
+  judged = _quality(tmp_path, "--seeds=2")
+  rows = [line for line in judged.splitlines() if line.startswith("| imdb_attention")]
+  assert len(rows) == 2, judged[-3000:]  # one per anchor
+  # validation and test, each over the two seeds
+  assert all(row.count("(2 seeds)") == 2 and row.count("±") == 2 for row in rows), rows
   assert "trained before (resumed to be judged)" in judged
+  assert '"examples": 12' in judged
+  for run_dir in runs:
+    with open(run_dir / "eval.json") as f:
+      metrics = json.load(f)
+    assert metrics["test"]["examples"] == 12 and metrics["step"] == 2
   with open(tmp_path / "work" / "results.jsonl") as f:
     records = [json.loads(line) for line in f]
-  assert "train_seconds" in records[0] and "judge_seconds" in records[1]
-  assert records[0]["validation"] == records[1]["validation"]  # the same weights
+  assert [(r["seed"], "train_seconds" in r, "judge_seconds" in r) for r in records] == [
+    (0, True, False),
+    (1, True, False),
+    (0, False, True),
+    (1, False, True),
+  ]
+  for trained, judged_record in zip(records[:2], records[2:]):
+    assert trained["validation"] == judged_record["validation"]  # the same weights
 
 
 def _as_run_config(flags):
