@@ -11,9 +11,9 @@ keras-hub is not in requirements.txt: `pip install -r requirements-keras-hub.txt
 
 What each side runs (chosen so that both do the same work; see docs/benchmarks.md):
   * The models: our config is GPT-2's layout (pre-norm, learned positions, the embedding tied
-    to the output, dropout 0) at the size's layers, heads, width, feed-forward width,
-    vocabulary and max length. Differences that stay: our feed-forward uses ReLU (GPT-2:
-    tanh-approximated GELU), and our embedding is scaled by sqrt(d_model).
+    to the output and not scaled, GELU in its tanh form, dropout 0) at the size's layers,
+    heads, width, feed-forward width, vocabulary and max length. (Until 2026-11-27b ours ran
+    ReLU and a sqrt(d_model) embedding scale: a cheaper feed-forward than keras-hub's.)
   * Training, ours: the trainer's own loop (`train.trainer.make_train_loop`, as `python -m
     train --jit_compile` runs it on one device): `--steps` optimizer steps in one call, each
     step one XLA program (the gradient of `train.kinds.LanguageModeling.loss_sums`, the
@@ -110,6 +110,8 @@ def our_config(size):
     position_encoding="learned",
     norm_position="pre",
     tie_output_embedding=True,
+    activation="gelu_tanh",  # GPT-2's, as keras-hub's GPT2Backbone
+    embedding_init="gpt2",  # lookups not scaled by sqrt(d_model), as GPT-2
   )
 
 
@@ -294,7 +296,9 @@ def measure(size="cpu", modes=MODES, generate_batches=(1, 32), rounds=5, steps=3
       # Both write new_tokens real tokens a row (no padding left, none before the prompt).
       ours, theirs = calls["tfattn"](), calls["keras-hub"]()
       result["checks"][rows] = {
-        "tfattn": bool(np.all(ours[:, :new_tokens] != 0) and ours.shape[1] == new_tokens),
+        # No row can stop early (eos_id -1), so every slot holds a chosen token; id 0 is one
+        # a random model may choose (with GELU and GPT-2's embeddings it does at batch 32).
+        "tfattn": ours.shape == (rows, new_tokens),
         "keras-hub": bool(np.array_equal(theirs[:, : s["prompt"]], prompts))
         and theirs.shape[1] == s["prompt"] + new_tokens,
       }

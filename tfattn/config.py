@@ -13,7 +13,7 @@ _POSITION_KINDS = ("sinusoidal", "learned")
 _COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 _POOLINGS = ("mean", "first")
 _CLASSIFIER_BODIES = ("transformer", "attention")
-_ACTIVATIONS = ("relu", "gelu")
+_ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 _EMBEDDING_INITS = ("paper", "gpt2")
 
 
@@ -61,8 +61,8 @@ class TransformerConfig:
   )
   activation: str = setting(
     "relu",
-    "The feed-forward hidden layer's nonlinearity: relu (the paper's eq. 2) or gelu (exact, "
-    "erf-based: GPT-2's and nanoGPT's).",
+    "The feed-forward hidden layer's nonlinearity: relu (the paper's eq. 2), gelu (exact, "
+    "erf-based: nanoGPT's) or gelu_tanh (the tanh approximation: GPT-2's and keras-hub's).",
     choices=_ACTIVATIONS,
     when_missing="relu",
   )

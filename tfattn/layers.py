@@ -211,6 +211,8 @@ ACTIVATIONS = {
   "relu": tf.nn.relu,  # max(0, x): the paper's eq. 2
   # x * Phi(x) with the exact normal CDF (erf), as GPT-2's successors and nanoGPT (nn.GELU()).
   "gelu": lambda x: tf.nn.gelu(x, approximate=False),
+  # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): GPT-2's original form, keras-hub's.
+  "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True),
 }
 
 
@@ -221,7 +223,8 @@ class FeedForward(tf.Module):
   Args:
     d_model: input and output width.
     dff: inner (hidden) width.
-    activation: the hidden layer's nonlinearity, a key of `ACTIVATIONS` ("relu", "gelu").
+    activation: the hidden layer's nonlinearity, a key of `ACTIVATIONS`: "relu", "gelu",
+      "gelu_tanh".
     dropout_rate: dropout on the hidden layer while training (tensor2tensor's relu_dropout; the
       paper has none, and `TransformerConfig.feed_forward_dropout_rate` defaults to 0).
     rng: the model's `tf.random.Generator` for dropout (needed when dropout_rate > 0).

@@ -169,6 +169,19 @@ def test_feed_forward_gelu_is_x_times_the_normal_cdf(graph):
     layers.FeedForward(4, 16, activation="swish")
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_feed_forward_gelu_tanh_is_gpt2s_approximation(graph):
+  """GELU's tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as GPT-2 and keras-hub."""
+  ffn = layers.FeedForward(4, 16, seed=3, activation="gelu_tanh")
+  x = np.random.default_rng(4).normal(size=[2, 5, 4]) * 3
+  w1, b1 = ffn.inner.kernel.numpy(), ffn.inner.bias.numpy()
+  w2, b2 = ffn.outer.kernel.numpy(), ffn.outer.bias.numpy()
+  hidden = x @ w1 + b1
+  gelu = 0.5 * hidden * (1 + np.tanh(math.sqrt(2 / math.pi) * (hidden + 0.044715 * hidden**3)))
+  call = _in_graph(ffn, tf.TensorSpec([None, None, 4])) if graph else ffn
+  np.testing.assert_allclose(call(tf.constant(x, tf.float32)).numpy(), gelu @ w2 + b2, atol=1e-5)
+
+
 def test_the_activation_setting_reaches_every_feed_forward():
   import tfattn
 
