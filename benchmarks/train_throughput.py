@@ -509,11 +509,11 @@ def _print_packing(args, xla_modes):
   print()
   cpu_rate = "real_target_tokens_per_cpu_second"
   for packed, what in (("packed", "packed"), ("packed_full", "packed_full (rows of --length)")):
+    by_cpu = packing_ratios(result, packed, cpu_rate)
     for name, ratio in packing_ratios(result, packed).items():
-      by_cpu = packing_ratios(result, packed, cpu_rate)[name]
       print(
         f"ratio {what} / unpacked real target tokens, {name}: {ratio:.2f}x per second, "
-        f"{by_cpu:.2f}x per CPU second"
+        f"{by_cpu[name]:.2f}x per CPU second"
       )
 
 

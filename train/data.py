@@ -160,7 +160,8 @@ def packed_row_length(raw, source_tokenizer, target_tokenizer, max_length):
   for source, target in sample:
     source_lengths = source_tokenizer.tokenize(source).row_lengths()
     target_lengths = target_tokenizer.tokenize(target).row_lengths() + 1  # START or END
-    longest.extend(int(n) for n in tf.maximum(source_lengths, target_lengths) if n <= max_length)
+    lengths = tf.maximum(source_lengths, target_lengths).numpy()  # one copy, not a tensor a pair
+    longest.extend(int(n) for n in lengths if n <= max_length)
   return packing.choose_row_length(longest, max_length, bucket_lengths(max_length))
 
 
