@@ -61,3 +61,16 @@ gpu-pass: venv
 bench-keras-hub: venv
 	$(PY) -m pip install --quiet -r requirements-keras-hub.txt
 	$(PY) benchmarks/keras_hub_speed.py --size=$(or $(SIZE),cpu)
+
+# CTranslate2 beside our exports (issue 51): installs requirements-ctranslate2.txt into .venv,
+# then re-runs the live converter comparison (make_fixture writes the fixture `make test` reads
+# without CTranslate2) and the engine benchmark's tests.
+.PHONY: check-ctranslate2 bench-engines
+check-ctranslate2: venv
+	$(PY) -m pip install --quiet -r requirements-ctranslate2.txt
+	$(PY) -m pytest -q tests/serving/export/test_ctranslate2_model.py tests/benchmarks/test_engine_speed.py
+
+# Decoding speed with CTranslate2's protocol, every engine on the same weights (docs/speed.md).
+bench-engines: venv
+	$(PY) -m pip install --quiet -r requirements-ctranslate2.txt
+	$(PY) benchmarks/engine_speed.py $(ARGS)

@@ -7,6 +7,10 @@ Steps, each in its own process with its own timeout (a slow step cannot eat the 
 all within --budget_seconds:
   device      the GPU, its driver, TensorFlow and CUDA versions; TF's bf16 and TF32 (float32)
               matmul peaks.
+  engines     decoding against CTranslate2 with its published protocol (beam 4, batch 32,
+              length penalty 0, best of 5; benchmarks/engine_speed.py): our graph, XLA and
+              bfloat16 XLA exports against CTranslate2 float32, float16 and int8_float16 on the
+              same base-size weights (skipped with the reason where ctranslate2 is missing).
   throughput  the base config in bf16 under XLA: tfattn vs the Keras-MultiHeadAttention peer
               (benchmarks/train_throughput.py), with MFU.
   train       the default task end to end (`python -m train`, with its export): steps/s with
@@ -43,11 +47,13 @@ from settings import setting
 from train.files import write_json_atomically, write_text_atomically
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = ("device", "throughput", "train", "decode", "replicas", "suite")
+# In the order of what users choose us by: a pass cut short by its budget keeps the first.
+STEPS = ("device", "engines", "train", "throughput", "decode", "replicas", "suite")
 # Seconds each step may take on a GPU (compiles of the base config take ~60 s each on an H200);
 # the whole pass is also held to --budget_seconds.
 TIMEOUTS = {
   "device": 60,
+  "engines": 270,
   "throughput": 200,
   "train": 200,
   "decode": 120,
@@ -147,6 +153,47 @@ def step_throughput(quick, work_dir):
   )
   result["ratios"] = train_throughput.ratios(result)
   return result
+
+
+def step_engines(quick, work_dir):
+  cli.start_tensorflow_quietly()
+  import types
+
+  import engine_speed
+
+  folder = os.path.join(work_dir, "engines")
+  shutil.rmtree(folder, ignore_errors=True)
+  os.makedirs(folder)
+  on_gpu = engine_speed._has_gpu()
+  sizes = dict(size="base", sentences=512, runs=0, latency_sentences=16)
+  # Batch-1 latency compiles one more program under XLA (~a minute of the pass each): measured
+  # for the graph export and CTranslate2 here; benchmarks/engine_speed.py measures every engine.
+  latency = [e for e in engine_speed.GPU_ENGINES if "_xla" not in e]
+  if quick and not on_gpu:
+    sizes = dict(size="tiny", sentences=16, runs=1, latency_sentences=2)
+  args = types.SimpleNamespace(
+    **sizes,
+    run_dir=None,
+    texts_file=None,
+    vocab_size=32000 if sizes["size"] == "base" else 100,
+    source_lengths=("17", "32"),
+    output_length=32 if sizes["size"] == "base" else 4,
+    batch=32 if sizes["size"] == "base" else 8,
+    beam=4,
+    latency_engines=latency if on_gpu else None,
+    threads=0,
+    seed=0,
+  )
+  engines = engine_speed.GPU_ENGINES if on_gpu else engine_speed.CPU_ENGINES
+  measured = engine_speed.measure(args, engines, folder, child_timeout=120, log=print)
+  same = engine_speed.agreement(measured["results"])
+  for engine, result in measured["results"].items():
+    result.pop("outputs", None)
+    if engine in same:
+      result["same_ids_as_tfattn_graph"] = same[engine]
+  plan = {k: v for k, v in measured["plan"].items() if k not in ("sentences", "paths")}
+  plan["sentence_count"] = len(measured["plan"]["sentences"])
+  return {"plan": plan, "results": measured["results"]}
 
 
 def step_train(quick, work_dir):
@@ -338,12 +385,17 @@ def run_pass(args):
       print(f"gpu_pass: {name} (up to {min(TIMEOUTS[name], left):.0f} s)", flush=True)
       steps[name] = run_step_in_child(name, args, work_dir, min(TIMEOUTS[name], left))
       print(f"gpu_pass: {name}: {steps[name]['status']} ({steps[name]['seconds']:.0f} s)")
-  report["steps"] = steps
-  report["total_seconds"] = args.budget_seconds - (deadline - time.time())
-  write_json_atomically(os.path.join(out_dir, "gpu_pass.json"), report)
-  write_text_atomically(os.path.join(out_dir, "gpu_pass.md"), markdown(report))
+    # The reports after every step: a pass killed from outside keeps what it measured.
+    _write_reports(out_dir, report, steps, args.budget_seconds - (deadline - time.time()))
   print(f"gpu_pass: reports in {out_dir}/gpu_pass.json and gpu_pass.md")
   return report
+
+
+def _write_reports(out_dir, report, steps, seconds):
+  report["steps"] = {name: steps.get(name, {"status": "not run yet"}) for name in STEPS}
+  report["total_seconds"] = seconds
+  write_json_atomically(os.path.join(out_dir, "gpu_pass.json"), report)
+  write_text_atomically(os.path.join(out_dir, "gpu_pass.md"), markdown(report))
 
 
 def markdown(report):
@@ -393,6 +445,26 @@ def markdown(report):
       ),
       *(f"- tfattn / keras_mha, {k}: **{v:.2f}x**" for k, v in throughput["ratios"].items()),
     ]
+  engines = result("engines")
+  if engines:
+    plan = engines["plan"]
+    lines += [
+      "",
+      f"## Decoding against CTranslate2 (random weights, {plan['sentence_count']} "
+      f"sentences, batch {plan['batch']}, beam {plan['beam']}, length penalty 0, best of "
+      f"{plan['runs']})",
+      "| engine | tokens/s | batch-1 p50 ms | p90 ms | peak MiB | same ids as tfattn_graph |",
+      "|---|---|---|---|---|---|",
+    ]
+    for name, r in engines["results"].items():
+      if r.get("status") != "ok":
+        lines.append(f"| {name} | {r.get('status')} | | | | |")
+        continue
+      lines.append(
+        f"| {name} | {r['tokens_per_second']:.0f} | {r.get('latency_p50_ms', float('nan')):.1f} "
+        f"| {r.get('latency_p90_ms', float('nan')):.1f} | {r['peak_memory_mb']:.0f} | "
+        f"{r.get('same_ids_as_tfattn_graph', float('nan')):.1%} |"
+      )
   train = result("train")
   if train:
     lines += [

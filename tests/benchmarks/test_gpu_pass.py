@@ -20,7 +20,8 @@ def test_quick_pass_on_the_cpu_writes_both_reports(tmp_path):
       os.path.join("benchmarks", "gpu_pass.py"),
       "--quick",
       f"--out_dir={tmp_path}",
-      "--skip=suite,decode",  # the fast suite is the suite's job; decode has its own test
+      # The fast suite is the suite's job; decode and engines have their own tests.
+      "--skip=suite,decode,engines",
     ],
     cwd=REPO,
     env=environment(),
@@ -31,11 +32,14 @@ def test_quick_pass_on_the_cpu_writes_both_reports(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads((tmp_path / "gpu_pass.json").read_text())
   steps = report["steps"]
-  assert sorted(steps) == sorted(["device", "throughput", "train", "decode", "replicas", "suite"])
+  assert sorted(steps) == sorted(
+    ["device", "engines", "throughput", "train", "decode", "replicas", "suite"]
+  )
   for name in ("device", "throughput", "train"):
     assert steps[name]["status"] == "ok", (name, steps[name])
   assert steps["replicas"]["status"] == "skipped: no GPU"
-  assert steps["suite"]["status"] == steps["decode"]["status"] == "skipped: --skip"
+  for name in ("suite", "decode", "engines"):
+    assert steps[name]["status"] == "skipped: --skip"
 
   device = steps["device"]["result"]
   assert device["gpus"] == 0 and device["tensorflow"]
