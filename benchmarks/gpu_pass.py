@@ -1,7 +1,7 @@
 """The GPU pass: one command that measures what issue 31 asks of a GPU, in at most 8 minutes once
 TensorFlow is installed, and writes one JSON and one markdown report.
 
-  python benchmarks/gpu_pass.py [--out_dir=gpu_pass] [--quick] [--skip=suite,decode]
+  python benchmarks/gpu_pass.py [--out_dir=gpu_pass] [--quick] [--skip=suite,decode,engines]
 
 Steps, each in its own process with its own timeout (a slow step cannot eat the others), and
 all within --budget_seconds:
