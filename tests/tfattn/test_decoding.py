@@ -172,6 +172,19 @@ def test_default_length_follows_the_source_and_the_config_cap():
   assert ids.shape[1] == model.config.max_length
 
 
+def test_a_fixed_length_past_the_positions_is_capped_at_max_length():
+  """A learned position table has max_length rows: --max_decode_length beyond it decodes up to
+  max_length tokens (it read position max_length, out of the table, before the fix)."""
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=VOCAB, target_vocab_size=VOCAB, max_length=8
+  )
+  model = tfattn.Transformer(config.replace(position_encoding="learned"))
+  source = random_ids(2, 3, VOCAB, 9)
+  for padded_decode in (False, True):
+    found = decoding.greedy_decode(model, source, max_decode_length=12, padded_decode=padded_decode)
+    assert found.ids.shape == (2, 8)
+
+
 def test_default_length_limit_is_per_example():
   """An output that never reaches EOS stops at its own source length + extra, whatever else is
   in the batch."""
