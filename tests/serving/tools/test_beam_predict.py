@@ -10,7 +10,7 @@ import pytest
 
 from serving.tools import batch_files, batch_model, beam_predict
 
-from train_helpers import REPO, environment
+from train_helpers import REPO, environment, own_lines
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines over a real export
 
@@ -79,10 +79,20 @@ def test_the_program_says_a_bad_line_in_one_line(tmp_path):
     timeout=300,
   )
   assert result.returncode == 1
-  assert result.stderr.strip().splitlines()[-1] == (
+  # Only that line: no traceback of the failing bundle before it, no notes of Beam's imports.
+  assert own_lines(result.stderr) == [
     f"serving.tools.beam_predict: error: {source}:2: not valid UTF-8 (byte 1) (--bad_lines=skip "
     "leaves an empty line)"
-  )
+  ]
+
+
+def test_the_models_own_error_is_told_like_a_bad_line():
+  told = batch_model.ModelError("models/x/1 refused a batch of 3 lines (f:1 to f:3) that ...")
+  wrapped = RuntimeError("the pipeline failed")
+  wrapped.__cause__ = told
+  assert beam_predict.bad_line_message(wrapped) == str(told)
+  remote = RuntimeError(f"Traceback ...\nModelError: {told} [while running 'RunInference']")
+  assert beam_predict.bad_line_message(remote) == str(told)
 
 
 def test_an_interrupted_predict_run_is_never_deleted(tmp_path):
