@@ -44,6 +44,27 @@ def test_the_pipeline_writes_the_single_process_output_line_for_line(tmp_path):
   assert not (tmp_path / "out.txt.parts").exists()
 
 
+def test_empty_lines_get_the_same_answer_from_predict_beam_and_alone(exported, tmp_path):
+  """An empty source is all padding: its answer once depended on its batch-mates' padding, so
+  predict (sorted batches of 64) and the pipeline (batches of up to 5) wrote other lines."""
+  _, path = exported
+  texts = ["", "12", "", "4213", "98765", "", "7", "31", "5550", ""] * 2
+  source = tmp_path / "in.txt"
+  source.write_text("".join(text + "\n" for text in texts))
+  output = tmp_path / "out.txt"
+  beam_predict.run(path, [str(source)], str(output), batch_size=5, chunk_lines=4)
+  model = batch_model.BatchModel(path, "serving_default", batch_model.TEXT)
+  window = _lines_of(source)
+  sorted_batches = [out for _, out, _ in batch_model.run_window(model, window, 64, sort=True)]
+  alone = [model.predict([line])[0][1] for line in window]
+  assert output.read_text().splitlines() == sorted_batches == alone
+
+
+def _lines_of(path):
+  with open(path, "rb") as stream:
+    return list(batch_files.read_lines(stream, str(path), 0))
+
+
 def test_a_bad_line_fails_the_pipeline_by_name_or_leaves_its_place(tmp_path):
   source = tmp_path / "in.txt"
   source.write_bytes(b"1 2 3\n\xff 4\n5 6\n")
