@@ -2,6 +2,7 @@
 steps) -> perplexity and nats per character on validation and test -> export -> generate and
 score in-process, over REST and gRPC, and from another TF program that has no tfattn."""
 
+import dataclasses
 import json
 import math
 import threading
@@ -120,3 +121,37 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
 
   other = run_without_tfattn(_ISOLATED, path)
   assert other["generation"][0] == expected and other["call"] == other["generation"]
+
+
+@pytest.mark.parametrize("form", ["text_file", "tfrecord"])
+def test_a_tsv_language_model_trains_exports_and_generates_from_each_input_form(tmp_path, form):
+  """`--task=tsv --tsv_kind=language_model`: a one-column text file (a line is a text, a TAB
+  inside it is text) or TFRecords of a `text` feature. It failed at the start (batch_size None:
+  the kind had no TSV defaults) and a one-column file asked for 2 tab-separated fields."""
+  config = tiny_text_run(tmp_path, train_steps=2, log_every=1, eval_examples=4)
+  with open(config.train_file, encoding="utf-8") as f:
+    texts = [line.rstrip("\n") for line in f][:16]
+  texts[0] = "the cat\tsees the dog"  # one text, its TAB kept
+  if form == "tfrecord":
+    train_file = str(tmp_path / "train.tfrecord")
+    with tf.io.TFRecordWriter(train_file) as writer:
+      for line in texts:
+        feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=[line.encode()]))
+        example = tf.train.Example(features=tf.train.Features(feature={"text": feature}))
+        writer.write(example.SerializeToString())
+  else:
+    train_file = str(tmp_path / "train.tsv")
+    with open(train_file, "w", encoding="utf-8") as f:
+      f.write("".join(line + "\n" for line in texts))
+  config = dataclasses.replace(config, task="tsv", tsv_kind="language_model", train_file=train_file)
+  prepared = prepare(config)
+  resolved, task = prepared[:2]
+  assert resolved.batch_size == 8 and resolved.decode["strategy"] == "greedy"
+  read = list(task.train().as_numpy_iterator())
+  assert sorted(text.decode() for text, _ in read) == sorted(texts)
+  assert {target for _, target in read} == {b""}
+  metrics = Trainer(*prepared).run()
+  assert metrics["step"] == 2 and metrics["validation"]["tokens"] > 0
+  path = export.export(config.run_dir, str(tmp_path / "models"))
+  generated = tf.saved_model.load(path).signatures["generate"](text=tf.constant(["the cat", ""]))
+  assert generated["generation"].shape == (2,)
