@@ -35,7 +35,12 @@ class UsageError(Exception):
 
 
 class RunError(Exception):
-  """A failure while running, with a message that says what to do: exit status 1."""
+  """A failure while running, with a message that says what to do: exit status 1 (or the
+  `status` a program must match, e.g. the server's 255, TF Serving's `return -1`)."""
+
+  def __init__(self, message, status: int = 1):
+    super().__init__(message)
+    self.status = status
 
 
 def program_name() -> str:
@@ -84,7 +89,7 @@ def run(main, arguments: str = "") -> None:
       fail(str(error), 2)
     except RunError as error:
       _maybe_traceback()
-      fail(str(error), 1)
+      fail(str(error), error.status)
     except KeyboardInterrupt:
       fail("interrupted", 130)
     except Exception as error:
