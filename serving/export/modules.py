@@ -415,6 +415,9 @@ class LanguageModelExport(_DecodingExport):
     computes its loss (`tfattn.scoring`): {"log_prob": float32 `[batch]`, the sum;
     "token_log_probs": float32 `[batch, length]`, each piece's and then [END]'s, 0 after;
     "tokens": int32 `[batch]`, the pieces and [END] counted}. Mean per token: log_prob / tokens.
+    [END]'s term is the model's belief that the text ends there: for a model trained on packed
+    blocks, which rarely saw [END], it can dominate a short text's total (docs/language_model.md:
+    leave it out with token_log_probs[tokens - 1]).
     A text of more than max_length - 1 pieces fails with InvalidArgument (HTTP 400) instead of
     being scored cut."""
     text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="strict")
