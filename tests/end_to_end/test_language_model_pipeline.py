@@ -68,6 +68,7 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
   assert {
     "serving_default",
     "generate",
+    "generate_up_to",
     "generate_nbest",
     "generate_ids",
     "attention",
@@ -98,10 +99,19 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
     scored_over_rest = ServingClient("lm", port=rest.server_address[1]).predict(
       instances=[{"text": "the cat sees"}, {"text": "the dog runs"}], signature_name="score"
     )["predictions"]
+    # A length per row, in one request: the client's rows, then gRPC's columns.
+    up_to_rows = [{"text": "the cat sees", "max_new_tokens": 1}, {"text": "", "max_new_tokens": 9}]
+    up_to_over_rest = ServingClient("lm", port=rest.server_address[1]).predict(
+      instances=up_to_rows, signature_name="generate_up_to"
+    )["predictions"]
     grpc_client = GrpcServingClient("lm", port=ports["127.0.0.1:0"])
     over_grpc = grpc_client.predict({"text": np.array([b"the cat sees"])}, "generate")
     scored_over_grpc = grpc_client.predict(
       {"text": np.array([b"the cat sees", b"the dog runs"])}, "score"
+    )
+    up_to_over_grpc = grpc_client.predict(
+      {"text": np.array([b"the cat sees", b""]), "max_new_tokens": np.array([1, 9], np.int32)},
+      "generate_up_to",
     )
     grpc_client.close()
   finally:
@@ -118,6 +128,15 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
   np.testing.assert_allclose(scored_over_grpc["log_prob"], scored["log_prob"], rtol=1e-5)
   assert [row["tokens"] for row in scored_over_rest] == list(scored_over_grpc["tokens"])
   assert scored_over_grpc["token_log_probs"].shape == scored["token_log_probs"].shape
+
+  up_to = loaded.signatures["generate_up_to"](
+    text=tf.constant(["the cat sees", ""]), max_new_tokens=tf.constant([1, 9])
+  )
+  assert [row["generation"] for row in up_to_over_rest] == [
+    t.decode() for t in up_to["generation"].numpy()
+  ]
+  np.testing.assert_array_equal(up_to_over_grpc["generation"], up_to["generation"])
+  np.testing.assert_allclose(up_to_over_grpc["log_prob"], up_to["log_prob"], rtol=1e-5)
 
   other = run_without_tfattn(_ISOLATED, path)
   assert other["generation"][0] == expected and other["call"] == other["generation"]
