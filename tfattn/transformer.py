@@ -670,6 +670,10 @@ class EncoderClassifier(tf.Module):
     """ids: int `[batch, length]` -> float32 logits `[batch, num_classes]`, or (logits,
     `AttentionWeights` with only `encoder`: one `[batch, heads, length, length]` a layer) when
     `return_attention` (a Python bool)."""
+    if self.config.pooling == "first":  # a zero-width batch (empty texts) gets a first slot of
+      # padding, as an empty text has in a batch (it failed alone: slice index 0 out of bounds)
+      width = tf.maximum(1 - tf.shape(ids)[1], 0)
+      ids = tf.pad(ids, [[0, 0], [0, width]], constant_values=self.config.pad_id)
     states, weights = self.encoder(ids, training=training, return_attention=True)
     if self.config.pooling == "first":
       pooled = states[:, 0]

@@ -340,7 +340,9 @@ class Seq2SeqExport(_DecodingExport):
     source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
     target_ids = self._checked_ids(target_ids, self.model.config.target_vocab_size, "target_ids")
     start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.bos_id)
-    decoder_input = tf.concat([start, target_ids[:, :-1]], axis=1)
+    # START + the targets but the last, as wide as the targets (zero-width targets: an empty
+    # decoder input, log_prob 0, as such a row gets in a batch; the shift failed them).
+    decoder_input = tf.concat([start, target_ids], axis=1)[:, : tf.shape(target_ids)[1]]
     log_probs = tf.nn.log_softmax(self.model(source_ids, decoder_input))
     token_log_probs = tf.gather(log_probs, target_ids, batch_dims=2)
     mask = tf.cast(tf.not_equal(target_ids, self.model.config.pad_id), tf.float32)
