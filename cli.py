@@ -6,7 +6,8 @@ flags by `define_flags` and checked against their bounds by `run` before `main` 
 
 Exit statuses: 0 done; 2 a mistake the user can fix (bad flag value, missing input, busy port),
 told in one line on stderr that names the problem and the fix; 1 a failure at run time, also one
-line (`--verbose_errors` adds the traceback); 130 interrupted.
+line (`--verbose_errors` adds the traceback); 130 interrupted. The process ends when main
+returns (`_exit_now`): no interpreter teardown, no atexit handler after it.
 
     import cli
     cli.start_tensorflow_quietly()      # before anything imports TensorFlow
