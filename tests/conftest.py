@@ -41,6 +41,7 @@ LONGEST_FILES = (
   "serving/server/test_server_lifecycle.py",  # 50
   "end_to_end/test_recipes.py",  # 50
   "tfattn/test_decoding.py",  # 45
+  "serving/export/test_batch_independence.py",  # ~45 (new in issue 49: six exports, two XLA)
   "serving/server/test_server_xla_flags.py",  # 45
   "end_to_end/test_compatibility.py",  # 36
   "benchmarks/test_decode_speed.py",  # 35

@@ -43,6 +43,10 @@ def scaled_dot_product_attention(
 ) -> Tuple[tf.Tensor, tf.Tensor]:
   """softmax(Q K^T / sqrt(depth) + bias) V, with the softmax in float32.
 
+  A query whose every key the bias masks attends to nothing, as over zero keys: zero weights
+  and zero values (a softmax would average the masked keys, an answer that depends on how much
+  padding its batch has: an empty source's translation changed with its batch-mates).
+
   Args:
     query: `[batch, heads, q_len, depth]`.
     key, value: `[batch, heads, k_len, depth]`.
@@ -54,13 +58,18 @@ def scaled_dot_product_attention(
   # Scaling the query before the matmul keeps float16 logits in range.
   query = query * tf.math.rsqrt(tf.cast(depth, query.dtype))
   logits = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
-  if bias is not None:
-    # Broadcasting explicitly: with static shapes, oneDNN fuses BatchMatMul + a broadcast Add of
-    # a constant bias (the causal mask) into a kernel ~50x slower than matmul then add.
-    logits += tf.broadcast_to(masking.as_float32_logit_bias(bias), tf.shape(logits))
+  if bias is None:
+    weights = tf.nn.softmax(logits, axis=-1)
+    dropped = layers.dropout(tf.cast(weights, value.dtype), dropout_rate, rng, training)
+    return tf.matmul(dropped, value), weights
+  bias = masking.as_float32_logit_bias(bias)
+  # Broadcasting explicitly: with static shapes, oneDNN fuses BatchMatMul + a broadcast Add of
+  # a constant bias (the causal mask) into a kernel ~50x slower than matmul then add.
+  logits += tf.broadcast_to(bias, tf.shape(logits))
   weights = tf.nn.softmax(logits, axis=-1)
   dropped = layers.dropout(tf.cast(weights, value.dtype), dropout_rate, rng, training)
-  return tf.matmul(dropped, value), weights
+  seen = masking.any_key_allowed(bias)  # float32 [batch or 1, heads or 1, q_len or 1, 1]
+  return tf.matmul(dropped, value) * tf.cast(seen, value.dtype), weights * seen
 
 
 class KeyValue(NamedTuple):

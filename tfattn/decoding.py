@@ -519,6 +519,16 @@ def beam_search(start: DecodingStart, options: DecodeOptions) -> Hypotheses:
 # --- Entry points ---------------------------------------------------------------------------
 
 
+def within(start: DecodingStart, max_new_tokens: Optional[tf.Tensor]) -> DecodingStart:
+  """`start` with each example's limit cut to `max_new_tokens` (int `[batch]`, a row's own
+  request; None: as it is). The buffer stays the start's: a caller wanting more tokens than the
+  options' length asks with a larger one (e.g. max_decode_length = the model's limit)."""
+  if max_new_tokens is None:
+    return start
+  cut = tf.minimum(start.limits, tf.cast(max_new_tokens, start.limits.dtype))  # [batch]
+  return start._replace(limits=cut)
+
+
 def decode(
   model,
   inputs: tf.Tensor,
@@ -526,6 +536,7 @@ def decode(
   *,
   seeds: Optional[tf.Tensor] = None,
   padded_decode: bool = False,
+  max_new_tokens: Optional[tf.Tensor] = None,
 ) -> Hypotheses:
   """One hypothesis a row, found as `options` say: greedy, beam search's best beam (beam size 1
   runs the greedy loop: the same result, tested), or a sample.
@@ -537,24 +548,35 @@ def decode(
     seeds: sampling only (ignored otherwise): int `[batch]`, one seed per row; None:
       options.seed + the row's index.
     padded_decode: the fixed-size cache that compiles under `jit_compile=True`.
+    max_new_tokens: None, or int `[batch]`: tokens each row may generate at most, within the
+      limits the options and the model set (`within`).
   Returns:
     `Hypotheses` with ids int32 `[batch, length]`, scores and log_probs float32 `[batch]`.
   """
   if options.strategy == BEAM and options.beam_size > 1:
-    return first_beam(nbest(model, inputs, options, padded_decode=padded_decode))
-  start = model.start_decoding(inputs, options, padded=padded_decode)
+    found = nbest(
+      model, inputs, options, padded_decode=padded_decode, max_new_tokens=max_new_tokens
+    )
+    return first_beam(found)
+  start = within(model.start_decoding(inputs, options, padded=padded_decode), max_new_tokens)
   if options.strategy == SAMPLE:
     return sample_loop(start, options, seeds)
   return token_loop(start, options)
 
 
 def nbest(
-  model, inputs: tf.Tensor, options: DecodeOptions = _DEFAULTS, *, padded_decode: bool = False
+  model,
+  inputs: tf.Tensor,
+  options: DecodeOptions = _DEFAULTS,
+  *,
+  padded_decode: bool = False,
+  max_new_tokens: Optional[tf.Tensor] = None,
 ) -> Hypotheses:
   """Every beam of a beam search of `options.beam_size` (whatever `options.strategy` is), best
-  first: ids int32 `[batch, beam, length]`, scores and log_probs float32 `[batch, beam]`."""
+  first: ids int32 `[batch, beam, length]`, scores and log_probs float32 `[batch, beam]`;
+  `max_new_tokens` as `decode`'s."""
   start = model.start_decoding(inputs, options, beams=options.beam_size, padded=padded_decode)
-  return beam_search(start, options)
+  return beam_search(within(start, max_new_tokens), options)
 
 
 def greedy_decode(model, inputs: tf.Tensor, *, padded_decode: bool = False, **fields) -> Hypotheses:

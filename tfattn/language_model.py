@@ -217,7 +217,10 @@ class LanguageModel(tf.Module):
     def step_fn(ids, last_tokens, step, cache):
       del ids  # the cache holds what came before
       column = columns - 1 + step  # the position of `last_tokens`
-      x = self.decoder.embed(last_tokens[:, tf.newaxis], (column - shift)[:, tf.newaxis])
+      # A row that reached its limit steps on while its batch-mates generate: its position is
+      # held at the last one (its output is padding anyway), never past the position table.
+      row_positions = tf.minimum(column - shift, c.max_length - 1)  # [rows]
+      x = self.decoder.embed(last_tokens[:, tf.newaxis], row_positions[:, tf.newaxis])
       if window is not None:  # the column each ring slot holds
         key_columns = RingCache.slot_positions(column, slots)
       else:

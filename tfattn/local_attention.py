@@ -83,8 +83,8 @@ def local_attention(
     window: r >= 1; query i sees keys j with |i - j| <= r, or 0 <= i - j <= r when `causal`.
     causal: the decoder's and the language model's band.
     key_bias: None or an additive key mask broadcastable to `[batch, 1, 1, length]` (padding).
-  A query with no allowed key (padding beyond its window) gets the mean of its blocks' values,
-  finite, where full attention would average every value: such rows are padding's own.
+  A query with no allowed key (padding beyond its window) attends to nothing: zero values and
+  weights, as full attention gives it (`attention.scaled_dot_product_attention`).
 
   Returns:
     (`[batch, heads, length, depth]` values, float32 `[batch, heads, blocks, block, neighbours
@@ -113,9 +113,10 @@ def local_attention(
   logits += tf.broadcast_to(bias, tf.shape(logits))
   weights = tf.nn.softmax(logits, axis=-1)
   dropped = layers.dropout(tf.cast(weights, value.dtype), dropout_rate, rng, training)
-  attended = tf.matmul(dropped, values)  # [batch, heads, blocks, block, depth]
+  seen = masking.any_key_allowed(bias)  # [b', 1, blocks, block, 1]: 0 for a query with no key
+  attended = tf.matmul(dropped, values) * tf.cast(seen, value.dtype)  # [b, heads, blocks, block, d]
   attended = tf.reshape(attended, [shape[0], shape[1], blocks * block, depth])
-  return attended[:, :, :length], weights
+  return attended[:, :, :length], weights * seen
 
 
 def blocks_to_dense(weights: tf.Tensor, length, causal: bool) -> tf.Tensor:

@@ -116,6 +116,15 @@ def combine(*biases: tf.Tensor) -> tf.Tensor:
   return combined
 
 
+def any_key_allowed(bias: tf.Tensor) -> tf.Tensor:
+  """float32 `[..., 1]`: 1 where a query of `bias` (`[..., k_len]`) may see some key, 0 where it
+  sees none (its attention is then zero, as over zero keys)."""
+  allowed = tf.reduce_max(tf.cast(bias, tf.float32), axis=-1, keepdims=True) > (
+    large_negative(tf.float16) / 2  # above every dtype's masking value
+  )
+  return tf.cast(allowed, tf.float32)
+
+
 def as_float32_logit_bias(bias: tf.Tensor) -> tf.Tensor:
   """A bias in float32 for adding to float32 logits. float16's masking value (-3e4) is raised to
   float32's (-1e9): -3e4 only shifts a fully masked row's logits, which would then keep the

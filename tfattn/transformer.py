@@ -537,15 +537,15 @@ class Transformer(tf.Module):
 
   def decoding_lengths(self, source_ids: tf.Tensor, options: DecodeOptions):
     """The seq2seq length rule: (the output buffer size, int32 `[batch]` the tokens each example
-    may generate). `max_decode_length` when set; else each example's own (unpadded) source
+    may generate). `max_decode_length` when set (capped by `max_length`: the decoder has no
+    position past it); else each example's own (unpadded) source
     length + `extra_decode_length`, capped by `max_length`, so an output never depends on the
     other sources in its batch (the buffer: the padded source length + extra, capped)."""
     batch = tf.shape(source_ids)[0]
-    if options.max_decode_length is not None:
-      return options.max_decode_length, tf.fill(
-        [batch], tf.cast(options.max_decode_length, tf.int32)
-      )
     extra, cap = options.extra_decode_length, self.config.max_length
+    if options.max_decode_length is not None:  # never past the decoder's positions either
+      length = min(options.max_decode_length, cap)
+      return length, tf.fill([batch], tf.constant(length, tf.int32))
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, self.config.pad_id), tf.int32), 1)
     return tf.minimum(tf.shape(source_ids)[1] + extra, cap), tf.minimum(lengths + extra, cap)
 
@@ -670,6 +670,10 @@ class EncoderClassifier(tf.Module):
     """ids: int `[batch, length]` -> float32 logits `[batch, num_classes]`, or (logits,
     `AttentionWeights` with only `encoder`: one `[batch, heads, length, length]` a layer) when
     `return_attention` (a Python bool)."""
+    if self.config.pooling == "first":  # a zero-width batch (empty texts) gets a first slot of
+      # padding, as an empty text has in a batch (it failed alone: slice index 0 out of bounds)
+      width = tf.maximum(1 - tf.shape(ids)[1], 0)
+      ids = tf.pad(ids, [[0, 0], [0, width]], constant_values=self.config.pad_id)
     states, weights = self.encoder(ids, training=training, return_attention=True)
     if self.config.pooling == "first":
       pooled = states[:, 0]

@@ -31,6 +31,7 @@ from train import data, evaluation, language_model_data, packing
 from train.flag_choices import TEXT_DOCUMENTS, TEXT_LINES
 from train.task import (
   CLASSIFICATION_DEFAULTS,
+  LANGUAGE_MODEL_DEFAULTS,
   TSV_SEQ2SEQ_DEFAULTS,
 )
 
@@ -94,9 +95,13 @@ class TrainingKind(kinds.ModelKind, Protocol):
   Attributes:
     tsv_defaults: the training settings a `--task=tsv` run of this kind starts from (before
       the recipe's and the declared `when_unset`).
+    tsv_columns: TAB-separated fields a TSV line of this kind has: 2 (a source or text, then
+      the target or label), or 1 (the whole line is the example's text, TABs included; its
+      target is "").
   """
 
   tsv_defaults: Mapping[str, Any]
+  tsv_columns: int
 
   def dataset(
     self, raw: tf.data.Dataset, tokenizers: Dict, *, training: bool, truncate: str, **batching
@@ -172,6 +177,7 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
   sacreBLEU and exact match."""
 
   tsv_defaults = MappingProxyType(TSV_SEQ2SEQ_DEFAULTS)
+  tsv_columns = 2
 
   def dataset(self, raw, tokenizers, *, training, truncate, pack=False, **batching):
     """Batches of {"source", "target_in", "target_out"} `[batch, length]` int32 (plus
@@ -266,6 +272,7 @@ class Classification(kinds.ClassifierModel):
   """Cross-entropy over the classes; accuracy."""
 
   tsv_defaults = MappingProxyType(CLASSIFICATION_DEFAULTS)
+  tsv_columns = 2
 
   def dataset(self, raw, tokenizers, *, training, truncate, **batching):
     """Batches of {"source": `[batch, length]` int32, "label": `[batch]` int64}."""
@@ -339,8 +346,10 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
   task): each (text, anything) example is a row, BOS + the text -> the text + EOS; a text
   longer than max_length - 1 tokens keeps its first ones, and the start says how many are cut."""
 
-  # The recipe's and the declared values; the export generates greedily (as `--task=text`).
-  tsv_defaults = MappingProxyType({"decode": {"strategy": "greedy"}})
+  # `--task=text`'s defaults (sizes, schedule, batch; the export generates greedily): a TSV or
+  # TFRecord language-model run had none (batch_size None failed the start).
+  tsv_defaults = MappingProxyType(LANGUAGE_MODEL_DEFAULTS)
+  tsv_columns = 1  # a line is a text (a TFRecord's "text" feature)
 
   def dataset(self, raw, tokenizers, *, training, truncate, packing=TEXT_LINES, **batching):
     """Lines: batches of {"source": int32 `[batch, length]`, the text's tokens}. Packed:

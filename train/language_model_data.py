@@ -189,7 +189,7 @@ def report_cut_texts(texts: tf.data.Dataset, tokenizer, max_tokens: int, role: s
     quoted = text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "..."
     logging.warning(
       "%s texts: %d of the %s%d read are longer than %d pieces and are cut, %d pieces dropped "
-      "(e.g. %r, %d pieces); --text_packing=blocks keeps every token",
+      "(e.g. %r, %d pieces); --task=text --text_packing=blocks keeps every token",
       role,
       cut,
       "first " if read == CUT_CHECK_TEXTS else "",

@@ -56,19 +56,28 @@ def format_flops(flops_per_second: float) -> str:
 
 def format_mfu(mfu: float) -> str:
   """Three significant digits, so a small model's MFU is not printed as 0.000: '0.412',
-  '0.0031', '4.7e-05'."""
-  return f"{mfu:.2g}" if mfu < 1e-4 else f"{mfu:.3g}" if mfu < 0.01 else f"{mfu:.3f}"
+  '0.0031', '4.7e-05'; above 1 it says the peak was measured low: '1.230 (above the measured
+  peak)'."""
+  text = f"{mfu:.2g}" if mfu < 1e-4 else f"{mfu:.3g}" if mfu < 0.01 else f"{mfu:.3f}"
+  return f"{text} (above the measured peak)" if mfu > 1 else text
 
 
 class Meter:
   """Sums tokens and FLOPs between progress lines; reports tokens/s and MFU.
 
-  MFU never exceeds 1: when the model reaches more FLOP/s than the measured peak (the peak was
-  measured while another process held the device), the peak is raised to what the model
-  reached, once said in the log."""
+  MFU is the FLOP/s reached over the peak. When the model reaches more than the peak measured
+  at start (measured while another process held the device), the peak is measured again
+  (`remeasure`, once) and the higher one kept, said in the log; an MFU still above 1 is
+  reported as it is, never clamped to 1 (which read as a perfect run and hid the low peak).
 
-  def __init__(self, peak_flops):
+  Args:
+    peak_flops: the peak measured at start (FLOP/s).
+    remeasure: () -> FLOP/s, measures the peak again; None: never.
+  """
+
+  def __init__(self, peak_flops, remeasure=None):
     self.peak_flops = peak_flops
+    self.remeasure = remeasure
     self.reset()
 
   def reset(self):
@@ -82,15 +91,17 @@ class Meter:
     """(tokens per second, MFU) since the last reset."""
     elapsed = max(time.time() - self.start, 1e-9)
     reached = self.flops / elapsed
-    if reached > self.peak_flops:
+    if reached > self.peak_flops and self.remeasure is not None:
+      measured, self.remeasure = self.remeasure(), None
       logging.info(
-        "the model reached %s, above the measured matmul peak (%s, measured under load?): "
-        "the MFU denominator is now %s",
+        "the model reached %s, above the matmul peak measured at start (%s: measured under "
+        "load?); measured again now: %s, the MFU denominator from here on%s",
         format_flops(reached),
         format_flops(self.peak_flops),
-        format_flops(reached),
+        format_flops(measured),
+        "" if measured >= reached else " (MFU above 1 means the peak is still measured low)",
       )
-      self.peak_flops = reached
+      self.peak_flops = max(self.peak_flops, measured)
     return self.tokens / elapsed, reached / self.peak_flops
 
 
@@ -109,7 +120,7 @@ def meter_for(strategy: tf.distribute.Strategy, compute_dtype: str) -> Meter:
     format_flops(peak),
     devices,
   )
-  return Meter(peak * devices)
+  return Meter(peak * devices, lambda: measure_matmul_peak(device, compute_dtype) * devices)
 
 
 def _physical_gpu(logical_device: str) -> str:

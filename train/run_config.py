@@ -170,7 +170,8 @@ class RunConfig:
   tsv_kind: str = run_setting(
     SEQ2SEQ,
     "What the TSV's second column is: the target text (seq2seq) or an integer label "
-    "(classification).",
+    "(classification); a language model's line is one column, its text (TFRecords: a `text` "
+    "feature).",
     choices=tuple(MODEL_KINDS),
     resume=MUST_MATCH,
   )

@@ -4,9 +4,9 @@
 A file argument is a comma list of paths or globs (`data/train-*.tsv,extra.tsv`). Files are read
 `CYCLE_FILES` at a time, interleaved in blocks of `CHECK_BATCH` lines, in an order shuffled from
 the run's seed each epoch, and shared out across workers by file. Every TSV line is checked
-inside the pipeline, in batches: valid UTF-8, two tab-separated fields, a target the task kind
-accepts. A bad line names its `file:line`; `--bad_lines=fail` stops there, `--bad_lines=skip`
-drops it and counts it on stderr.
+inside the pipeline, in batches: valid UTF-8, two tab-separated fields (one, the whole line, for
+a language model's text), a target the task kind accepts. A bad line names its `file:line`;
+`--bad_lines=fail` stops there, `--bad_lines=skip` drops it and counts it on stderr.
 Blank lines are skipped silently, as before.
 """
 
@@ -68,12 +68,17 @@ def is_utf8(lines: tf.Tensor) -> tf.Tensor:
   return tf.strings.regex_full_match(lines, "(?s:.)*")
 
 
-def _codes(lines, target_ok):
-  """`[n]` lines -> (int32 `[n]` check codes, `[n, 2]` fields, int32 `[n]` field counts)."""
+def _codes(lines, target_ok, columns=2):
+  """`[n]` lines -> (int32 `[n]` check codes, `[n, 2]` fields, int32 `[n]` field counts). A
+  kind of one column reads the whole line as its first field and "" as its target."""
   # (TextLineDataset already drops a line's "\n" or "\r\n".)
-  fields = tf.strings.split(lines, "\t")  # ragged [n, (fields)]
-  counts = tf.cast(fields.row_lengths(), tf.int32)
-  pairs = fields.to_tensor(default_value="", shape=[None, 2])
+  if columns == 1:
+    pairs = tf.stack([lines, tf.zeros_like(lines)], axis=1)  # [n, 2]
+    counts = tf.ones_like(lines, tf.int32)
+  else:
+    fields = tf.strings.split(lines, "\t")  # ragged [n, (fields)]
+    counts = tf.cast(fields.row_lengths(), tf.int32)
+    pairs = fields.to_tensor(default_value="", shape=[None, 2])
   utf8 = is_utf8(lines)
   blank = tf.equal(tf.strings.strip(lines), "")
   codes = tf.where(
@@ -82,7 +87,9 @@ def _codes(lines, target_ok):
     tf.where(
       ~utf8,
       _NOT_UTF8,
-      tf.where(tf.not_equal(counts, 2), _FIELDS, tf.where(target_ok(pairs[:, 1]), _OK, _TARGET)),
+      tf.where(
+        tf.not_equal(counts, columns), _FIELDS, tf.where(target_ok(pairs[:, 1]), _OK, _TARGET)
+      ),
     ),
   )
   return codes, pairs, counts
@@ -127,7 +134,7 @@ class LineChecker:
 
   def __call__(self, path, numbers, lines):
     """(path, int64 `[n]` line numbers, `[n]` lines) -> (`[m]` sources, `[m]` targets)."""
-    codes, pairs, counts = _codes(lines, self.kind.tsv_target_ok)
+    codes, pairs, counts = _codes(lines, self.kind.tsv_target_ok, self.kind.tsv_columns)
     rule = self.kind.tsv_target_rule
     if self.num_classes is not None:  # a label the model has no class for
       labels = self.kind.tsv_target(tf.where(tf.equal(codes, _OK), pairs[:, 1], "0"))
@@ -371,10 +378,12 @@ def decode_line(raw: bytes) -> str:
 
 def parse_line(raw: bytes, kind) -> Optional[Tuple]:
   """A TSV line -> (first field, the kind's target), None for a blank line; a ValueError
-  saying why for a bad one."""
+  saying why for a bad one. A kind of one column (`tsv_columns`): (the whole line, "")."""
   line = decode_line(raw)
   if not line.strip():
     return None
+  if kind.tsv_columns == 1:
+    return line, kind.parse_target("")
   fields = line.split("\t")
   if len(fields) != 2:
     raise ValueError(f"expected 2 tab-separated fields, got {len(fields)}")

@@ -19,7 +19,11 @@ language model: source_pieces are "[START]" then the text's pieces, source_lengt
 
 **Bound.** Texts are truncated to the model's max_length pieces, as by every signature (a
 target to max_length - 1, plus END). `layer` picks, per row, one layer (0 = the first) or every
-layer (-1). A request whose weights would exceed `MAX_WEIGHTS` floats fails with
+layer (-1). The layers axis is padded like the lengths: when some row of the batch asks every
+layer, a row that asked one has it first, then zeros, so a row's answer never depends on its
+batch-mates (mixing them was refused before, a request that failed only in company).
+
+A request whose weights would exceed `MAX_WEIGHTS` floats fails with
 InvalidArgument (HTTP 400) naming the limit, before the model runs: the REST JSON writes a
 float32 weight in at most 15 bytes with its comma (shortest round-trip form, up to 9 digits:
 "1.07979295e-05,"), so 2^22 weights stay under 60 MiB, inside the 64 MiB body limit.
@@ -84,19 +88,13 @@ def target_ids(source_ids, given, translate):
 
 
 def _check_layers(layer, batch, num_layers):
-  """-> (bool scalar: every layer wanted (all rows -1), else one layer a row; the checks)."""
+  """-> (bool `[batch]`: the row wants every layer (-1), else its one layer; the checks)."""
   every = tf.less(layer, 0)
-  every_layer = tf.reduce_all(every)
-  return every_layer, [
+  return every, [
     tf.debugging.assert_equal(
       tf.size(layer),
       batch,
       message="attention: give one layer a row (layer: -1 = every layer, 0 = the first)",
-    ),
-    tf.debugging.assert_equal(
-      tf.logical_or(every_layer, tf.reduce_all(tf.logical_not(every))),
-      True,
-      message="attention: every row must ask for -1 (every layer) or every row for one layer",
     ),
     tf.debugging.assert_less(
       layer,
@@ -125,15 +123,24 @@ def _check_budget(batch, layers, heads, query_key_products):
   return tf.debugging.Assert(count <= MAX_WEIGHTS, [message])
 
 
-def _select(weights, layer, every_layer, query_lengths, key_lengths):
+def _returned_layers(every, num_layers):
+  """int32 scalar: the size of the layers axis, every layer when some row (`every` `[batch]`)
+  asks for it, else 1."""
+  return tf.where(tf.reduce_any(every), num_layers, 1)
+
+
+def _select(weights, layer, every, query_lengths, key_lengths):
   """Tuple of `[batch, heads, q, k]` (one a layer) -> `[batch, layers or 1, heads, q, k]`, the
-  layers asked for, 0 outside each row's query and key lengths."""
+  layers asked for (a row asking one where another asks every layer: its layer, then zeros),
+  0 outside each row's query and key lengths."""
   stacked = tf.stack(weights, axis=1)  # [batch, layers, heads, q, k]
-  chosen = tf.cond(
-    every_layer,
-    lambda: stacked,
-    lambda: tf.gather(stacked, tf.maximum(layer, 0), axis=1, batch_dims=1)[:, tf.newaxis],
-  )
+  one = tf.gather(stacked, tf.maximum(layer, 0), axis=1, batch_dims=1)[:, tf.newaxis]
+
+  def every_layer_axis():
+    padded = tf.pad(one, [[0, 0], [0, len(weights) - 1], [0, 0], [0, 0], [0, 0]])
+    return tf.where(every[:, tf.newaxis, tf.newaxis, tf.newaxis, tf.newaxis], stacked, padded)
+
+  chosen = tf.cond(tf.reduce_any(every), every_layer_axis, lambda: one)
   queries = tf.sequence_mask(query_lengths, tf.shape(stacked)[3], tf.float32)
   keys = tf.sequence_mask(key_lengths, tf.shape(stacked)[4], tf.float32)
   inside = (
@@ -150,8 +157,8 @@ def seq2seq_maps(model, source_tokenizer, target_tokenizer, source_ids, targets,
   batch, s_len, t_len = tf.shape(source_ids)[0], tf.shape(source_ids)[1], tf.shape(targets)[1]
   num_layers = min(config.num_encoder_layers, config.num_decoder_layers)
   every_layer, checks = _check_layers(layer, batch, num_layers)
-  returned_layers = tf.where(
-    every_layer, max(config.num_encoder_layers, config.num_decoder_layers), 1
+  returned_layers = _returned_layers(
+    every_layer, max(config.num_encoder_layers, config.num_decoder_layers)
   )
   checks.append(
     _check_budget(
@@ -183,7 +190,7 @@ def classifier_maps(model, source_tokenizer, source_ids, layer):
   batch, s_len = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
   every_layer, checks = _check_layers(layer, batch, num_layers)
   checks.append(
-    _check_budget(batch, tf.where(every_layer, num_layers, 1), config.num_heads, s_len * s_len)
+    _check_budget(batch, _returned_layers(every_layer, num_layers), config.num_heads, s_len**2)
   )
   with tf.control_dependencies(checks):
     source_ids = tf.identity(source_ids)
@@ -209,7 +216,10 @@ def language_model_maps(model, tokenizer, ids, layer):
   every_layer, checks = _check_layers(layer, batch, config.num_decoder_layers)
   checks.append(
     _check_budget(
-      batch, tf.where(every_layer, config.num_decoder_layers, 1), config.num_heads, length**2
+      batch,
+      _returned_layers(every_layer, config.num_decoder_layers),
+      config.num_heads,
+      length**2,
     )
   )
   with tf.control_dependencies(checks):

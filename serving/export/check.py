@@ -1,7 +1,10 @@
 """`python -m serving.export.check DIR`: will TF Serving (<= 2.19) load this SavedModel?
 
 Reads the ops of the graph and of every function in it, and fails naming any op that is neither
-TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Prints
+TF core nor a TF-Text op linked into TF Serving 2.12-2.19 (which embed TF-Text 2.12.1). Then
+loads the version as the server does (`serving.server`'s `Servable`: the `serve` MetaGraph in a
+Session) and replays its warm-up records: TF Serving refuses to load a version whose warm-up
+request fails, so check fails naming the request and the model's error. Prints
 one line per version: OK or FAIL, the op count, the signatures, and whether the export holds XLA
 must-compile functions (and what each TF Serving build needs for them: CPU images
 --xla_cpu_compilation_enabled=true, GPU images >= 2.18 --xla_gpu_compilation_enabled=true, GPU
@@ -32,6 +35,12 @@ class CheckFlags:
     False,
     "Per version, print every op, each signature with its dtypes and shapes, and saved_model_cli's "
     "full dump (default: one line per version).",
+  )
+  warmup: bool = setting(
+    True,
+    "Load each version as the server does and replay its warm-up records (TF Serving refuses "
+    "a version whose warm-up request fails); --nowarmup checks the ops only (an XLA export's "
+    "replay compiles every program its records ask for).",
   )
 
 
@@ -170,10 +179,41 @@ def _version_dirs(path):
   return dirs
 
 
-def summary_line(directory):
-  """One line for a version: OK or FAIL (naming the ops TF Serving lacks), its op count, its
-  signatures, and what XLA needs."""
+def warmup_problem(directory):
+  """Why the version's warm-up records fail as the server replays them at load (the first
+  failing request: its number, signature and the model's error), or None when they all answer
+  (or there are none). TF Serving and `serving.server` do not load such a version."""
+  from serving.server.errors import StatusError
+  from serving.server.model_manager import Servable
+  from serving.tf_serving import warmup
+
+  path = os.path.join(directory, warmup.WARMUP_FILE)
+  if not os.path.exists(path):
+    return None
+  records = warmup.read_warmup_file(path)
+  servable = Servable("check", 0, directory)
+  try:
+    for number, (signature, inputs) in enumerate(records, 1):
+      try:
+        servable.run(signature, inputs)
+      except StatusError as error:
+        reason = (error.message.strip().splitlines() or [""])[0][:300]
+        return (
+          f"warm-up request {number} of {len(records)} ({signature}) fails with {error.code}: "
+          f"{reason} (the server would not load this version)"
+        )
+  finally:
+    servable.session.close()
+  return None
+
+
+def summary_line(directory, replay_warmup=True):
+  """One line for a version: OK or FAIL (naming the ops TF Serving lacks, or with
+  `replay_warmup` the warm-up request that fails), its op count, its signatures, and what XLA
+  needs."""
   found = problems(directory)
+  if replay_warmup and not found:  # the ops load: replay the warm-up records as the server will
+    found = [problem for problem in [warmup_problem(directory)] if problem]
   signatures = [line.split("(", 1)[0] for line in signature_lines(directory)]
   compiled = must_compile_functions(directory)
   xla = (
@@ -185,7 +225,7 @@ def summary_line(directory):
     f"FAIL {directory}: " + "; ".join(found)
     if found
     else f"OK {directory}: {len(saved_model_ops(directory))} ops, all TF core or TF-Text that "
-    "TF Serving <= 2.19 links"
+    "TF Serving <= 2.19 links" + (", warm-up requests answer" if replay_warmup else "")
   )
   return f"{verdict}; signatures: {', '.join(signatures)}; {xla}"
 
@@ -254,7 +294,7 @@ def main(argv):
   for directory in dirs:
     if flags.FLAGS.verbose and not _print_details(directory):
       failed = True
-    line = summary_line(directory)
+    line = summary_line(directory, flags.FLAGS.warmup)
     failed = failed or line.startswith("FAIL")
     print(line, flush=True)
   return 1 if failed else 0

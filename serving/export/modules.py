@@ -18,6 +18,11 @@ TEXT = tf.TensorSpec([None], tf.string, name="text")
 IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
 SEEDS = tf.TensorSpec([None], tf.int64, name="seed")
+# A language model's per-row generation length (transformers' max_new_tokens).
+NEW_TOKENS = tf.TensorSpec([None], tf.int32, name="max_new_tokens")
+# What the warm-up records ask of the signatures that take max_new_tokens (any value compiles
+# the same XLA program; a small one keeps the replay short).
+WARMUP_NEW_TOKENS = 2
 
 # The XLA decoder's source lengths: 16, 32, ... then max_length, one program each per batch size.
 SMALLEST_SOURCE_BUCKET = 16
@@ -95,12 +100,26 @@ class _DecodingExport(_Exportable):
   """What the exports that decode share (seq2seq, language model): the searches `options` ask
   for, in graph mode or, with decode="xla", compiled with XLA over length buckets; a `sample`
   signature where the options sample; their warm-up requests. A subclass supplies `_answers`
-  (hypotheses -> the signature's outputs) and names its n-best signature."""
+  (hypotheses -> the signature's outputs) and names its n-best signature.
+
+  With `up_to_length` (the language model's), the searches also run with a length per row
+  (`max_new_tokens`, int32 `[batch]`): the options' with max_decode_length = up_to_length as the
+  buffer (`up_to_options`), each row cut to its own request (`decoding.within`)."""
 
   NBEST_SIGNATURE = ""  # the signature that returns every beam
+  up_to_options = None  # the options of the searches that take max_new_tokens
 
   def __init__(
-    self, model, tokenizer, options: DecodeOptions, decode, *, truncate, name, max_length=None
+    self,
+    model,
+    tokenizer,
+    options: DecodeOptions,
+    decode,
+    *,
+    truncate,
+    name,
+    max_length=None,
+    up_to_length=None,
   ):
     super().__init__(model, tokenizer, truncate, name=name)
     if decode not in DECODE_MODES:
@@ -109,19 +128,27 @@ class _DecodingExport(_Exportable):
       self.max_length = max_length
     self.options = options
     self.decode_mode = decode  # graph mode decodes any length as it comes: no length buckets
+    if up_to_length is not None:
+      self.up_to_options = options.replace(max_decode_length=up_to_length)
     # A beam export's best hypothesis is the n-best search's first: one search, one program.
     self._best_is_first_beam = options.strategy == BEAM and options.beam_size > 1
     if decode == "xla":  # only then: a graph export holds no must-compile function
       self.length_buckets = tuple(shapes.length_buckets(self.max_length, SMALLEST_SOURCE_BUCKET))
-      self._nbest_padded = tf.function(
-        self._search_nbest_padded, input_signature=[IDS], jit_compile=True, autograph=False
-      )
+      self._nbest_padded = self._compiled(self._search_nbest_padded, [IDS])
       if not self._best_is_first_beam:
-        self._best_padded = tf.function(
-          self._search_best_padded, input_signature=[IDS, SEEDS], jit_compile=True, autograph=False
-        )
+        self._best_padded = self._compiled(self._search_best_padded, [IDS, SEEDS])
+      if self.up_to_options is not None:
+        self._nbest_up_to_padded = self._compiled(self._search_nbest_up_to, [IDS, NEW_TOKENS])
+        if not self._best_is_first_beam:
+          self._best_up_to_padded = self._compiled(
+            self._search_best_up_to, [IDS, SEEDS, NEW_TOKENS]
+          )
     if options.strategy == SAMPLE:  # the signature exists only where it samples
       self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS], autograph=False)
+
+  @staticmethod
+  def _compiled(search, signature):
+    return tf.function(search, input_signature=signature, jit_compile=True, autograph=False)
 
   # --- The searches ---
 
@@ -133,6 +160,23 @@ class _DecodingExport(_Exportable):
   def _search_nbest_padded(self, ids):
     """Every beam of a bucket-padded input, compiled with XLA as `_nbest_padded`."""
     return decoding.nbest(self.model, ids, self.options, padded_decode=True)
+
+  def _search_best_up_to(self, ids, seeds, max_new_tokens):
+    """`_search_best_padded` with a length per row (`_best_up_to_padded`)."""
+    return decoding.decode(
+      self.model,
+      ids,
+      self.up_to_options,
+      seeds=seeds,
+      padded_decode=True,
+      max_new_tokens=max_new_tokens,
+    )
+
+  def _search_nbest_up_to(self, ids, max_new_tokens):
+    """`_search_nbest_padded` with a length per row (`_nbest_up_to_padded`)."""
+    return decoding.nbest(
+      self.model, ids, self.up_to_options, padded_decode=True, max_new_tokens=max_new_tokens
+    )
 
   def _padded(self, search, ids, *args) -> decoding.Hypotheses:
     """Runs `search` on the input padded to its length bucket, then `_trimmed`."""
@@ -147,33 +191,43 @@ class _DecodingExport(_Exportable):
     del ids
     return found
 
-  def _nbest(self, ids) -> decoding.Hypotheses:
+  def _nbest(self, ids, max_new_tokens=None) -> decoding.Hypotheses:
     """int32 `[batch, length]` -> every beam: ids `[batch, beam, out_length]`, scores and
-    log_probs `[batch, beam]`, best first."""
+    log_probs `[batch, beam]`, best first. With `max_new_tokens` (int32 `[batch]`), the
+    `up_to_options` search, each row cut to its own length."""
+    if max_new_tokens is None:
+      if self.decode_mode == "xla":
+        return self._padded(self._nbest_padded, ids)
+      return decoding.nbest(self.model, ids, self.options)
     if self.decode_mode == "xla":
-      return self._padded(self._nbest_padded, ids)
-    return decoding.nbest(self.model, ids, self.options)
+      return self._padded(self._nbest_up_to_padded, ids, max_new_tokens)
+    return decoding.nbest(self.model, ids, self.up_to_options, max_new_tokens=max_new_tokens)
 
-  def _best(self, ids, seeds=None) -> decoding.Hypotheses:
+  def _best(self, ids, seeds=None, max_new_tokens=None) -> decoding.Hypotheses:
     """int32 `[batch, length]` -> the best hypothesis a row as the options say: ids
     `[batch, out_length]`, scores and log_probs `[batch]`. Sampling draws with `seeds` (int64
-    `[batch]`), else with the input's own (`decoding.source_seeds`)."""
+    `[batch]`), else with the input's own (`decoding.source_seeds`). With `max_new_tokens`
+    (int32 `[batch]`), the `up_to_options` search, each row cut to its own length."""
     if self._best_is_first_beam:
-      return decoding.first_beam(self._nbest(ids))
+      return decoding.first_beam(self._nbest(ids, max_new_tokens))
+    options = self.options if max_new_tokens is None else self.up_to_options
     if seeds is None:
-      seeds = decoding.source_seeds(ids, self.options, self.model.config.pad_id)
+      seeds = decoding.source_seeds(ids, options, self.model.config.pad_id)
     if self.decode_mode == "graph":
-      return decoding.decode(self.model, ids, self.options, seeds=seeds)
+      return decoding.decode(self.model, ids, options, seeds=seeds, max_new_tokens=max_new_tokens)
     if seeds is None:  # the compiled search takes seeds whether it samples or not
       seeds = tf.zeros([tf.shape(ids)[0]], tf.int64)
-    return self._padded(self._best_padded, ids, seeds)
+    if max_new_tokens is None:
+      return self._padded(self._best_padded, ids, seeds)
+    return self._padded(self._best_up_to_padded, ids, seeds, max_new_tokens)
 
   def _answers(self, found: decoding.Hypotheses) -> dict:
     raise NotImplementedError
 
-  def _sample(self, text, seed):
-    """Raw text `[batch]` and int64 seeds `[batch]` -> the signature's outputs `[batch]`: row i
-    drawn with seed[i] (the same seed and text, the same answer)."""
+  def _sample(self, text, seed, max_new_tokens=None):
+    """Raw text `[batch]` and int64 seeds `[batch]` (and int32 `max_new_tokens` `[batch]`) ->
+    the signature's outputs `[batch]`: row i drawn with seed[i] (the same seed and text, the
+    same answer)."""
     check = tf.debugging.assert_equal(
       tf.shape(seed),
       tf.shape(text),
@@ -181,7 +235,23 @@ class _DecodingExport(_Exportable):
     )
     with tf.control_dependencies([check]):
       seed = tf.identity(seed)
-    return self._answers(self._best(self._source_ids(text), seed))
+    if max_new_tokens is not None:
+      max_new_tokens = self._checked_new_tokens(max_new_tokens, text)
+    return self._answers(self._best(self._source_ids(text), seed, max_new_tokens))
+
+  def _checked_new_tokens(self, max_new_tokens, text):
+    """int32 `[batch]`, one per text, each at least 1 (InvalidArgument, HTTP 400, otherwise);
+    a value above the model's limit is cut to it by the search."""
+    checks = [
+      tf.debugging.assert_equal(
+        tf.shape(max_new_tokens),
+        tf.shape(text),
+        message="max_new_tokens must hold one int32 per text (a [batch] tensor like text)",
+      ),
+      tf.debugging.assert_positive(max_new_tokens, message="max_new_tokens must be at least 1"),
+    ]
+    with tf.control_dependencies(checks):
+      return tf.identity(max_new_tokens)
 
   def warmup_requests(self, texts, compiled_only=False):
     """[(signature name, inputs)]: one request with `texts` for each text signature, or with
@@ -270,7 +340,9 @@ class Seq2SeqExport(_DecodingExport):
     source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
     target_ids = self._checked_ids(target_ids, self.model.config.target_vocab_size, "target_ids")
     start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.bos_id)
-    decoder_input = tf.concat([start, target_ids[:, :-1]], axis=1)
+    # START + the targets but the last, as wide as the targets (zero-width targets: an empty
+    # decoder input, log_prob 0, as such a row gets in a batch; the shift failed them).
+    decoder_input = tf.concat([start, target_ids], axis=1)[:, : tf.shape(target_ids)[1]]
     log_probs = tf.nn.log_softmax(self.model(source_ids, decoder_input))
     token_log_probs = tf.gather(log_probs, target_ids, batch_dims=2)
     mask = tf.cast(tf.not_equal(target_ids, self.model.config.pad_id), tf.float32)
@@ -353,17 +425,24 @@ class ClassifierExport(_Exportable):
 
 class LanguageModelExport(_DecodingExport):
   """Signatures: serving_default and `generate` (text, the prompt -> "generation", its
-  continuation, with "score" and "log_prob"), generate_nbest (every beam, best first),
-  generate_ids (prompt ids -> continuation ids), in an export whose options sample `sample`
-  (text and a seed per row), `attention` (the causal self-attention over BOS + a text) and
-  `score` (texts -> their log-likelihood under the model, in total and per token).
+  continuation, with "score" and "log_prob"), `generate_up_to` (text and max_new_tokens, a
+  length per row -> the same outputs), generate_nbest (every beam, best first), generate_ids
+  (prompt ids -> continuation ids), in an export whose options sample `sample` (text and a seed
+  per row) and `sample_up_to` (text, seed and max_new_tokens), `attention` (the causal
+  self-attention over BOS + a text) and `score` (texts -> their log-likelihood under the model,
+  in total and per token).
 
   Every signature decodes as `options` say, through the same `decoding.decode` / `nbest` as the
   seq2seq export: a prompt's continuation is at most options.max_decode_length tokens (unset:
-  extra_decode_length). A prompt keeps its last max_length - 1 pieces. A sampling export draws
-  serving_default with the prompt's own seed (`decoding.source_seeds`). decode="xla" pads the
-  prompt to a length bucket and runs the padded-cache searches compiled (prompts of one batch
-  differ in length anyway: the model aligns them itself).
+  extra_decode_length), or in the `_up_to` signatures its row's max_new_tokens (transformers'
+  `max_new_tokens`). Either way a continuation stops at the model's limit, max_length positions
+  with the prompt's (a windowed model's too: its ring keeps memory flat, but its positions end
+  there). TF Serving signatures have no optional inputs, so the length is its own signatures'
+  input, and `generate` keeps its inputs. A prompt keeps its last max_length - 1 pieces. A
+  sampling export draws serving_default with the prompt's own seed
+  (`decoding.source_seeds`). decode="xla" pads the prompt to a length bucket and runs the
+  padded-cache searches compiled (prompts of one batch differ in length anyway: the model
+  aligns them itself); the `_up_to` searches are programs of their own.
   """
 
   encode = None  # no encoder: the base's `encode` signature does not apply
@@ -380,7 +459,12 @@ class LanguageModelExport(_DecodingExport):
       truncate="left",
       name="language_model_export",
       max_length=model.config.max_length - 1,
+      up_to_length=model.config.max_length,  # the buffer; each row's own limit cuts it
     )
+    if options.strategy == SAMPLE:
+      self.sample_up_to = tf.function(
+        self._sample, input_signature=[TEXT, SEEDS, NEW_TOKENS], autograph=False
+      )
 
   def _answers(self, found: decoding.Hypotheses):
     ids = found.ids
@@ -393,6 +477,13 @@ class LanguageModelExport(_DecodingExport):
     """Prompts `[batch]` -> {"generation": string `[batch]`, "score", "log_prob": float32
     `[batch]`}."""
     return self._answers(self._best(self._source_ids(text)))
+
+  @tf.function(input_signature=[TEXT, NEW_TOKENS], autograph=False)
+  def generate_up_to(self, text, max_new_tokens):
+    """Prompts `[batch]` and int32 max_new_tokens `[batch]` (each at least 1) -> `generate`'s
+    outputs, row i's continuation at most max_new_tokens[i] tokens (and the model's limit)."""
+    max_new_tokens = self._checked_new_tokens(max_new_tokens, text)
+    return self._answers(self._best(self._source_ids(text), max_new_tokens=max_new_tokens))
 
   @tf.function(input_signature=[TEXT], autograph=False)
   def generate_nbest(self, text):
@@ -415,6 +506,9 @@ class LanguageModelExport(_DecodingExport):
     computes its loss (`tfattn.scoring`): {"log_prob": float32 `[batch]`, the sum;
     "token_log_probs": float32 `[batch, length]`, each piece's and then [END]'s, 0 after;
     "tokens": int32 `[batch]`, the pieces and [END] counted}. Mean per token: log_prob / tokens.
+    [END]'s term is the model's belief that the text ends there: for a model trained on packed
+    blocks, which rarely saw [END], it can dominate a short text's total (docs/language_model.md:
+    leave it out with token_log_probs[tokens - 1]).
     A text of more than max_length - 1 pieces fails with InvalidArgument (HTTP 400) instead of
     being scored cut."""
     text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="strict")
@@ -448,10 +542,23 @@ class LanguageModelExport(_DecodingExport):
       self.model, self.source_tokenizer, self._source_ids(text), layer
     )
 
+  def warmup_requests(self, texts, compiled_only=False):
+    """The base's, and a request of each signature that takes max_new_tokens (with
+    `compiled_only`: of its one compiled search; `sample_up_to` shares it)."""
+    requests = super().warmup_requests(texts, compiled_only)
+    texts = _text_array(texts)
+    lengths = np.full([len(texts)], WARMUP_NEW_TOKENS, np.int32)
+    requests.append(("generate_up_to", {"text": texts, "max_new_tokens": lengths}))
+    if self.options.strategy == SAMPLE and not compiled_only:
+      seeds = np.arange(len(texts), dtype=np.int64)
+      requests.append(("sample_up_to", {"text": texts, "seed": seeds, "max_new_tokens": lengths}))
+    return requests
+
   def signatures(self):
     signatures = {
       "serving_default": self.generate,
       "generate": self.generate,
+      "generate_up_to": self.generate_up_to,
       "generate_nbest": self.generate_nbest,
       "generate_ids": self.generate_ids,
       "attention": self.attention,
@@ -459,4 +566,5 @@ class LanguageModelExport(_DecodingExport):
     }
     if self.options.strategy == SAMPLE:
       signatures["sample"] = self.sample
+      signatures["sample_up_to"] = self.sample_up_to
     return signatures

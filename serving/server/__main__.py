@@ -233,8 +233,13 @@ XLA_HINT = (
 )
 
 
+# TF Serving's main.cc prints "Failed to start server" and returns -1: exit status 255.
+FAILED_START_STATUS = 255
+
+
 def _check_initial_loads(core):
-  """TF Serving's start fails, naming each model whose newest version did not load."""
+  """TF Serving's start fails, naming each model whose newest version did not load (exit
+  status 255, as tensorflow_model_server's)."""
   from serving.server.errors import StatusError
 
   try:
@@ -243,7 +248,7 @@ def _check_initial_loads(core):
     core.stop()
     hint = XLA_HINT if "XLA compilation disabled" in error.message else ""
     raise cli.RunError(
-      f"Failed to start server. Error: {error.code}: {error.message}{hint}"
+      f"Failed to start server. Error: {error.code}: {error.message}{hint}", FAILED_START_STATUS
     ) from None
 
 

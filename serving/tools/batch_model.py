@@ -13,7 +13,7 @@ TensorFlow is imported when a `BatchModel` is made, so the programs check their 
 
 import json
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from serving.tf_serving import versions
 from serving.tools import batch_files
@@ -54,6 +54,11 @@ def _json_value(value):
   if isinstance(value, (np.integer, int)):
     return int(value)
   return value
+
+
+class ModelError(Exception):
+  """The export refused a batch whose lines it answers one by one: its answer depends on the
+  batch, a defect of the model, not of any line (never hidden by retrying line by line)."""
 
 
 class BatchModel:
@@ -131,16 +136,24 @@ class BatchModel:
 
   def predict(self, lines: Sequence["batch_files.Line"]) -> List[Tuple]:
     """[(line, output text or None, error)] in the order of `lines`. A batch the export refuses
-    (InvalidArgument) is retried line by line, so only the refused lines get an error."""
+    (InvalidArgument) is retried line by line, so only the refused lines get an error; when
+    every line answers alone, the refusal was the model's: `ModelError`."""
     if not lines:
       return []
     try:
       outputs = self._call(lines)
     except self._tf.errors.InvalidArgumentError as error:
-      if len(lines) > 1:
-        return [result for line in lines for result in self.predict([line])]
       reason = (error.message or str(error)).strip().splitlines()[0]
-      return [(lines[0], None, f"refused by the export: {reason}")]
+      if len(lines) == 1:
+        return [(lines[0], None, f"refused by the export: {reason}")]
+      answers = [result for line in lines for result in self.predict([line])]
+      if all(output is not None for _, output, _ in answers):
+        raise ModelError(
+          f"{self.export_dir} refused a batch of {len(lines)} lines ({lines[0].where} to "
+          f"{lines[-1].where}) that it answers one by one: its answers depend on the batch, "
+          f"a defect of the model, not of a line: {reason}"
+        ) from None
+      return answers
     return [(line, self._format(outputs, row), "") for row, line in enumerate(lines)]
 
   def _format(self, outputs: Dict, row: int) -> str:
@@ -174,11 +187,15 @@ def _takes_text(function) -> bool:
 
 
 def run_window(
-  model: BatchModel, window: Sequence["batch_files.Line"], batch_size: int, sort: bool
+  model: BatchModel,
+  window: Sequence["batch_files.Line"],
+  batch_size: int,
+  sort: bool,
+  on_batch: Callable[[int], None] = lambda lines: None,
 ) -> List[Tuple]:
   """[(line, output text or None, error)] for a window, in the window's order: bad input lines
   keep their reading error; the rest run in batches, sorted by their length in the export's
-  tokens when `sort`."""
+  tokens when `sort`. `on_batch(lines)` after each batch (progress)."""
   length = None
   if sort:
     usable = [line for line in window if line.text is not None]
@@ -188,4 +205,5 @@ def run_window(
   for batch in batch_files.batches(window, batch_size, sort, length):
     for line, output, error in model.predict(batch):
       answers[line[:2]] = (line, output, error)
+    on_batch(len(batch))
   return [answers.get(line[:2], (line, None, line.error)) for line in window]

@@ -23,6 +23,7 @@ download the Prism runner at run time). Other runners take Beam's own options in
 import cli
 
 import dataclasses
+import logging
 import os
 import shlex
 import time
@@ -83,6 +84,35 @@ def define_flags():
 
 class BadLineError(ValueError):
   """A bad line under --bad_lines=fail: its message is the one line the user sees."""
+
+
+# The errors a pipeline stops with that the program says in one line (`stop_message`).
+_TOLD_ERRORS = (BadLineError, batch_model.ModelError)
+
+
+class _QuietBeam(logging.Filter):
+  """On the log handlers: drops Beam's records below ERROR (its notes at import about apitools
+  and the BigQuery client, its resource warning each bundle: several are logged on the root
+  logger, so a level on Beam's loggers cannot stop them), and a worker's record of an error the
+  program says in one line (Beam logs the failing bundle's traceback before it re-raises)."""
+
+  def filter(self, record):
+    if record.levelno < logging.ERROR and f"{os.sep}apache_beam{os.sep}" in record.pathname:
+      return False
+    error, chain = record.exc_info[1] if record.exc_info else None, []
+    while error is not None and error not in chain:
+      chain.append(error)
+      error = error.__cause__ or error.__context__
+    return not any(isinstance(link, _TOLD_ERRORS) for link in chain)
+
+
+def quiet_beam_logs():
+  """Installs `_QuietBeam` on the root logger's handlers (where Beam's records end) and sets
+  Beam's own loggers to errors only. Call before importing apache_beam."""
+  logging.getLogger("apache_beam").setLevel(logging.ERROR)
+  for handler in logging.getLogger().handlers:
+    if not any(isinstance(f, _QuietBeam) for f in handler.filters):
+      handler.addFilter(_QuietBeam())
 
 
 def handler_class():
@@ -246,19 +276,20 @@ def run(
 
 
 def bad_line_message(error):
-  """The message of the BadLineError behind a pipeline failure, or None. A local runner raises
-  it (possibly as the cause of its own error), other runners re-raise a worker's error as text
-  after its class name; Beam appends the failing step ("[while running ...]"), dropped here."""
+  """The message of the BadLineError (or the model's `batch_model.ModelError`) behind a
+  pipeline failure, or None. A local runner raises it (possibly as the cause of its own
+  error), other runners re-raise a worker's error as text after its class name; Beam appends
+  the failing step ("[while running ...]"), dropped here."""
   chain, link = [], error
   while link is not None and link not in chain:
     chain.append(link)
     link = link.__cause__ or link.__context__
-  ours = [link for link in chain if isinstance(link, BadLineError)]
-  marker = f"{BadLineError.__name__}: "
+  ours = [link for link in chain if isinstance(link, _TOLD_ERRORS)]
+  markers = [f"{told.__name__}: " for told in _TOLD_ERRORS if f"{told.__name__}: " in str(error)]
   if ours:
     text = str(ours[0])
-  elif marker in str(error):
-    text = str(error).split(marker, 1)[1].splitlines()[0]
+  elif markers:
+    text = str(error).split(markers[0], 1)[1].splitlines()[0]
   else:
     return None
   return text.split(" [while running")[0].strip().strip("'\"") or None
@@ -282,6 +313,7 @@ def main(argv):
       "resume it with serving.tools.predict --resume, or delete the folder"
     )
   beam_options = shlex.split(f.beam_options)
+  quiet_beam_logs()
   cli.start_tensorflow_quietly()
   # The signature is checked here once, before the pipeline starts its workers.
   try:

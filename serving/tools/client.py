@@ -6,6 +6,8 @@
   python -m serving.tools.client --signature_name translate_nbest --model_version 2 --text "4213"
   python -m serving.tools.client --signature_name sample --text "4213" --seed 1 \\
       --text "4213" --seed 2
+  python -m serving.tools.client --model lm --signature_name generate_up_to \\
+      --text "To be, or not" --max_new_tokens 200          # a language model's length per text
 """
 
 import cli
@@ -175,6 +177,12 @@ class ClientFlags:
     "With --signature_name=sample: one seed per --text (repeat the flag, in order).",
     repeat=True,
   )
+  max_new_tokens: Optional[int] = setting(
+    None,
+    "With a language model's generate_up_to or sample_up_to: the most tokens each --text may "
+    "get (sent with every text; the model's limit caps it).",
+    minimum=1,
+  )
   model_version: Optional[int] = setting(
     None, "Ask this version (default: the newest available).", minimum=1
   )
@@ -222,10 +230,16 @@ def main(argv):
 
 
 def _instances(f):
-  """Rows for REST: the texts, or {text, seed} pairs when seeds are given."""
-  if not f.seed:
+  """Rows for REST: the texts, or objects {text, seed, max_new_tokens} with what is given."""
+  if not f.seed and f.max_new_tokens is None:
     return list(f.text)
-  return [{"text": text, "seed": seed} for text, seed in zip(f.text, f.seed)]
+  rows = [{"text": text} for text in f.text]
+  for row, seed in zip(rows, f.seed):
+    row["seed"] = seed
+  if f.max_new_tokens is not None:
+    for row in rows:
+      row["max_new_tokens"] = f.max_new_tokens
+  return rows
 
 
 def _version(f):
@@ -251,6 +265,8 @@ def _grpc_answer(f):
     inputs = {"text": f.text}
     if f.seed:
       inputs["seed"] = np.array(f.seed, dtype=np.int64)
+    if f.max_new_tokens is not None:
+      inputs["max_new_tokens"] = np.full([len(f.text)], f.max_new_tokens, np.int32)
     outputs = client.predict(inputs, f.signature_name, **_version(f))
     return json.loads(format_predict_response(outputs, row_format=True))
   except grpc.RpcError as error:

@@ -33,6 +33,8 @@ from absl import flags
 from serving.tools import batch_files, batch_model
 from settings import setting
 
+_STARTED = time.monotonic()  # the program's start (this module loads first): rates count from it
+
 
 @dataclasses.dataclass(frozen=True)
 class PredictFlags:
@@ -116,12 +118,22 @@ def run_settings(f, files, export_dir) -> dict:
 
 
 class Progress:
-  """A line on stderr every `every` seconds: lines done, lines/s, ETA."""
+  """A line on stderr every `every` seconds, counted batch by batch (a file shorter than a
+  window shows progress too): lines done, lines/s since the program started (TensorFlow and the
+  export's loading included), ETA from the rate since the export loaded.
 
-  def __init__(self, total, every, done=0):
+  Args:
+    total: the input's lines (None: stdin, unknown).
+    every: seconds between lines (0: none).
+    done: lines already in finished chunks (a resumed run).
+    started: `time.monotonic()` when the program started.
+  """
+
+  def __init__(self, total, every, done=0, started=None):
     self.total, self.every, self.done = total, every, done
-    self.start = self.last = time.monotonic()
-    self.new = 0  # lines predicted by this process (the rate's numerator)
+    self.start = self.last = time.monotonic()  # the export is loaded: predicting starts
+    self.started = self.start if started is None else started
+    self.new = 0  # lines predicted by this process (the rates' numerator)
 
   def add(self, lines):
     self.done += lines
@@ -131,21 +143,30 @@ class Progress:
       self.last = now
       print(self.line(now), file=sys.stderr, flush=True)
 
-  def rate(self, now=None):
-    elapsed = (now or time.monotonic()) - self.start
+  def rate(self, now=None, since_start=True):
+    """Lines/s of this process: since the program started, or (False) since the export
+    loaded."""
+    elapsed = (now or time.monotonic()) - (self.started if since_start else self.start)
     return self.new / elapsed if elapsed > 0 else 0.0
 
   def line(self, now):
-    rate = self.rate(now)
     text = f"{cli.program_name()}: {self.done:,}"
     if self.total:
       text += f" of {self.total:,} lines ({100 * self.done / self.total:.0f}%)"
     else:
       text += " lines"
-    text += f", {rate:,.0f} lines/s"
-    if self.total and rate > 0:
-      text += f", ETA {_duration((self.total - self.done) / rate)}"
+    text += f", {self.rate(now):,.1f} lines/s"
+    predicting = self.rate(now, since_start=False)
+    if self.total and predicting > 0:
+      text += f", ETA {_duration((self.total - self.done) / predicting)}"
     return text
+
+  def summary(self, now) -> str:
+    """The last line's rates: since the program started, and since the export loaded."""
+    return (
+      f"{self.rate(now):,.1f} lines/s in {now - self.started:,.1f} s ({self.rate(now, False):,.1f} "
+      f"lines/s once TensorFlow and the export had loaded, in {self.start - self.started:,.1f} s)"
+    )
 
 
 def _duration(seconds):
@@ -202,6 +223,18 @@ def check(f):
   return files, export_dir, chunks
 
 
+def _bad_line_error(line, error, chunks) -> cli.RunError:
+  """The one line of --bad_lines=fail; the chunk folder is kept only if it holds finished
+  chunks (then --resume continues), else removed (the same command can run again)."""
+  kept = chunks is not None and chunks.exists() and bool(chunks.chunk_files())
+  if chunks is not None and chunks.exists() and not kept:
+    chunks.remove()
+  return cli.RunError(
+    f"{line.where}: {error} (--bad_lines=skip leaves an empty line in its place"
+    + ("; the finished chunks are kept: --resume continues)" if kept else ")")
+  )
+
+
 def _predict_files(f, files, model, chunks, progress, kept) -> int:
   """Runs every window of every input file (after the finished chunks), writing each window's
   answers as a chunk (or to stdout); returns how many bad lines were skipped."""
@@ -214,15 +247,14 @@ def _predict_files(f, files, model, chunks, progress, kept) -> int:
       )
       for chunk_index, window in enumerate(batch_files.windows(lines, f.window), first_chunk):
         outputs = []
-        for line, output, error in batch_model.run_window(
-          model, window, f.batch_size, f.sort_by_length
-        ):
+        answers = batch_model.run_window(
+          model, window, f.batch_size, f.sort_by_length, on_batch=progress.add
+        )
+        progress.add(sum(line.text is None for line in window))  # unreadable: in no batch
+        for line, output, error in answers:
           if output is None:
             if f.bad_lines == batch_files.FAIL:
-              raise cli.RunError(
-                f"{line.where}: {error} (--bad_lines=skip leaves an empty line in its place"
-                + ("; the finished chunks are kept: --resume continues)" if chunks else ")")
-              )
+              raise _bad_line_error(line, error, chunks)
             skipped += 1
             output = batch_model.bad_line_output(line, error, f.format)
           outputs.append(output)
@@ -233,8 +265,17 @@ def _predict_files(f, files, model, chunks, progress, kept) -> int:
             kept.extend(outputs)
         else:
           chunks.write(file_index, chunk_index, outputs)
-        progress.add(len(window))
   return skipped
+
+
+def _lines_in_chunks(chunks, files, window) -> int:
+  """Input lines whose answers are in finished chunks (0 without a chunk folder)."""
+  if chunks is None:
+    return 0
+  return sum(
+    min(chunks.done_chunks(i) * window, batch_files.count_lines(path))
+    for i, path in enumerate(files)
+  )
 
 
 def main(argv):
@@ -249,25 +290,22 @@ def main(argv):
   if chunks is not None and not chunks.exists():
     chunks.start(run_settings(f, files, export_dir))
   total = None if files == [batch_files.STDIN] else sum(map(batch_files.count_lines, files))
-  already = 0
-  if chunks is not None:
-    already = sum(
-      min(chunks.done_chunks(i) * f.window, batch_files.count_lines(path))
-      for i, path in enumerate(files)
-    )
-  progress = Progress(total, f.progress_every, done=already)
+  already = _lines_in_chunks(chunks, files, f.window)
+  progress = Progress(total, f.progress_every, done=already, started=_STARTED)
   kept = [] if f.reference and chunks is None else None  # stdout: scored from memory
   try:
     skipped = _predict_files(f, files, model, chunks, progress, kept)
   except KeyboardInterrupt:
     if chunks is not None:
       print(
-        f"{cli.program_name()}: {progress.done:,} lines are in finished chunks; the same "
-        "command with --resume continues",
+        f"{cli.program_name()}: {_lines_in_chunks(chunks, files, f.window):,} lines are in "
+        "finished chunks; the same command with --resume continues",
         file=sys.stderr,
         flush=True,
       )
     raise
+  except batch_model.ModelError as error:  # never hidden: the export, not a line, is wrong
+    raise cli.RunError(str(error)) from None
   if chunks is not None:
     batch_files.join_chunks(chunks.chunk_files(), f.output)
     chunks.remove()
@@ -275,7 +313,7 @@ def main(argv):
   print(
     f"{cli.program_name()}: {progress.done:,} lines"
     + (f" ({progress.new:,} in this run)" if already else "")
-    + f", {progress.rate(done):,.1f} lines/s, {skipped:,} bad line(s) skipped"
+    + f", {progress.summary(done)}, {skipped:,} bad line(s) skipped"
     + (" in this run" if already else "")
     + ("" if chunks is None else f" -> {f.output}"),
     file=sys.stderr,

@@ -2,6 +2,7 @@
 steps) -> perplexity and nats per character on validation and test -> export -> generate and
 score in-process, over REST and gRPC, and from another TF program that has no tfattn."""
 
+import dataclasses
 import json
 import math
 import threading
@@ -67,6 +68,7 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
   assert {
     "serving_default",
     "generate",
+    "generate_up_to",
     "generate_nbest",
     "generate_ids",
     "attention",
@@ -97,10 +99,19 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
     scored_over_rest = ServingClient("lm", port=rest.server_address[1]).predict(
       instances=[{"text": "the cat sees"}, {"text": "the dog runs"}], signature_name="score"
     )["predictions"]
+    # A length per row, in one request: the client's rows, then gRPC's columns.
+    up_to_rows = [{"text": "the cat sees", "max_new_tokens": 1}, {"text": "", "max_new_tokens": 9}]
+    up_to_over_rest = ServingClient("lm", port=rest.server_address[1]).predict(
+      instances=up_to_rows, signature_name="generate_up_to"
+    )["predictions"]
     grpc_client = GrpcServingClient("lm", port=ports["127.0.0.1:0"])
     over_grpc = grpc_client.predict({"text": np.array([b"the cat sees"])}, "generate")
     scored_over_grpc = grpc_client.predict(
       {"text": np.array([b"the cat sees", b"the dog runs"])}, "score"
+    )
+    up_to_over_grpc = grpc_client.predict(
+      {"text": np.array([b"the cat sees", b""]), "max_new_tokens": np.array([1, 9], np.int32)},
+      "generate_up_to",
     )
     grpc_client.close()
   finally:
@@ -118,5 +129,48 @@ def test_a_tiny_language_model_trains_exports_serves_and_generates(tmp_path):
   assert [row["tokens"] for row in scored_over_rest] == list(scored_over_grpc["tokens"])
   assert scored_over_grpc["token_log_probs"].shape == scored["token_log_probs"].shape
 
+  up_to = loaded.signatures["generate_up_to"](
+    text=tf.constant(["the cat sees", ""]), max_new_tokens=tf.constant([1, 9])
+  )
+  assert [row["generation"] for row in up_to_over_rest] == [
+    t.decode() for t in up_to["generation"].numpy()
+  ]
+  np.testing.assert_array_equal(up_to_over_grpc["generation"], up_to["generation"])
+  np.testing.assert_allclose(up_to_over_grpc["log_prob"], up_to["log_prob"], rtol=1e-5)
+
   other = run_without_tfattn(_ISOLATED, path)
   assert other["generation"][0] == expected and other["call"] == other["generation"]
+
+
+@pytest.mark.parametrize("form", ["text_file", "tfrecord"])
+def test_a_tsv_language_model_trains_exports_and_generates_from_each_input_form(tmp_path, form):
+  """`--task=tsv --tsv_kind=language_model`: a one-column text file (a line is a text, a TAB
+  inside it is text) or TFRecords of a `text` feature. It failed at the start (batch_size None:
+  the kind had no TSV defaults) and a one-column file asked for 2 tab-separated fields."""
+  config = tiny_text_run(tmp_path, train_steps=2, log_every=1, eval_examples=4)
+  with open(config.train_file, encoding="utf-8") as f:
+    texts = [line.rstrip("\n") for line in f][:16]
+  texts[0] = "the cat\tsees the dog"  # one text, its TAB kept
+  if form == "tfrecord":
+    train_file = str(tmp_path / "train.tfrecord")
+    with tf.io.TFRecordWriter(train_file) as writer:
+      for line in texts:
+        feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=[line.encode()]))
+        example = tf.train.Example(features=tf.train.Features(feature={"text": feature}))
+        writer.write(example.SerializeToString())
+  else:
+    train_file = str(tmp_path / "train.tsv")
+    with open(train_file, "w", encoding="utf-8") as f:
+      f.write("".join(line + "\n" for line in texts))
+  config = dataclasses.replace(config, task="tsv", tsv_kind="language_model", train_file=train_file)
+  prepared = prepare(config)
+  resolved, task = prepared[:2]
+  assert resolved.batch_size == 8 and resolved.decode["strategy"] == "greedy"
+  read = list(task.train().as_numpy_iterator())
+  assert sorted(text.decode() for text, _ in read) == sorted(texts)
+  assert {target for _, target in read} == {b""}
+  metrics = Trainer(*prepared).run()
+  assert metrics["step"] == 2 and metrics["validation"]["tokens"] > 0
+  path = export.export(config.run_dir, str(tmp_path / "models"))
+  generated = tf.saved_model.load(path).signatures["generate"](text=tf.constant(["the cat", ""]))
+  assert generated["generation"].shape == (2,)

@@ -125,12 +125,22 @@ def test_mixed_dtype_biases_combine_in_float32_and_stay_finite():
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])
-def test_a_fully_masked_row_gets_uniform_weights_in_every_dtype(dtype):
+def test_a_fully_masked_row_attends_to_nothing_as_over_zero_keys_in_every_dtype(dtype):
+  """Zero weights and values, whatever the masked keys hold or how many there are: the answer
+  over zero keys (a softmax averaged the masked keys: an empty row's answer then depended on its
+  batch's padding)."""
   attention = SelfAttention(D_MODEL, HEADS)
   x = tf.cast(tf.random.stateless_normal([1, 4, D_MODEL], [5, 6]) * 3.0, dtype)
   bias = masking.padding_bias(tf.constant([[0, 0, 0, 0]]), dtype=dtype)  # every key masked
-  _, weights = attention(x, bias=bias, return_scores=True)
-  np.testing.assert_allclose(weights, np.full(weights.shape, 0.25), atol=1e-6)
+  out, weights = attention(x, bias=bias, return_scores=True)
+  np.testing.assert_array_equal(weights, np.zeros(weights.shape))
+  output_bias = attention.output(tf.zeros([1, 1, D_MODEL], dtype))  # the projection of zeros
+  np.testing.assert_allclose(
+    tf.cast(out, tf.float32), tf.cast(tf.broadcast_to(output_bias, out.shape), tf.float32), atol=0
+  )
+  longer = tf.concat([x, x * 2.0], axis=1)  # more masked keys, other values: the same answer
+  bias8 = masking.padding_bias(tf.zeros([1, 8], tf.int32), dtype=dtype)
+  np.testing.assert_array_equal(attention(longer, bias=bias8)[:, :4], out)
 
 
 def test_cross_attention_over_a_projected_memory_equals_attention_over_the_memory():

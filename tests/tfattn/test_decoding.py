@@ -172,6 +172,36 @@ def test_default_length_follows_the_source_and_the_config_cap():
   assert ids.shape[1] == model.config.max_length
 
 
+@pytest.mark.parametrize("window", [None, 2])
+def test_an_empty_source_translates_the_same_alone_and_in_any_batch(window):
+  """An empty source's every key is padding: its cross-attention (and an encoder query's) sees
+  nothing, as over zero keys, so its output does not depend on how much padding its
+  batch-mates add (a softmax over the masked keys made it change with them)."""
+  model = _model(11)
+  if window:
+    model = tfattn.Transformer(model.config.replace(attention_window=window))
+  alone = decoding.greedy_decode(model, tf.zeros([1, 0], tf.int32), max_decode_length=6)
+  for width, seed in ((3, 1), (9, 2)):
+    batch = tf.concat([tf.zeros([1, width], tf.int32), random_ids(2, width, VOCAB, seed)], 0)
+    for padded_decode in (False, True):
+      found = decoding.greedy_decode(model, batch, max_decode_length=6, padded_decode=padded_decode)
+      np.testing.assert_array_equal(found.ids[0], alone.ids[0])
+      np.testing.assert_allclose(found.log_probs[0], alone.log_probs[0], atol=1e-5)
+
+
+def test_a_fixed_length_past_the_positions_is_capped_at_max_length():
+  """A learned position table has max_length rows: --max_decode_length beyond it decodes up to
+  max_length tokens (it read position max_length, out of the table, before the fix)."""
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=VOCAB, target_vocab_size=VOCAB, max_length=8
+  )
+  model = tfattn.Transformer(config.replace(position_encoding="learned"))
+  source = random_ids(2, 3, VOCAB, 9)
+  for padded_decode in (False, True):
+    found = decoding.greedy_decode(model, source, max_decode_length=12, padded_decode=padded_decode)
+    assert found.ids.shape == (2, 8)
+
+
 def test_default_length_limit_is_per_example():
   """An output that never reaches EOS stops at its own source length + extra, whatever else is
   in the batch."""

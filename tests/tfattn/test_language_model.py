@@ -102,6 +102,64 @@ def test_a_prompt_continues_the_same_whatever_its_batch_mates():
     np.testing.assert_allclose(together.log_probs[3], alone.log_probs[0], atol=1e-4)
 
 
+@pytest.mark.parametrize(
+  "changes",
+  [dict(position_encoding="learned"), dict(position_encoding="learned", attention_window=3)],
+)
+def test_a_prompt_at_the_position_limit_and_an_empty_one_decode_together_as_alone(changes):
+  """The longer prompt reaches max_length after one token; its row keeps stepping while the
+  empty prompt generates. Its position must stay inside the learned table (it read position
+  max_length: `indices = 16 is not in [0, 16)`), and each row answers as alone."""
+  model = _model(5, max_length=16, **changes)
+  prompts = tf.constant([[7] * 15, [0] * 15, [9, 4] + [0] * 13])
+  for options in (
+    DecodeOptions(strategy="greedy", max_decode_length=16),
+    DecodeOptions(strategy="beam", beam_size=2, max_decode_length=16),
+  ):
+    for padded_decode in (False, True):
+      together = decoding.decode(model, prompts, options, padded_decode=padded_decode)
+      for row in range(3):
+        width = max(1, int(tf.reduce_sum(tf.cast(prompts[row] > 0, tf.int32))))
+        alone = decoding.decode(model, prompts[row : row + 1, :width], options)
+        np.testing.assert_array_equal(together.ids[row], alone.ids[0])
+        np.testing.assert_allclose(together.log_probs[row], alone.log_probs[0], atol=1e-4)
+
+
+def test_each_row_generates_up_to_its_own_max_new_tokens_as_if_that_were_its_limit():
+  """`max_new_tokens` `[batch]`: a row asking n tokens gets what decoding it alone with
+  max_decode_length=n gives (ids, log_prob, score), greedy, beam and sampling, graph and
+  padded; the buffer stays the options' length."""
+  model = _model(6)
+  wanted = [3, 8, 1, 5]
+  seeds = tf.constant([3, 4, 5, 6], tf.int64)
+  for options in (
+    DecodeOptions(strategy="greedy", max_decode_length=8),
+    DecodeOptions(strategy="beam", beam_size=2, max_decode_length=8),
+    DecodeOptions(strategy="sample", top_k=6, max_decode_length=8),
+  ):
+    for padded_decode in (False, True):
+      found = decoding.decode(
+        model,
+        PROMPTS,
+        options,
+        seeds=seeds,
+        padded_decode=padded_decode,
+        max_new_tokens=tf.constant(wanted),
+      )
+      assert found.ids.shape == (4, 8)
+      for row, n in enumerate(wanted):
+        alone = decoding.decode(
+          model,
+          PROMPTS[row : row + 1],
+          options.replace(max_decode_length=n),
+          seeds=seeds[row : row + 1],
+        )
+        np.testing.assert_array_equal(found.ids[row, :n], alone.ids[0])
+        assert (found.ids.numpy()[row, n:] == 0).all()
+        np.testing.assert_allclose(found.log_probs[row], alone.log_probs[0], atol=1e-4)
+        np.testing.assert_allclose(found.scores[row], alone.scores[0], atol=1e-4)
+
+
 def test_beams_are_scored_by_the_model_itself():
   """Every beam's log_prob equals the teacher-forced sum over its continuation."""
   model = _model(4)

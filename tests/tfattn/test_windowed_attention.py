@@ -91,8 +91,9 @@ def _band_call(full, x, window, key_bias=None):
 def test_the_layer_and_its_gradients_equal_full_attention_with_a_band_bias(causal):
   windowed, full = _layers(3, causal)
   x = _x(11)
-  # Padding after position 8: every query still sees a key (fully masked rows differ by design).
-  key_bias = masking.lengths_bias(tf.constant([11, 9]), 11)
+  # Padding after position 8 of row 1, after position 1 of row 2: there queries 5.. see no key
+  # in their window, and attend to nothing in both.
+  key_bias = masking.lengths_bias(tf.constant([9, 2]), 11)
   with tf.GradientTape(persistent=True) as tape:
     tape.watch(x)
     ours = windowed(x, bias=key_bias)

@@ -133,13 +133,20 @@ def test_classifier_maps_and_the_layer_selector(classifier_server):
   np.testing.assert_allclose(
     rows[0]["encoder_attention"][0], every["encoder_attention"][1], atol=1e-5
   )
-  for layers, message in (
-    ([2], "layer must be -1 (every layer) or 0 to 1"),
-    ([-1, 0], "every row must ask for -1"),
-  ):
-    with pytest.raises(ServingError) as error:
-      _attention(client, [{"text": text, "layer": layer} for layer in layers])
-    assert error.value.status == 400 and message in error.value.message
+  # A row asking one layer beside one asking every layer: its layer first, then zeros (the
+  # layers axis padded like the lengths; the request was refused before).
+  mixed = _attention(client, [{"text": text, "layer": 1}, {"text": text, "layer": -1}])
+  assert np.shape(mixed[0]["encoder_attention"])[:2] == (2, 4)
+  np.testing.assert_allclose(
+    mixed[0]["encoder_attention"][0], rows[0]["encoder_attention"][0], atol=1e-5
+  )
+  assert not np.any(mixed[0]["encoder_attention"][1])
+  np.testing.assert_allclose(mixed[1]["encoder_attention"], every["encoder_attention"], atol=1e-5)
+  with pytest.raises(ServingError) as error:
+    _attention(client, [{"text": text, "layer": 2}])
+  assert (
+    error.value.status == 400 and "layer must be -1 (every layer) or 0 to 1" in error.value.message
+  )
 
 
 def test_a_thousand_piece_input_is_truncated_and_a_request_over_the_limit_refused(seq2seq_server):

@@ -96,6 +96,25 @@ def test_preflight_check_passes_and_names_a_foreign_op(exported, tmp_path):
   assert found and "Utf8Binarize" in found[0] and "2.20" in found[0]
 
 
+def test_check_fails_a_version_whose_warm_up_the_server_refuses(exported, tmp_path):
+  """A version whose warm-up request fails does not load in TF Serving nor in serving.server;
+  check replays the records as the server does and says which one fails (it said OK before)."""
+  _, path = exported
+  refused = tmp_path / "refused" / "1"
+  shutil.copytree(path, refused)
+  requests = [
+    ("serving_default", {"text": np.array([b"12"], dtype=object)}),
+    ("translate_ids", {"source_ids": np.array([[5, 10_000]], np.int32)}),
+  ]
+  warmup.write_warmup_file(str(refused / warmup.WARMUP_FILE), "numbers", requests)
+  line = check.summary_line(str(refused))
+  assert line.startswith(f"FAIL {refused}: warm-up request 2 of 2 (translate_ids) fails with ")
+  assert "INVALID_ARGUMENT" in line and "vocabulary size" in line
+  assert check.summary_line(path).startswith("OK ")  # its own records answer
+  manager = ModelManager("numbers", str(refused.parent), poll_seconds=60)
+  assert not manager._load(1, str(refused))  # the server's load: the same verdict
+
+
 _ISOLATED = textwrap.dedent("""
     import json, sys
     for blocked in ("tfattn", "train", "serving"):
@@ -285,7 +304,8 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
   assert check.must_compile_functions(graph) == []
   assert check.must_compile_functions(xla)
   result = subprocess.run(
-    [sys.executable, "-m", "serving.export.check", xla],
+    # --nowarmup: the replay would compile every program (tested on a graph export below).
+    [sys.executable, "-m", "serving.export.check", "--nowarmup", xla],
     capture_output=True,
     text=True,
     timeout=300,
@@ -302,7 +322,7 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
   ):
     assert needs in line
   assert "XLA: none must compile (TF Serving CPU and GPU images load it with no flag)" in (
-    check.summary_line(graph)
+    check.summary_line(graph, replay_warmup=False)
   )
 
 

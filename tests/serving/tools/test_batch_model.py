@@ -121,6 +121,28 @@ def test_a_line_the_export_refuses_is_named_and_its_batch_mates_answered(exporte
   assert answers[0][1] == model.predict(window[:1])[0][1]
 
 
+def test_a_batch_refused_while_each_line_answers_alone_is_the_models_error(tmp_path):
+  """A model whose answer depends on the batch (this one reads a table of one row by the
+  row's index, as a finished row read past the position table) must not be hidden by the
+  line-by-line retry: before, every line was answered and the error was only logged."""
+  import tensorflow as tf
+
+  class OneRowAtATime(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+      rows = tf.gather(tf.constant(["x"]), tf.range(tf.size(text)))  # row 1 is out of range
+      return {"translation": tf.strings.join([text, rows])}
+
+  module = OneRowAtATime()
+  path = str(tmp_path / "1")
+  tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+  model = batch_model.BatchModel(path, "serving_default", batch_model.TEXT)
+  window = _lines(["a", "b", "c"])
+  assert model.predict(window[:1]) == [(window[0], "ax", "")]
+  with pytest.raises(batch_model.ModelError, match=r"refused a batch of 3 lines \(f:1 to f:3\)"):
+    batch_model.run_window(model, window, batch_size=3, sort=False)
+
+
 @pytest.fixture(scope="module")
 def sampling_export(trained_run, tmp_path_factory):
   from serving import export

@@ -10,7 +10,7 @@ import pytest
 
 from serving.tools import batch_files, batch_model, beam_predict
 
-from train_helpers import REPO, environment
+from train_helpers import REPO, environment, own_lines
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines over a real export
 
@@ -42,6 +42,27 @@ def test_the_pipeline_writes_the_single_process_output_line_for_line(tmp_path):
   expected = _predict_loop(first) + _predict_loop(second)
   assert output.read_text().splitlines() == expected
   assert not (tmp_path / "out.txt.parts").exists()
+
+
+def test_empty_lines_get_the_same_answer_from_predict_beam_and_alone(exported, tmp_path):
+  """An empty source is all padding: its answer once depended on its batch-mates' padding, so
+  predict (sorted batches of 64) and the pipeline (batches of up to 5) wrote other lines."""
+  _, path = exported
+  texts = ["", "12", "", "4213", "98765", "", "7", "31", "5550", ""] * 2
+  source = tmp_path / "in.txt"
+  source.write_text("".join(text + "\n" for text in texts))
+  output = tmp_path / "out.txt"
+  beam_predict.run(path, [str(source)], str(output), batch_size=5, chunk_lines=4)
+  model = batch_model.BatchModel(path, "serving_default", batch_model.TEXT)
+  window = _lines_of(source)
+  sorted_batches = [out for _, out, _ in batch_model.run_window(model, window, 64, sort=True)]
+  alone = [model.predict([line])[0][1] for line in window]
+  assert output.read_text().splitlines() == sorted_batches == alone
+
+
+def _lines_of(path):
+  with open(path, "rb") as stream:
+    return list(batch_files.read_lines(stream, str(path), 0))
 
 
 def test_a_bad_line_fails_the_pipeline_by_name_or_leaves_its_place(tmp_path):
@@ -79,10 +100,20 @@ def test_the_program_says_a_bad_line_in_one_line(tmp_path):
     timeout=300,
   )
   assert result.returncode == 1
-  assert result.stderr.strip().splitlines()[-1] == (
+  # Only that line: no traceback of the failing bundle before it, no notes of Beam's imports.
+  assert own_lines(result.stderr) == [
     f"serving.tools.beam_predict: error: {source}:2: not valid UTF-8 (byte 1) (--bad_lines=skip "
     "leaves an empty line)"
-  )
+  ]
+
+
+def test_the_models_own_error_is_told_like_a_bad_line():
+  told = batch_model.ModelError("models/x/1 refused a batch of 3 lines (f:1 to f:3) that ...")
+  wrapped = RuntimeError("the pipeline failed")
+  wrapped.__cause__ = told
+  assert beam_predict.bad_line_message(wrapped) == str(told)
+  remote = RuntimeError(f"Traceback ...\nModelError: {told} [while running 'RunInference']")
+  assert beam_predict.bad_line_message(remote) == str(told)
 
 
 def test_an_interrupted_predict_run_is_never_deleted(tmp_path):

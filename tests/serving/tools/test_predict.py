@@ -119,6 +119,35 @@ def test_bad_lines_fail_naming_file_and_line_or_leave_their_place(tmp_path):
   assert len(lines) == 5 and lines[2] == "" and all(lines[i] for i in (0, 1, 3))
 
 
+def test_progress_counts_batches_and_a_first_window_failure_keeps_no_chunk_folder(tmp_path):
+  """A file shorter than a window shows progress batch by batch (it showed none until done);
+  a bad line before any chunk was finished leaves no folder and promises no kept chunk."""
+  source = tmp_path / "in.txt"
+  source.write_bytes(b"1 2\n3 4\n5 6\n7 8\n9 1\n2 3\n\xff\n")
+  output = tmp_path / "out.txt"
+  failed = _run(
+    f"--input={source}",
+    f"--output={output}",
+    "--batch_size=2",
+    "--progress_every=1e-9",
+    check=False,
+  )
+  assert failed.returncode == 1
+  lines = failed.stderr.strip().splitlines()
+  assert lines[-1] == (
+    f"serving.tools.predict: error: {source}:7: not valid UTF-8 (byte 1) (--bad_lines=skip "
+    "leaves an empty line in its place)"
+  )
+  for done in (2, 4, 6):
+    assert any(f"serving.tools.predict: {done} of 7 lines (" in line for line in lines), done
+  assert not (tmp_path / "out.txt.parts").exists() and not output.exists()
+  again = _run(f"--input={source}", "--bad_lines=skip")
+  summary = again.stderr.strip().splitlines()[-1]
+  assert summary.startswith("serving.tools.predict: 7 lines, ") and " lines/s in " in summary
+  assert "once TensorFlow and the export had loaded, in " in summary
+  assert again.stdout.count("\n") == 7
+
+
 @pytest.mark.parametrize(
   "flags,message",
   [
