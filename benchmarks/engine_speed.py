@@ -11,9 +11,9 @@ Engines, each timed in a process of its own on the same weights and the same sen
   tfattn_graph, tfattn_xla         our SavedModel exports (`python -m serving.export
                                    --decode=graph|xla`), loaded and called through their
                                    `translate_ids` signature as TF Serving would
-  tfattn_graph_bf16, tfattn_xla_bf16 the same exports of the model with compute_dtype=bfloat16
-                                   (float32 weights cast to bfloat16 in every matmul; softmax,
-                                   norms, logits and scores in float32)
+  tfattn_graph_bf16, tfattn_xla_bf16 the same exports with --serving_dtype=bfloat16 (weights
+                                   stored and matmuls run in bfloat16; softmax, norms, logits
+                                   and scores in float32)
   ctranslate2_<type>               our CTranslate2 export (`serving/export/ctranslate2_model.py`)
                                    loaded with compute_type <type>: float32, int8, int16, float16,
                                    bfloat16, int8_float16 (the last three on a GPU)
@@ -167,26 +167,6 @@ def make_random_run(run_dir, size, vocab_size, seed, output_length):
   return tokens
 
 
-def _bf16_copy(run_dir, work_dir):
-  """The run with compute_dtype=bfloat16 (the same checkpoint, linked)."""
-  from tfattn.support.run_dir import RunDir
-
-  copy = os.path.join(work_dir, "run_bf16")
-  if not os.path.exists(copy):
-    os.makedirs(copy)
-    source = RunDir(run_dir)
-    for name in os.listdir(run_dir):
-      if name not in (RunDir.MODEL_CONFIG, "checkpoints"):
-        os.symlink(os.path.abspath(os.path.join(run_dir, name)), os.path.join(copy, name))
-    os.symlink(os.path.abspath(source.checkpoints), os.path.join(copy, "checkpoints"))
-    with open(source.model_config) as f:
-      config = json.load(f)
-    config["compute_dtype"] = "bfloat16"
-    with open(RunDir(copy).model_config, "w") as f:
-      json.dump(config, f)
-  return copy
-
-
 def _random_sentences(count, lengths, vocab_size, seed):
   import numpy as np
 
@@ -260,10 +240,10 @@ def prepare(args, work_dir, engines):
   for engine in engines:
     path = os.path.join(work_dir, engine)
     if engine.startswith("tfattn"):
-      source = _bf16_copy(run_dir, work_dir) if engine.endswith("_bf16") else run_dir
       decode = "xla" if "_xla" in engine else "graph"
+      dtype = "bfloat16" if engine.endswith("_bf16") else None
       if not os.path.exists(path):
-        export.export(source, path, options=options, decode=decode, version=1)
+        export.export(run_dir, path, options=options, decode=decode, version=1, serving_dtype=dtype)
       plan["paths"][engine] = os.path.join(path, "1")
     else:
       path = os.path.join(work_dir, "ctranslate2")

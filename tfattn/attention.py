@@ -423,3 +423,25 @@ class CrossAttention(_MergedHeadAttention):
     return self._attend(
       q, memory_key_value.key, memory_key_value.value, bias, training, return_scores
     )
+
+  def attend_beams(self, x: tf.Tensor, memory_key_value: KeyValue, bias, beams: int):
+    """One step of a search over `beams` hypotheses an example, against the memory projected
+    once per source (not once per beam): an example's beams are its queries.
+
+    Args:
+      x: `[batch * beams, 1, d_model]`, each example's beams adjacent.
+      memory_key_value: `project_memory` of the untiled memory: `[batch, heads, k_len, depth]`.
+      bias: additive mask broadcastable to `[batch, heads, beams, k_len]`.
+      beams: hypotheses an example (a Python int).
+    Returns:
+      `[batch * beams, 1, d_model]`: what `attend` gives with the memory tiled to every beam.
+    """
+    if beams == 1:
+      return self.attend(x, memory_key_value, bias)
+    q = tf.reshape(self.query(x), [-1, beams, self.num_heads, self.depth])  # [b, beams, h, d]
+    q = tf.transpose(q, [0, 2, 1, 3])  # [batch, heads, beams, depth]
+    values, _ = scaled_dot_product_attention(
+      q, memory_key_value.key, memory_key_value.value, bias
+    )  # [batch, heads, beams, depth]
+    values = tf.transpose(values, [0, 2, 1, 3])  # [batch, beams, heads, depth]
+    return self.output(tf.reshape(values, [-1, 1, self.d_model]))  # [batch * beams, 1, d_model]

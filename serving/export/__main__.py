@@ -54,6 +54,14 @@ class ExportFlags:
     "<= 2.17 cannot serve it).",
     choices=tuple(DECODE_MODES),
   )
+  serving_dtype: Optional[str] = setting(
+    None,
+    "Compute in this dtype with the matmul and embedding weights stored in it (bfloat16: "
+    "CPUs with AVX-512 BF16 or AMX and GPUs; float16: GPUs); layer norms, softmax, logits and "
+    "the search's scores stay float32. Unset: as the run trained (its compute dtype, float32 "
+    "weights).",
+    choices=("float32", "bfloat16", "float16"),
+  )
   warmup_batch_sizes: List[str] = setting(
     ("1",),
     "With --decode=xla: batch sizes the warm-up requests compile for every "
@@ -103,7 +111,7 @@ def main(argv):
     raise cli.UsageError(str(error)) from None
   cli.start_tensorflow_quietly()  # all checked that can be without it: now TensorFlow, quietly
   logging.info(
-    "exporting %s to %s: version=%s checkpoint=%s average_last=%s decode=%s "
+    "exporting %s to %s: version=%s checkpoint=%s average_last=%s decode=%s serving_dtype=%s "
     "warmup_batch_sizes=%s decode options (%s): %s",
     run_dir,
     f.base_path,
@@ -111,6 +119,7 @@ def main(argv):
     f.checkpoint or "latest",
     f.average_last,
     f.decode,
+    f.serving_dtype or "the run's",
     batch_sizes,
     "the run's" if not given else f"the run's, with {sorted(given)} from flags",
     options,
@@ -127,6 +136,7 @@ def main(argv):
       average_last=f.average_last,
       decode=f.decode,
       warmup_batch_sizes=batch_sizes,
+      serving_dtype=f.serving_dtype,
     )
   except ValueError as error:
     raise cli.UsageError(str(error)) from error

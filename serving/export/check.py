@@ -17,12 +17,14 @@ Exit status 1 when a version fails.
 import cli
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 
 from absl import flags
 
+from serving.export.destination import EXPORT_INFO_FILE
 from serving.tf_serving import versions, xla_compilation
 from settings import setting
 
@@ -227,7 +229,21 @@ def summary_line(directory, replay_warmup=True):
     else f"OK {directory}: {len(saved_model_ops(directory))} ops, all TF core or TF-Text that "
     "TF Serving <= 2.19 links" + (", warm-up requests answer" if replay_warmup else "")
   )
-  return f"{verdict}; signatures: {', '.join(signatures)}; {xla}"
+  return f"{verdict}; signatures: {', '.join(signatures)}; {_precision(directory)}{xla}"
+
+
+def _precision(directory):
+  """What a tfattn export computes in ("computes in bfloat16, weights bfloat16; "), from its
+  export info; "" for another SavedModel or an export written before it was recorded."""
+  path = os.path.join(directory, EXPORT_INFO_FILE)
+  if not os.path.exists(path):
+    return ""
+  with open(path) as f:
+    info = json.load(f)
+  compute = info.get("compute_dtype") or (info.get("model_config") or {}).get("compute_dtype")
+  if not compute:
+    return ""
+  return f"computes in {compute}, weights {info.get('weights_dtype', 'float32')}; "
 
 
 def _print_details(directory):

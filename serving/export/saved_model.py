@@ -36,6 +36,7 @@ def export(
   average_last: Optional[int] = None,
   decode: str = "graph",
   warmup_batch_sizes: Sequence[int] = (1,),
+  serving_dtype: Optional[str] = None,
 ) -> str:
   """Exports the run's model as `<base_path>/<version>`; returns that directory.
 
@@ -56,6 +57,9 @@ def export(
       `warmup_batch_sizes` and compiled search (serving_default's, and translate_nbest's where
       it is another).
     warmup_batch_sizes: batch sizes the XLA warm-up compiles.
+    serving_dtype: None: compute as the run trained (its `compute_dtype`, float32 weights);
+      "float32", "bfloat16" or "float16": compute in it with the matmul and embedding weights
+      stored in it (`tfattn.precision.for_serving`: norms, softmax, logits and scores float32).
   """
   import tensorflow as tf
 
@@ -69,6 +73,10 @@ def export(
     options = run_decode_options(run_dir)
   task, model, tokenizers, averaged = load_trained(run_dir, checkpoint, average_last)
   kind = EXPORT_KINDS[task["kind"]]
+  if serving_dtype is not None:
+    from tfattn import precision
+
+    model = precision.for_serving(model, kind.build_model, serving_dtype)
   module = kind.export_module(model, tokenizers, task, options, decode)
   requests = warmup_requests(module, tokenizers["source"], warmup_texts, warmup_batch_sizes)
   created_base = not os.path.exists(base_path)
@@ -86,6 +94,9 @@ def export(
         {
           "task": task,
           "model_config": json.loads(model.config.to_json()),
+          # What the signatures compute in, and what the weights are stored in.
+          "compute_dtype": model.config.compute_dtype,
+          "weights_dtype": serving_dtype or "float32",
           # What the attention-picture tool may ask for, read before it loads TensorFlow.
           "model_description": kind.model_description,
           "attention_layers": kind.attention_layers(model.config),

@@ -155,6 +155,22 @@ def test_cross_attention_over_a_projected_memory_equals_attention_over_the_memor
   )
 
 
+@pytest.mark.parametrize("beams", [1, 3])
+def test_beams_attending_to_their_example_once_equal_attention_to_a_memory_tiled_per_beam(beams):
+  """A beam search step: rows `[batch * beams]` against the memory projected once per example
+  give what every row gets against its own copy of the memory."""
+  attention = CrossAttention(D_MODEL, HEADS, seed=4)
+  memory = tf.random.stateless_normal([2, 5, D_MODEL], [2, 2])
+  bias = masking.padding_bias(tf.constant([[4, 4, 4, 0, 0], [4, 4, 4, 4, 4]]))
+  rows = tf.random.stateless_normal([2 * beams, 1, D_MODEL], [3, 3])
+  once = attention.attend_beams(rows, attention.project_memory(memory), bias, beams)
+  tiled = attention.attend(
+    rows, attention.project_memory(tf.repeat(memory, beams, axis=0)), tf.repeat(bias, beams, 0)
+  )
+  assert once.shape == (2 * beams, 1, D_MODEL)
+  np.testing.assert_allclose(once, tiled, atol=1e-6)
+
+
 @pytest.mark.parametrize("layout", ["growing", "padded"])
 def test_self_attention_steps_equal_causal_attention(layout):
   """Feeding positions one at a time through the cache gives what causal attention over the
