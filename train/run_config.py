@@ -354,6 +354,15 @@ class RunConfig:
   embedding_init: Optional[str] = model_setting(
     "embedding_init", when_unset="paper", resume=MUST_MATCH
   )
+  # What a Marian / OPUS-MT model differs in (issue 50), usable from scratch too.
+  sinusoid_layout: Optional[str] = model_setting(
+    "sinusoid_layout", when_unset="interleaved", resume=MUST_MATCH
+  )
+  output_bias: Optional[bool] = model_setting("output_bias", when_unset=False, resume=MUST_MATCH)
+  layer_norm_epsilon: Optional[float] = model_setting(
+    "layer_norm_epsilon", when_unset=1e-6, resume=MUST_MATCH
+  )
+  decoder_start_id: Optional[int] = model_setting("decoder_start_id", resume=MUST_MATCH)
   optimizer: Optional[str] = run_setting(
     None,
     "adam: Adam (beta_1 0.9, epsilon 1e-9: the paper's); adamw: the same with decoupled "
@@ -720,10 +729,18 @@ def _ALWAYS(task, kind):
 
 
 # The DecodeOptions each strategy reads, shown at start (the others wait unused).
-_EVERY_SEARCH = ("strategy", "extra_decode_length", "max_decode_length", "no_repeat_ngram_size")
+_EVERY_SEARCH = (
+  "strategy",
+  "extra_decode_length",
+  "max_decode_length",
+  "no_repeat_ngram_size",
+  "min_decode_length",
+  "never_generate",
+  "end_at_limit",
+)
 DECODE_SHOWN = {
   GREEDY: _EVERY_SEARCH,
-  BEAM: (*_EVERY_SEARCH, "beam_size", "alpha"),
+  BEAM: (*_EVERY_SEARCH, "beam_size", "alpha", "length_penalty", "beam_stop"),
   SAMPLE: (*_EVERY_SEARCH, "temperature", "top_k", "top_p", "seed"),
 }
 

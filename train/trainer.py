@@ -362,6 +362,7 @@ class Trainer:
       shuffle_seed=c.seed if training else None,
       repeat=training,
       drop_remainder=training,
+      start_id=self.model_config.start_id,
     )  # equal per-replica shards
     if training:
       # Bucket-length padding under XLA: a handful of batch shapes, one program each.

@@ -269,7 +269,7 @@ class Seq2SeqExport(_DecodingExport):
     Returns {"log_prob": float32 `[batch]`}. Differentiable: the fine-tuning entry point."""
     source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
     target_ids = self._checked_ids(target_ids, self.model.config.target_vocab_size, "target_ids")
-    start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.bos_id)
+    start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.start_id)
     decoder_input = tf.concat([start, target_ids[:, :-1]], axis=1)
     log_probs = tf.nn.log_softmax(self.model(source_ids, decoder_input))
     token_log_probs = tf.gather(log_probs, target_ids, batch_dims=2)
