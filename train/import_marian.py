@@ -307,6 +307,7 @@ def import_checkpoint(marian_dir: str, run_dir: str) -> dict:
   from train import marian_checkpoint
   from train.files import write_json_atomically, write_text_atomically
   from train.run_config import RunConfig
+  from train.task import TSV_SEQ2SEQ_DEFAULTS
 
   checkpoint = marian_checkpoint.read(marian_dir)
   options = decode_options(checkpoint)
@@ -322,14 +323,21 @@ def import_checkpoint(marian_dir: str, run_dir: str) -> dict:
     layout = RunDir(staging)
     write_vocabularies(checkpoint, layout.vocab)
     write_text_atomically(layout.model_config, config.to_json())
+    # What a run of --task=tsv records, the model's own settings included: train.evaluate
+    # reads its batching and decoding; a fine-tuning run (--init_from) takes the model's.
     RunConfig(
       task="tsv",
       d_model=config.d_model,
       num_heads=config.num_heads,
       dff=config.dff,
+      num_layers=config.num_encoder_layers,
       max_length=config.max_length,
+      activation=config.activation,
+      sinusoid_layout=config.sinusoid_layout,
+      output_bias=config.output_bias,
+      layer_norm_epsilon=config.layer_norm_epsilon,
       decode=options.to_dict(),
-    ).save(layout.run_config)
+    ).resolved(TSV_SEQ2SEQ_DEFAULTS).save(layout.run_config)
     write_json_atomically(
       layout.task, {"name": "marian", "kind": "seq2seq", "num_classes": 2, "truncate": "right"}
     )
