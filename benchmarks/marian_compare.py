@@ -132,10 +132,17 @@ def compare(folder: str, texts: List[str], run_dir: str) -> Dict:
   # generate(): greedy and beam 4, the mixed batch and alone.
   chosen = answers["generate_texts"]
 
+  searches = {}  # one traced search a set of options: any batch, any length
+
   def search(texts_, **changes):
     options = m.options.replace(**changes)
+    if options not in searches:
+      searches[options] = tf.function(
+        lambda ids, options=options: decoding.decode(m.model, ids, options),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+      )
     source_ids = m.source.tokenize(tf.constant(texts_)).to_tensor(0)
-    found = decoding.decode(m.model, source_ids, options)
+    found = searches[options](source_ids)
     marian = [_until_end(m.target.marian_ids(row).tolist(), end) for row in found.ids.numpy()]
     text = [t.decode() for t in m.target.detokenize(found.ids).numpy()]
     return marian, text

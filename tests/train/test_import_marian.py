@@ -24,6 +24,25 @@ def texts():
   return marian_compare.read_texts(FIXTURES)
 
 
+def test_the_in_graph_tokenizer_is_marian_tokenizer_on_every_text(texts, tmp_path):
+  """The quick part of the comparison below (no decoding): every text's ids, the multilingual
+  checkpoint's language tokens included."""
+  import numpy as np
+  import tensorflow as tf
+
+  folder = os.path.join(FIXTURES, "multilingual")
+  imported = marian_compare.Imported(folder, str(tmp_path / "run"))
+  expected = np.load(os.path.join(folder, "expected.npz"))
+  want = marian_compare.ragged(expected["source_ids"], expected["source_lengths"])
+  got = [
+    imported.source.marian_ids(row).tolist()
+    for row in imported.source.tokenize(tf.constant(texts)).to_list()
+  ]
+  assert len(texts) >= 1000 and got == want
+  assert any(t.startswith(">>fra<<") for t in texts)
+
+
+@pytest.mark.slow  # ~8 CPU s a checkpoint: its searches trace and run in graph mode
 @pytest.mark.parametrize("name", CHECKPOINTS)
 def test_an_import_answers_exactly_what_transformers_answers(name, texts, tmp_path):
   """Token ids on 1,200 texts (Unicode, pieces the SentencePiece model lacks, empty lines,
