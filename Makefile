@@ -73,5 +73,5 @@ check-marian: venv
 	test -x $(REF_VENV)/bin/python || $(PYTHON) -m venv $(REF_VENV)
 	$(REF_VENV)/bin/python -m pip install --quiet -r requirements-marian-reference.txt \
 	  --extra-index-url https://download.pytorch.org/whl/cpu
-	$(REF_VENV)/bin/python benchmarks/marian_reference.py --out_dir=$(MARIAN_OUT) --base
+	PYTHONPATH=. $(REF_VENV)/bin/python benchmarks/marian_reference.py --out_dir=$(MARIAN_OUT) --base
 	$(PY) benchmarks/marian_compare.py --fixtures=$(MARIAN_OUT) --out=$(MARIAN_OUT)/report.json

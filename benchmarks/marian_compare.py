@@ -140,6 +140,7 @@ def compare(folder: str, texts: List[str], run_dir: str) -> Dict:
       searches[options] = tf.function(
         lambda ids, options=options: decoding.decode(m.model, ids, options),
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
+        autograph=False,
       )
     source_ids = m.source.tokenize(tf.constant(texts_)).to_tensor(0)
     found = searches[options](source_ids)

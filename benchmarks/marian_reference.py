@@ -3,8 +3,11 @@ reference side of issue 50's exactness checks. Runs only where torch, transforme
 sentencepiece are installed (requirements-marian-reference.txt; `make check-marian`), never in
 `make test`: the tiny checkpoints it makes are committed under tests/fixtures/marian/.
 
-    .venv-ref/bin/python benchmarks/marian_reference.py --out_dir=tests/fixtures/marian
-    .venv-ref/bin/python benchmarks/marian_reference.py --out_dir=/tmp/marian --base
+    PYTHONPATH=. .venv-ref/bin/python benchmarks/marian_reference.py --out_dir=tests/fixtures/marian
+    PYTHONPATH=. .venv-ref/bin/python benchmarks/marian_reference.py --out_dir=tmp/marian --base
+
+(PYTHONPATH: the repository's cli.py and settings.py, for its flags; absl-py is in the
+requirements file. torch and transformers are imported once the flags are checked.)
 
 Each checkpoint is a MarianMTModel built from a MarianConfig, with SentencePiece models trained
 here on generated text and a vocab.json made from their pieces (as OPUS-MT's converter makes
@@ -23,16 +26,29 @@ lack, empty and blank lines, texts longer than the tokenizer's limit, language t
 special tokens' own text.
 """
 
-import argparse
+import cli
+
+import dataclasses
 import json
 import os
 import random
 import tempfile
+from typing import Optional
 
 import numpy as np
-import sentencepiece
-import torch
-from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+
+from settings import setting
+
+# Imported by `main` once the flags are checked (the reference venv has them, .venv does not).
+sentencepiece = torch = GenerationConfig = MarianConfig = MarianMTModel = MarianTokenizer = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceFlags:
+  out_dir: Optional[str] = setting(None, "Where the checkpoints and texts.txt go (required).")
+  base: bool = setting(False, "Also a base-size checkpoint (6+6, d512, 58,101 pieces).")
+  only_base: bool = setting(False, "Only the base-size checkpoint.")
+
 
 TEXTS = 1200
 TARGET_TEXTS = 300
@@ -372,14 +388,27 @@ def expected(folder, model, tokenizer, texts, seed):
     )
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--out_dir", required=True)
-  parser.add_argument(
-    "--base", action="store_true", help="also a base-size checkpoint (not committed)"
-  )
-  parser.add_argument("--only_base", action="store_true")
-  args = parser.parse_args()
+def _import_reference():
+  global sentencepiece, torch, GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+  try:
+    import sentencepiece
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+  except ImportError as error:
+    raise cli.UsageError(
+      f"{error.name} is not installed here: run this with the reference venv "
+      "(pip install -r requirements-marian-reference.txt; make check-marian)"
+    ) from None
+
+
+def main(argv):
+  del argv
+  from absl import flags
+
+  args = flags.FLAGS
+  if not args.out_dir:
+    raise cli.UsageError("--out_dir is required")
+  _import_reference()
   os.makedirs(args.out_dir, exist_ok=True)
   texts = make_texts()
   with open(os.path.join(args.out_dir, "texts.txt"), "w") as f:
@@ -393,4 +422,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.define_flags(ReferenceFlags)
+  cli.run(main)
