@@ -74,3 +74,17 @@ check-ctranslate2: venv
 bench-engines: venv
 	$(PY) -m pip install --quiet -r requirements-ctranslate2.txt
 	$(PY) benchmarks/engine_speed.py $(ARGS)
+
+# Issue 50's live comparison with transformers (docs/pretrained.md): a reference venv with torch,
+# transformers and sentencepiece (requirements-marian-reference.txt) makes random-weight Marian
+# checkpoints, the tiny ones and one of the real base size (6+6, d512, 58,101 pieces), with
+# transformers' answers; tfattn imports each and compares (no torch on its side).
+REF_VENV ?= .venv-ref
+MARIAN_OUT ?= tmp/marian
+.PHONY: check-marian
+check-marian: venv
+	test -x $(REF_VENV)/bin/python || $(PYTHON) -m venv $(REF_VENV)
+	$(REF_VENV)/bin/python -m pip install --quiet -r requirements-marian-reference.txt \
+	  --extra-index-url https://download.pytorch.org/whl/cpu
+	PYTHONPATH=. $(REF_VENV)/bin/python benchmarks/marian_reference.py --out_dir=$(MARIAN_OUT) --base
+	$(PY) benchmarks/marian_compare.py --fixtures=$(MARIAN_OUT) --out=$(MARIAN_OUT)/report.json

@@ -13,7 +13,9 @@ _POSITION_KINDS = ("sinusoidal", "learned")
 _COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 _POOLINGS = ("mean", "first")
 _CLASSIFIER_BODIES = ("transformer", "attention")
-_ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish")
+# How a sinusoidal encoding lays out its sines and cosines.
+_SINUSOID_LAYOUTS = ("interleaved", "halves")
 _EMBEDDING_INITS = ("paper", "gpt2")
 
 
@@ -62,9 +64,18 @@ class TransformerConfig:
   activation: str = setting(
     "relu",
     "The feed-forward hidden layer's nonlinearity: relu (the paper's eq. 2), gelu (exact, "
-    "erf-based: nanoGPT's) or gelu_tanh (the tanh approximation: GPT-2's and keras-hub's).",
+    "erf-based: nanoGPT's), gelu_tanh (the tanh approximation: GPT-2's and keras-hub's) or "
+    "swish (x * sigmoid(x), SiLU: Marian's and OPUS-MT's).",
     choices=_ACTIVATIONS,
     when_missing="relu",
+  )
+  sinusoid_layout: str = setting(
+    "interleaved",
+    "Sinusoidal positions: interleaved (the paper: sin and cos of one frequency side by side) or "
+    "halves ([sin | cos]: every sine, then every cosine, as Marian and fairseq lay them out; "
+    "computed in float64, then float32).",
+    choices=_SINUSOID_LAYOUTS,
+    when_missing="interleaved",
   )
   norm_position: str = setting(
     "post",
@@ -85,7 +96,15 @@ class TransformerConfig:
     choices=_EMBEDDING_INITS,
     when_missing="paper",
   )
-  layer_norm_epsilon: float = setting(1e-6, "Layer norm epsilon.", above=0)
+  output_bias: bool = setting(
+    False,
+    "A learned per-token bias added to the output logits (Marian's final_logits_bias); an "
+    "untied output projection always has its own bias.",
+    when_missing=False,
+  )
+  layer_norm_epsilon: float = setting(
+    1e-6, "Layer norm epsilon, of every norm (Marian: 1e-5).", above=0
+  )
   compute_dtype: str = setting(
     "float32",
     "Variables stay float32; float16/bfloat16 compute in mixed precision.",
@@ -94,6 +113,12 @@ class TransformerConfig:
   pad_id: int = setting(special_ids.PAD_ID, "Padding token id.", minimum=0)
   bos_id: int = setting(special_ids.START_ID, "Start-of-sequence token id.", minimum=0)
   eos_id: int = setting(special_ids.END_ID, "End-of-sequence token id.", minimum=0)
+  decoder_start_id: Optional[int] = setting(
+    None,
+    "The token a sequence-to-sequence decoder reads first, in training and decoding (Marian: "
+    "its pad id). Unset: bos_id.",
+    minimum=0,
+  )
   num_classes: int = setting(2, "EncoderClassifier only: classes.", minimum=2, when_missing=2)
   pooling: str = setting(
     "mean",
@@ -137,13 +162,18 @@ class TransformerConfig:
       "source_vocab_size must include the special token ids",
     )
     require(
-      self.target_vocab_size > max(self.pad_id, self.bos_id, self.eos_id),
+      self.target_vocab_size > max(self.pad_id, self.bos_id, self.eos_id, self.start_id),
       "target_vocab_size must include the special token ids",
     )
     require(
       not self.share_embeddings or self.source_vocab_size == self.target_vocab_size,
       "share_embeddings needs source_vocab_size == target_vocab_size",
     )
+
+  @property
+  def start_id(self) -> int:
+    """The decoder's first token: `decoder_start_id`, else `bos_id`."""
+    return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
 
   @property
   def depth(self) -> int:

@@ -8,10 +8,15 @@ import dataclasses
 import json
 from typing import Optional
 
+import settings
 from settings import check, setting
 
 GREEDY, BEAM, SAMPLE = "greedy", "beam", "sample"
 STRATEGIES = (GREEDY, BEAM, SAMPLE)
+# How a hypothesis' score divides its log-probability by its length (`decoding.length_penalty`).
+LENGTH_PENALTIES = ("gnmt", "power")
+# When a beam search stops (`decoding.beam_search`).
+BEAM_STOPS = ("bound", "current")
 # How an export's searches run: graph mode at any length, or compiled with XLA over padded
 # source length buckets (`decoding.decode(..., padded_decode=True)`).
 DECODE_MODES = ("graph", "xla")
@@ -22,8 +27,11 @@ class DecodeOptions:
   """How a sequence-to-sequence model turns a source into an output.
 
   Every hypothesis has a `log_prob` (the sum of its tokens' log-probabilities under the model)
-  and a `score` (log_prob / ((5 + length) / 6)^alpha, what beam search ranks by), whatever the
-  strategy that found it.
+  and a `score` (log_prob / ((5 + length) / 6)^alpha, or log_prob / length^alpha, what beam
+  search ranks by), whatever the strategy that found it.
+
+  A field added after exports and runs were saved declares `when_missing` (what those saves
+  meant); `from_dict` gives a field a save lacks that value.
   """
 
   strategy: str = setting(
@@ -43,8 +51,46 @@ class DecodeOptions:
   alpha: float = setting(
     0.6,
     "Length penalty exponent: hypotheses are ranked by log_prob / ((5 + length) / 6)^alpha "
-    "(the paper: 0.6).",
+    "(the paper: 0.6), or with --length_penalty=power by log_prob / length^alpha.",
     minimum=0,
+  )
+  length_penalty: str = setting(
+    "gnmt",
+    "The length penalty's form: gnmt = ((5 + length) / 6)^alpha (Wu et al. 2016, the paper's); "
+    "power = length^alpha (transformers' length_penalty, Marian's and OPUS-MT's, with alpha = "
+    "their length_penalty); length counts the output's tokens, END included.",
+    choices=LENGTH_PENALTIES,
+    when_missing="gnmt",
+  )
+  beam_stop: str = setting(
+    "bound",
+    "When beam search stops: bound = when no live hypothesis can beat the worst finished one "
+    "even at the length limit (exact); current = transformers' early_stopping=False: when the "
+    "best live one's score at its current length cannot, and from then on that example takes "
+    "no more finished hypotheses (faster, what generate() answers).",
+    choices=BEAM_STOPS,
+    when_missing="bound",
+  )
+  min_decode_length: int = setting(
+    0,
+    "Every search: an output has at least this many tokens before END (END is not counted; "
+    "CTranslate2's min_decoding_length): END is never chosen earlier. The output's limit still "
+    "applies. Reported log-probabilities stay the model's.",
+    minimum=0,
+    when_missing=0,
+  )
+  never_generate: str = setting(
+    "",
+    "Token ids no search ever produces, comma-separated (e.g. Marian's pad id, transformers' "
+    "bad_words_ids): they leave the model's distribution, whose softmax then runs over the "
+    "other ids (log-probabilities reported accordingly, as transformers' renormalize_logits).",
+    when_missing="",
+  )
+  end_at_limit: bool = setting(
+    False,
+    "An output that reaches its length limit ends with END: its last token is forced to END, "
+    "which adds nothing to its log-probability (transformers' forced_eos_token_id).",
+    when_missing=False,
   )
   extra_decode_length: int = setting(
     20,
@@ -93,6 +139,20 @@ class DecodeOptions:
 
   def __post_init__(self):
     check(self, prefix="")
+    _ = self.banned_ids  # raises on a malformed list
+
+  @property
+  def banned_ids(self) -> tuple:
+    """`never_generate` as a tuple of ints (a ValueError for a malformed list)."""
+    try:
+      ids = tuple(int(part) for part in self.never_generate.split(",") if part.strip())
+    except ValueError:
+      ids = (-1,)
+    if any(i < 0 for i in ids):
+      raise ValueError(
+        f"never_generate must be comma-separated token ids >= 0, got {self.never_generate!r}"
+      )
+    return ids
 
   def replace(self, **changes) -> "DecodeOptions":
     return dataclasses.replace(self, **changes)
@@ -102,11 +162,13 @@ class DecodeOptions:
 
   @classmethod
   def from_dict(cls, values: dict) -> "DecodeOptions":
+    """Options as saved (`to_dict`), by this version or an earlier one: a field the save lacks
+    takes its declared `when_missing`."""
     known = {field.name for field in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
       raise ValueError(f"unknown DecodeOptions fields {unknown}")
-    return cls(**values)
+    return settings.from_saved(cls, values)
 
   @classmethod
   def of_run(cls, run_config: dict) -> "DecodeOptions":

@@ -23,8 +23,13 @@ A new decoding option is a `DecodeOptions` field and the one function that uses 
 the search's: a rule changes what the search may choose, never the log-probabilities reported.
 
 Every hypothesis has a `log_prob` (the sum of its tokens' log-probabilities under the model) and a
-`score` (log_prob / length_penalty(length, alpha), what beam search ranks by), whatever the
+`score` (log_prob / length_penalty(length, alpha, form), what beam search ranks by), whatever the
 strategy that found it; its length counts its tokens up to and including EOS.
+
+Rules on the next token, each one `DecodeOptions` field: `no_repeat_ngram_size` and
+`min_decode_length` rule tokens out of the search (the others keep the model's log-probs);
+`never_generate` takes ids out of the model's distribution (the softmax runs over the rest);
+`end_at_limit` forces END as a row's last allowed token (it adds 0 to the log-prob).
 
 This module never looks inside the cache: it carries it, and beam search reorders it with
 `tf.nest`, so any nest of `[batch * beam, ...]` tensors works. The `Transformer` has two layouts:
@@ -104,9 +109,17 @@ class Hypotheses(NamedTuple):
   log_probs: tf.Tensor
 
 
-def length_penalty(length, alpha: float) -> tf.Tensor:
-  """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper."""
-  return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+def length_penalty(length, alpha: float, form: str = "gnmt") -> tf.Tensor:
+  """form="gnmt": ((5 + length) / 6)^alpha (Wu et al., 2016), as used in the paper;
+  form="power": length^alpha (transformers' `length_penalty`: generated tokens, END included)."""
+  length = tf.cast(length, tf.float32)
+  if form == "power":
+    return tf.pow(length, alpha)
+  return tf.pow((5.0 + length) / 6.0, alpha)
+
+
+def _penalty(length, options: DecodeOptions) -> tf.Tensor:
+  return length_penalty(length, options.alpha, options.length_penalty)
 
 
 def _write_column(buffer, index, values):
@@ -163,16 +176,37 @@ def banned_by_ngrams(ids: tf.Tensor, step: tf.Tensor, n: int, vocab) -> tf.Tenso
   return hits > 0
 
 
+def check_banned_ids(options: DecodeOptions, vocab_size: int) -> None:
+  """A ValueError naming `never_generate` when an id lies outside the vocabulary."""
+  outside = [i for i in options.banned_ids if i >= vocab_size]
+  if outside:
+    raise ValueError(
+      f"never_generate holds ids {outside} outside the target vocabulary of {vocab_size}"
+    )
+
+
+def never_generated(ids, vocab) -> tf.Tensor:
+  """bool `[vocab]`: True at each of `ids` (a tuple of Python ints)."""
+  return tf.reduce_any(tf.one_hot(list(ids), vocab, on_value=True, off_value=False), axis=0)
+
+
 def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: DecodeOptions):
   """(the model's next-token logits, the search's logits, new cache), logits `[rows, vocab]`:
   a rule on the next token, reading `options` and the `ids` so far `[rows, length + 1]`, changes
   only the search's logits (a banned token gets a finite minus infinity): a new rule is one
-  `if` here calling its function; every search follows."""
+  `if` here calling its function; every search follows. `never_generate` is the exception: its
+  ids leave the model's own logits, so the softmax runs over the other ids."""
   logits, cache = start.step_fn(ids, last_tokens, step, cache)
+  vocab = tf.shape(logits)[-1]
+  if options.banned_ids:
+    logits = tf.where(never_generated(options.banned_ids, vocab)[tf.newaxis], _NEG_INF, logits)
   search_logits = logits
   if options.no_repeat_ngram_size:
-    banned = banned_by_ngrams(ids, step, options.no_repeat_ngram_size, tf.shape(logits)[-1])
+    banned = banned_by_ngrams(ids, step, options.no_repeat_ngram_size, vocab)
     search_logits = tf.where(banned, _NEG_INF, search_logits)  # rules compose
+  if options.min_decode_length:
+    too_early = (step < options.min_decode_length) & tf.equal(tf.range(vocab), start.eos_id)
+    search_logits = tf.where(too_early[tf.newaxis], _NEG_INF, search_logits)  # [rows, vocab]
   return logits, search_logits, cache
 
 
@@ -218,8 +252,13 @@ def _token_step(
   logits, search_logits, cache = _step_logits(
     start, state.ids, state.last_tokens, state.step, state.cache, options
   )
-  tokens = tf.where(state.finished, start.pad_id, choose(search_logits, state))  # [batch]
+  tokens = choose(search_logits, state)  # [batch]
   chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]: the model's
+  if options.end_at_limit:  # a row's last allowed token is END, at no cost
+    last = state.step + 1 >= start.limits  # [batch]
+    tokens = tf.where(last, start.eos_id, tokens)
+    chosen = tf.where(last, 0.0, chosen)
+  tokens = tf.where(state.finished, start.pad_id, tokens)
   finished = (
     state.finished | tf.equal(tokens, start.eos_id) | (state.step + 1 >= start.limits)
   )  # [batch]
@@ -248,7 +287,8 @@ def token_loop(
 
   Args:
     start: the model's `DecodingStart` for one row per example (`beams=1`).
-    options: the decoding options (here: alpha, for the scores).
+    options: the decoding options (here: the length penalty, for the scores, and the rules
+      on the next token).
     choose: (logits float32 `[batch, vocab]`, GreedyState) -> int32 `[batch]`, e.g.
       `argmax_choice` or `sampling.sampling_choice(...)`.
   Returns:
@@ -274,7 +314,7 @@ def token_loop(
   )
   ids = state.ids[:, 1:]  # [batch, length]
   lengths = _output_lengths(ids, start.limits, start.eos_id)  # [batch]
-  penalty = length_penalty(lengths, options.alpha)  # [batch]
+  penalty = _penalty(lengths, options)  # [batch]
   return Hypotheses(ids=ids, scores=state.log_probs / penalty, log_probs=state.log_probs)
 
 
@@ -364,12 +404,15 @@ class BeamState(NamedTuple):
     step: int32 scalar, tokens generated so far; `alive.last_tokens` sit at position `step`.
     alive: `AliveBeams`, the hypotheses still growing.
     finished: `FinishedBeams`, the best ended hypotheses so far.
+    settled: bool `[batch]`, the example's search is over (`_settled`): with beam_stop
+      "current" it takes no more finished hypotheses.
     cache: the model's decoding cache for the alive beams, any nest of `[batch * beam, ...]`.
   """
 
   step: tf.Tensor
   alive: AliveBeams
   finished: FinishedBeams
+  settled: tf.Tensor
   cache: Any
 
 
@@ -404,7 +447,13 @@ def _initial_beam_state(start: DecodingStart, beam_size: int) -> BeamState:
     log_probs=tf.zeros([batch, beam_size]),
     flags=tf.zeros([batch, beam_size], tf.bool),
   )
-  return BeamState(step=tf.constant(0), alive=alive, finished=finished, cache=start.cache)
+  return BeamState(
+    step=tf.constant(0),
+    alive=alive,
+    finished=finished,
+    settled=tf.zeros([batch], tf.bool),
+    cache=start.cache,
+  )
 
 
 def _grow_alive(
@@ -427,6 +476,10 @@ def _grow_alive(
   if search_logits is not logits:  # a rule ruled tokens out: never candidates; the rest keep
     ruled_out = tf.reshape(search_logits <= _NEG_INF, [batch, beam_size, vocab])  # the model's
     log_probs = tf.where(ruled_out, _NEG_INF, log_probs)
+  if options.end_at_limit:  # at an example's last allowed token only END, at no cost
+    last = (state.step + 1 >= start.limits)[:, tf.newaxis, tf.newaxis]  # [batch, 1, 1]
+    forced = tf.where(tf.equal(tf.range(vocab), start.eos_id), 0.0, _NEG_INF)  # [vocab]
+    log_probs = tf.where(last, forced, log_probs)
   log_probs += state.alive.log_probs[:, :, tf.newaxis]  # sequence log-probs [batch, beam, vocab]
   top_log_probs, top_indices = tf.math.top_k(
     tf.reshape(log_probs, [batch, beam_size * vocab]), k=2 * beam_size
@@ -450,14 +503,21 @@ def _select_alive(candidates: _Candidates, cache, beam_size: int) -> Tuple[Alive
 
 
 def _update_finished(
-  finished: FinishedBeams, candidates: _Candidates, length, alpha: float, beam_size: int
+  finished: FinishedBeams,
+  candidates: _Candidates,
+  length,
+  options: DecodeOptions,
+  settled: tf.Tensor,
 ) -> FinishedBeams:
   """The k best of the finished hypotheses and the candidates that just ended at `length`
   tokens. As in fairseq, only an EOS ranked within the top k may finish, so beam size 1 is
-  exactly greedy."""
+  exactly greedy. With beam_stop "current", a `settled` example `[batch]` takes none."""
+  beam_size = options.beam_size
   within_beam = tf.range(2 * beam_size) < beam_size  # [2k]
   newly_finished = candidates.ended & within_beam[tf.newaxis]  # [batch, 2k]
-  scores = tf.where(newly_finished, candidates.log_probs / length_penalty(length, alpha), _NEG_INF)
+  if options.beam_stop == "current":
+    newly_finished &= tf.logical_not(settled)[:, tf.newaxis]
+  scores = tf.where(newly_finished, candidates.log_probs / _penalty(length, options), _NEG_INF)
   new = FinishedBeams(candidates.ids, scores, candidates.log_probs, newly_finished)
   pool = tf.nest.map_structure(
     lambda old, new: tf.concat([old, new], axis=1), finished, new
@@ -469,23 +529,34 @@ def _update_finished(
 def _beam_search_step(state: BeamState, start: DecodingStart, options: DecodeOptions) -> BeamState:
   candidates, cache = _grow_alive(state, start, options)
   alive, cache = _select_alive(candidates, cache, options.beam_size)
-  finished = _update_finished(
-    state.finished, candidates, state.step + 1, options.alpha, options.beam_size
-  )
-  return BeamState(state.step + 1, alive, finished, cache)
+  step = state.step + 1
+  finished = _update_finished(state.finished, candidates, step, options, state.settled)
+  settled = state.settled | _settled(alive, finished, step, start.length, options)  # [batch]
+  return BeamState(step, alive, finished, settled, cache)
 
 
-def _search_continues(state: BeamState, length, alpha: float) -> tf.Tensor:
-  """Until all beam_size finished slots are filled and no alive beam can still beat the worst
-  of them: log-probs only fall and the penalty is largest at the maximum length. An unfilled
-  slot counts as minus infinity, so the search goes on until it holds a real hypothesis (every
-  example's limit finishes its k best, so all slots fill by then)."""
-  best_alive = state.alive.log_probs[:, 0] / length_penalty(length, alpha)  # [batch]
+def _settled(alive: AliveBeams, finished: FinishedBeams, step, length, options) -> tf.Tensor:
+  """bool `[batch]`: all beam_size finished slots are filled and no alive beam can beat the
+  worst of them. beam_stop "bound": not even at the maximum `length` (log-probs only fall and
+  the penalty is largest there: exact); "current": at its current length `step` (transformers'
+  early_stopping=False heuristic). An unfilled slot counts as minus infinity, so the search
+  goes on until it holds a real hypothesis (every example's limit finishes its k best, so all
+  slots fill by then)."""
+  if options.beam_stop == "current":
+    best_alive = alive.log_probs[:, 0] / _penalty(step, options)  # [batch]
+  else:
+    best_alive = alive.log_probs[:, 0] / _penalty(length, options)  # [batch]
   worst_finished = tf.reduce_min(
-    tf.where(state.finished.flags, state.finished.scores, _NEG_INF), axis=1
+    tf.where(finished.flags, finished.scores, _NEG_INF), axis=1
   )  # [batch]
-  search_settled = tf.reduce_all(worst_finished > best_alive)
-  return tf.logical_and(state.step < length, tf.logical_not(search_settled))
+  if options.beam_stop == "current":
+    return worst_finished >= best_alive
+  return worst_finished > best_alive
+
+
+def _search_continues(state: BeamState, length) -> tf.Tensor:
+  """Until every example has settled (`_settled`) or the buffer is full."""
+  return tf.logical_and(state.step < length, tf.logical_not(tf.reduce_all(state.settled)))
 
 
 def beam_search(start: DecodingStart, options: DecodeOptions) -> Hypotheses:
@@ -503,7 +574,7 @@ def beam_search(start: DecodingStart, options: DecodeOptions) -> Hypotheses:
   """
   state = _initial_beam_state(start, options.beam_size)
   (state,) = tf.while_loop(
-    lambda state: _search_continues(state, start.length, options.alpha),
+    lambda state: _search_continues(state, start.length),
     lambda state: (_beam_search_step(state, start, options),),
     (state,),
     shape_invariants=(_shape_invariants(state, start),),

@@ -112,10 +112,15 @@ class LanguageModel(tf.Module):
       self.decoder = CausalStack(
         c, embedding, self.dropout_rng, CausalLayer, c.num_decoder_layers, name="decoder"
       )
+      self.output_bias = (
+        tf.Variable(tf.zeros([c.target_vocab_size]), name="output_bias") if c.output_bias else None
+      )
 
   def _logits(self, states):
-    """`[..., d_model]` -> float32 `[..., vocab]` through the tied embedding."""
-    return tf.cast(self.decoder.embedding.logits(states), tf.float32)
+    """`[..., d_model]` -> float32 `[..., vocab]` through the tied embedding (plus the
+    config's output bias)."""
+    logits = tf.cast(self.decoder.embedding.logits(states), tf.float32)
+    return logits if self.output_bias is None else logits + self.output_bias
 
   def __call__(
     self,
@@ -182,6 +187,7 @@ class LanguageModel(tf.Module):
       padded: the fixed-size cache that compiles under `jit_compile=True`.
     """
     c = self.config
+    decoding.check_banned_ids(options, c.target_vocab_size)
     batch = tf.shape(prompt_ids)[0]
     context = tf.concat([tf.fill([batch, 1], c.bos_id), tf.cast(prompt_ids, tf.int32)], 1)
     lengths = 1 + tf.reduce_sum(tf.cast(tf.not_equal(prompt_ids, c.pad_id), tf.int32), 1)

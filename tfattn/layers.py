@@ -213,18 +213,20 @@ ACTIVATIONS = {
   "gelu": lambda x: tf.nn.gelu(x, approximate=False),
   # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): GPT-2's original form, keras-hub's.
   "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True),
+  # x * sigmoid(x), SiLU: Marian's "swish" (transformers' ACT2FN["swish"] is nn.SiLU).
+  "swish": tf.nn.silu,
 }
 
 
 class FeedForward(tf.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2), or GELU(x W1 + b1) W2 + b2:
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (paper eq. 2), or GELU / swish (x W1 + b1) W2 + b2:
   `[..., d_model]` -> `[..., d_model]`.
 
   Args:
     d_model: input and output width.
     dff: inner (hidden) width.
     activation: the hidden layer's nonlinearity, a key of `ACTIVATIONS`: "relu", "gelu",
-      "gelu_tanh".
+      "gelu_tanh", "swish".
     dropout_rate: dropout on the hidden layer while training (tensor2tensor's relu_dropout; the
       paper has none, and `TransformerConfig.feed_forward_dropout_rate` defaults to 0).
     rng: the model's `tf.random.Generator` for dropout (needed when dropout_rate > 0).

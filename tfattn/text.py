@@ -45,6 +45,9 @@ from tfattn.special_ids import (  # noqa: F401
 
 SENTENCEPIECE_SUFFIX, WORDPIECE_SUFFIX = ".model", ".txt"
 CHARACTER_SUFFIX, BYTE_SUFFIX = ".chars", ".bytes"
+# An imported Marian / OPUS-MT model's tokenizer (`tfattn.marian_text`): a JSON file naming its
+# SentencePiece model and vocabulary.
+MARIAN_SUFFIX = ".marian"
 # What [UNK] detokenizes to in the character and byte vocabularies: U+FFFD REPLACEMENT CHARACTER.
 REPLACEMENT_CHARACTER = 0xFFFD
 
@@ -296,12 +299,19 @@ def piece_texts(tokenizer, ids, lengths):
   return tf.where(valid, tf.reshape(texts, tf.shape(ids)), "")
 
 
+def _marian_tokenizer(path: str):
+  from tfattn.marian_text import MarianTokenizer  # it builds on this module
+
+  return MarianTokenizer(path)
+
+
 # Each vocabulary file's suffix -> the tokenizer that reads it.
 TOKENIZER_BY_SUFFIX = {
   SENTENCEPIECE_SUFFIX: SentencePieceTokenizer,
   WORDPIECE_SUFFIX: WordPieceTokenizer,
   CHARACTER_SUFFIX: CharacterTokenizer,
   BYTE_SUFFIX: ByteTokenizer,
+  MARIAN_SUFFIX: _marian_tokenizer,
 }
 
 

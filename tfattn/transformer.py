@@ -241,7 +241,7 @@ class DecoderLayer(_ResidualLayer):
 def _make_position(config: TransformerConfig, name):
   if config.position_encoding == "learned":
     return LearnedPosition(config.max_length, config.d_model, config.seed, name=name)
-  return SinusoidalPosition(config.d_model, name=name)
+  return SinusoidalPosition(config.d_model, name=name, layout=config.sinusoid_layout)
 
 
 class _Stack(tf.Module):
@@ -429,6 +429,12 @@ class Transformer(tf.Module):
         if c.tie_output_embedding
         else Linear(c.d_model, c.target_vocab_size, seed=c.seed, name="output_projection")
       )
+      # Marian's final_logits_bias; an untied projection has a bias of its own already.
+      self.output_bias = (
+        tf.Variable(tf.zeros([c.target_vocab_size]), name="output_bias")
+        if c.output_bias and c.tie_output_embedding
+        else None
+      )
 
   def encode(self, source_ids: tf.Tensor, training: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
     """source_ids: int `[batch, s_len]` -> (memory `[batch, s_len, d_model]`,
@@ -457,7 +463,7 @@ class Transformer(tf.Module):
     Args:
       source_ids: int `[batch, s_len]`, padded with `pad_id`.
       target_ids: int `[batch, t_len]`, the decoder inputs (targets shifted right, starting
-        with `bos_id`; in a packed row, each segment starts with it).
+        with the config's `start_id`; in a packed row, each segment starts with it).
       training: apply dropout.
       return_attention: a Python bool; also return the `AttentionWeights` of this pass.
       source_segments, target_segments: None, or both, for packed rows (several pairs a row):
@@ -498,7 +504,10 @@ class Transformer(tf.Module):
       logits = self.decoder.embedding.logits(states)
     else:
       logits = self.output_projection(states)
-    return tf.cast(logits, tf.float32)
+    logits = tf.cast(logits, tf.float32)
+    if self.output_bias is not None:
+      logits += self.output_bias  # [target_vocab], broadcast over every position
+    return logits
 
   def decoding_memory(
     self, memory: tf.Tensor, memory_bias: tf.Tensor, beams: int = 1
@@ -582,6 +591,7 @@ class Transformer(tf.Module):
       padded: the fixed-size `PaddedCache` that compiles under `jit_compile=True`.
     """
     c = self.config
+    decoding.check_banned_ids(options, c.target_vocab_size)
     batch = tf.shape(source_ids)[0]
     length, limits = self.decoding_lengths(source_ids, options)
     memory, memory_bias = self.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
@@ -598,7 +608,7 @@ class Transformer(tf.Module):
     return decoding.DecodingStart(
       step_fn=step_fn,
       cache=cache,
-      first_tokens=tf.fill([batch], c.bos_id),
+      first_tokens=tf.fill([batch], c.start_id),
       limits=limits,
       length=length,
       max_steps=max(c.max_length, options.max_decode_length or 0),

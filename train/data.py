@@ -94,10 +94,12 @@ def seq2seq_dataset(
   keep_text=False,
   pack=False,
   pack_row_length=None,
+  start_id=START_ID,
   **batching,
 ):
   """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
-  `[batch, length]`; target_in = START + target, target_out = target + END.
+  `[batch, length]`; target_in = `start_id` (the model's decoder start, START unless its
+  `decoder_start_id` says otherwise) + target, target_out = target + END.
 
   Training drops pairs longer than max_length. `batching`: `batch_tokens`, `multiple_of` and
   `pad_to_bucket` of `_bucket_and_batch`. With `keep_text` (evaluation) every pair is
@@ -123,7 +125,7 @@ def seq2seq_dataset(
   def frame(source, target, target_text):
     example = {
       "source": source[:max_length],
-      "target_in": tf.concat([[START_ID], target], 0)[:max_length],
+      "target_in": tf.concat([[start_id], target], 0)[:max_length],
       "target_out": tf.concat([target, [END_ID]], 0)[:max_length],
     }
     if keep_text:

@@ -126,6 +126,7 @@ def evaluate(layout: RunDir, saved: dict, checkpoint_dir: str, file, weights, ma
     shuffle_seed=None,
     repeat=False,
     drop_remainder=False,
+    start_id=model.config.start_id,
     **task.dataset_options,  # packing (`train.tasks.get_task`), as in training
   )
   metrics = kind.evaluate(model, dataset, tokenizers, config, max_examples)

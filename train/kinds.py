@@ -108,7 +108,8 @@ class TrainingKind(kinds.ModelKind, Protocol):
   ) -> tf.data.Dataset:
     """Raw examples -> batches (dicts of `[batch, ...]` tensors); `batching`: batch_size,
     max_length, shuffle_seed, repeat, drop_remainder, batch_tokens, multiple_of,
-    pad_to_bucket (see `train.data`)."""
+    pad_to_bucket (see `train.data`), start_id (the model's decoder start: a kind without a
+    decoder input ignores it)."""
 
   def loss_sums(self, model, batch: Dict, smoothing: float) -> LossSums:
     """The batch's loss sums (differentiable)."""
@@ -277,6 +278,7 @@ class Classification(kinds.ClassifierModel):
   def dataset(self, raw, tokenizers, *, training, truncate, **batching):
     """Batches of {"source": `[batch, length]` int32, "label": `[batch]` int64}."""
     del training  # the same batches train and evaluate
+    batching.pop("start_id", None)  # no decoder
     return data.classification_dataset(raw, tokenizers["source"], truncate=truncate, **batching)
 
   def loss_sums(self, model, batch, smoothing) -> LossSums:
@@ -354,6 +356,7 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
   def dataset(self, raw, tokenizers, *, training, truncate, packing=TEXT_LINES, **batching):
     """Lines: batches of {"source": int32 `[batch, length]`, the text's tokens}. Packed:
     {"inputs", "targets"} int32 `[batch, max_length]` (+ "segment_ids" for "documents")."""
+    batching.pop("start_id", None)  # a language model starts from its own BOS
     del truncate  # a text keeps its beginning
     tokenizer = tokenizers["source"]
     if packing != TEXT_LINES:

@@ -42,6 +42,7 @@ FOLLOWS_MACHINE = "follows the machine"  # devices and precision: this command's
 RESUME_POLICIES = (MUST_MATCH, MAY_CHANGE, FOLLOWS_MACHINE)
 
 SCHEDULES = ("noam", "rsqrt", "cosine", "constant")
+FREEZE_CHOICES = ("none", "embeddings", "encoder")
 OPTIMIZERS = ("adam", "adamw")
 TRUNCATE_SIDES = ("right", "left")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
@@ -355,6 +356,15 @@ class RunConfig:
   embedding_init: Optional[str] = model_setting(
     "embedding_init", when_unset="paper", resume=MUST_MATCH
   )
+  # What a Marian / OPUS-MT model differs in (issue 50), usable from scratch too.
+  sinusoid_layout: Optional[str] = model_setting(
+    "sinusoid_layout", when_unset="interleaved", resume=MUST_MATCH
+  )
+  output_bias: Optional[bool] = model_setting("output_bias", when_unset=False, resume=MUST_MATCH)
+  layer_norm_epsilon: Optional[float] = model_setting(
+    "layer_norm_epsilon", when_unset=1e-6, resume=MUST_MATCH
+  )
+  decoder_start_id: Optional[int] = model_setting("decoder_start_id", resume=MUST_MATCH)
   optimizer: Optional[str] = run_setting(
     None,
     "adam: Adam (beta_1 0.9, epsilon 1e-9: the paper's); adamw: the same with decoupled "
@@ -467,6 +477,41 @@ class RunConfig:
     "instead of the last weights.",
     choices=tuple(sorted({m for kind in MODEL_KINDS.values() for m in kind.best_by})),
     unset="off",
+    resume=MAY_CHANGE,
+  )
+  # Fine-tuning (issue 50): another run's weights, parts frozen, stopped early.
+  init_from: Optional[str] = run_setting(
+    None,
+    "Start from another run's final weights (a training run directory, or one that "
+    "`python -m train.import_marian` wrote): its model configuration and vocabularies become "
+    "this run's, while the optimizer, the learning-rate schedule and the step counter start "
+    "anew. The model-size flags are then not used.",
+    unset="off",
+    resume=MUST_MATCH,
+  )
+  freeze: Optional[str] = run_setting(
+    None,
+    "Variables that do not train: embeddings (the token tables, the tied output included) or "
+    "encoder (the whole encoder, its embedding included: with a shared vocabulary the "
+    "decoder's too).",
+    choices=FREEZE_CHOICES,
+    when_unset="none",
+    resume=MUST_MATCH,
+  )
+  early_stopping_patience: Optional[int] = run_setting(
+    None,
+    "Stop training when --keep_best_by's metric has not improved by --early_stopping_min_delta "
+    "for this many validation evaluations in a row (every --eval_every steps); the final "
+    "evaluation then judges the best weights.",
+    minimum=1,
+    unset="off",
+    resume=MAY_CHANGE,
+  )
+  early_stopping_min_delta: Optional[float] = run_setting(
+    None,
+    "--early_stopping_patience: the least change of the metric that counts as improving.",
+    minimum=0,
+    when_unset=0.0,
     resume=MAY_CHANGE,
   )
   log_every: int = run_setting(100, "Steps between progress lines.", above=0, resume=MAY_CHANGE)
@@ -597,6 +642,12 @@ class RunConfig:
         "--clip_norm with --mixed_precision=mixed_float16 is not supported "
         "(clipping would see loss-scaled gradients); use mixed_bfloat16"
       )
+    if self.early_stopping_patience and not self.keep_best_by:
+      raise ValueError(
+        "--early_stopping_patience needs --keep_best_by (the validation metric it watches)"
+      )
+    if self.early_stopping_patience and self.eval_every == 0:
+      raise ValueError("--early_stopping_patience needs --eval_every (when validation runs)")
     if self.keep_best_by and self.average_checkpoints and self.average_checkpoints > 1:
       raise ValueError(
         "--keep_best_by and --average_checkpoints > 1 each choose the final "
@@ -721,10 +772,18 @@ def _ALWAYS(task, kind):
 
 
 # The DecodeOptions each strategy reads, shown at start (the others wait unused).
-_EVERY_SEARCH = ("strategy", "extra_decode_length", "max_decode_length", "no_repeat_ngram_size")
+_EVERY_SEARCH = (
+  "strategy",
+  "extra_decode_length",
+  "max_decode_length",
+  "no_repeat_ngram_size",
+  "min_decode_length",
+  "never_generate",
+  "end_at_limit",
+)
 DECODE_SHOWN = {
   GREEDY: _EVERY_SEARCH,
-  BEAM: (*_EVERY_SEARCH, "beam_size", "alpha"),
+  BEAM: (*_EVERY_SEARCH, "beam_size", "alpha", "length_penalty", "beam_stop"),
   SAMPLE: (*_EVERY_SEARCH, "temperature", "top_k", "top_p", "seed"),
 }
 

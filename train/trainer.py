@@ -21,10 +21,20 @@ from absl import logging
 
 from tfattn.support import attention_plot, checkpoints
 from tfattn.support.run_dir import RunDir
-from train import distribute, evaluation, kinds, performance, resume, run_files, vocabularies
+from train import (
+  distribute,
+  evaluation,
+  init_from,
+  kinds,
+  performance,
+  resume,
+  run_files,
+  vocabularies,
+)
 from train.best_checkpoint import BestCheckpoint
+from train.early_stopping import EarlyStopping
 from train.optimizer import make_optimizer
-from train.run_config import RunConfig
+from train.run_config import COMPUTE_DTYPES, RunConfig
 from train.task import Task
 from train.tasks import get_task
 
@@ -137,6 +147,7 @@ def make_train_loop(
   label_smoothing: float = 0.0,
   clip_norm: Optional[float] = None,
   local_replicas: int = 1,
+  variables=None,
 ):
   """`train_loop(iterator, steps)`: `steps` optimizer steps of `model` (its loss from `kind`,
   `train.kinds`) under `strategy` in one call (Orbit's steps_per_loop, Keras'
@@ -155,7 +166,8 @@ def make_train_loop(
   nothing to all-reduce: the whole step (every micro-batch's forward and backward pass,
   clipping and the optimizer's update) is one XLA program (1.07x-1.10x the tokens/s of the
   update outside XLA at nanoGPT's CPU size: WORKSPACE_NOTES.md, issue 41)."""
-  variables = model.trainable_variables
+  # The variables that train: all trainable ones unless some are frozen (--freeze).
+  variables = model.trainable_variables if variables is None else variables
   scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
   micro_batches, smoothing = grad_accum_steps, label_smoothing
 
@@ -262,17 +274,31 @@ class Trainer:
     self.run_dir = RunDir(config.run_dir)
     self._check_before_writing()
     os.makedirs(self.run_dir.path, exist_ok=True)
+    self.init_source = (
+      init_from.check_source(config.init_from, task.kind) if config.init_from else None
+    )
+    if self.init_source is not None:  # its tokenizers, before anything learns new ones
+      init_from.copy_vocabularies(self.init_source, self.run_dir)
     self.tokenizers = vocabularies.learn_or_load(
       task, self.kind.vocabulary_sides, config, self.run_dir
     )
-    self.model_config = config.model_config(
-      num_classes=task.num_classes, **self._vocab_sizes(self.tokenizers)
-    )
+    if self.init_source is not None:
+      self.model_config = init_from.model_config(
+        self.init_source, config.dropout, COMPUTE_DTYPES.get(config.mixed_precision, "float32")
+      )
+    else:
+      self.model_config = config.model_config(
+        num_classes=task.num_classes, **self._vocab_sizes(self.tokenizers)
+      )
     if self.is_chief:
       run_files.write_start(self.run_dir, config, self.model_config, task)
     self._build_model_and_optimizer()
     self._build_datasets()
     self._build_checkpoints()
+    if self.init_source is not None and self.manager.latest_checkpoint is None:
+      # A new run starts from the other run's weights; a resumed one reads its own (`run`).
+      chosen = init_from.load_weights(self.model, self.init_source)
+      logging.info("starting from the weights of %s", ", ".join(chosen))
     self._train_loop = self._make_train_loop()
     self.meter = performance.meter_for(strategy, self.model_config.compute_dtype)
     self._batch_shapes = set()
@@ -298,8 +324,9 @@ class Trainer:
   def _build_model_and_optimizer(self):
     with self.strategy.scope():
       self.model = self.kind.build_model(self.model_config)
+      self.trained_variables = init_from.trained_variables(self.model, self.config.freeze)
       self.optimizer = make_optimizer(
-        self.config, self.model_config.d_model, self.model.trainable_variables
+        self.config, self.model_config.d_model, self.trained_variables
       )
 
   def _build_datasets(self):
@@ -362,6 +389,7 @@ class Trainer:
       shuffle_seed=c.seed if training else None,
       repeat=training,
       drop_remainder=training,
+      start_id=self.model_config.start_id,
     )  # equal per-replica shards
     if training:
       # Bucket-length padding under XLA: a handful of batch shapes, one program each.
@@ -383,6 +411,7 @@ class Trainer:
       label_smoothing=c.label_smoothing,
       clip_norm=c.clip_norm,
       local_replicas=self.local_replicas,
+      variables=self.trained_variables,
     )
 
   def evaluate(self, dataset=None, max_examples: Optional[int] = -1) -> Dict:
@@ -420,14 +449,15 @@ class Trainer:
       else tf.summary.create_noop_writer()
     )
     stop = _StopRequest(c.steps_per_loop)
-    if self.step < c.train_steps:
+    early = self._early_stopping()
+    if self.step < c.train_steps and not (early and early.stopped):
       logging.info(
         "training from step %d to %d (the first step builds the graph)", self.step, c.train_steps
       )
     try:
       interval = _Interval(self.step)
       self.meter.reset()
-      while self.step < c.train_steps and not stop.requested:
+      while self.step < c.train_steps and not stop.requested and not (early and early.stopped):
         step = self.step
         sums, shapes = self._train_loop(self.iterator, tf.constant(loop_end(step, c) - step))
         # The one host read of the loop: its sums and batch shapes.
@@ -453,7 +483,18 @@ class Trainer:
         if step % c.checkpoint_every == 0:
           self._save()
         if c.eval_every and step % c.eval_every == 0 and step < c.train_steps:
-          self._validate(writer)
+          metrics = self._validate(writer)
+          if early is not None and early.update(metrics, step):
+            logging.info(
+              "early stopping at step %d: validation %s has not improved by more than %g in "
+              "%d evaluations (best %.4f at step %d)",
+              step,
+              early.metric,
+              early.min_delta,
+              early.patience,
+              early.state["best"],
+              early.state["best_step"],
+            )
       self._save()
       if stop.requested:
         logging.warning(
@@ -464,6 +505,19 @@ class Trainer:
     finally:
       stop.restore()
       writer.flush()
+
+  def _early_stopping(self) -> Optional[EarlyStopping]:
+    c = self.config
+    if not c.early_stopping_patience:
+      return None
+    return EarlyStopping(
+      self.run_dir.path,
+      c.keep_best_by,
+      self.kind.best_by[c.keep_best_by],
+      c.early_stopping_patience,
+      c.early_stopping_min_delta or 0.0,
+      write=self.is_chief,
+    )
 
   def _log_progress(self, writer, step, interval: "_Interval"):
     """One progress line (and train_log.jsonl record) for the steps since the last one: their

@@ -167,7 +167,7 @@ def seq2seq_maps(model, source_tokenizer, target_tokenizer, source_ids, targets,
   )
   with tf.control_dependencies(checks):  # nothing runs before the request is known to fit
     source_ids = tf.identity(source_ids)
-  decoder_input = tf.concat([tf.fill([batch, 1], config.bos_id), targets[:, :-1]], axis=1)
+  decoder_input = tf.concat([tf.fill([batch, 1], config.start_id), targets[:, :-1]], axis=1)
   _, weights = model(source_ids, decoder_input, return_attention=True)
   source_length = tfattn_text.row_lengths(source_ids)
   target_length = tfattn_text.row_lengths(targets)

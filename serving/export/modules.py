@@ -339,7 +339,7 @@ class Seq2SeqExport(_DecodingExport):
     Returns {"log_prob": float32 `[batch]`}. Differentiable: the fine-tuning entry point."""
     source_ids = self._checked_ids(source_ids, self.model.config.source_vocab_size, "source_ids")
     target_ids = self._checked_ids(target_ids, self.model.config.target_vocab_size, "target_ids")
-    start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.bos_id)
+    start = tf.fill([tf.shape(target_ids)[0], 1], self.model.config.start_id)
     # START + the targets but the last, as wide as the targets (zero-width targets: an empty
     # decoder input, log_prob 0, as such a row gets in a batch; the shift failed them).
     decoder_input = tf.concat([start, target_ids], axis=1)[:, : tf.shape(target_ids)[1]]

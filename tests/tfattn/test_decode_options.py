@@ -21,6 +21,11 @@ def test_defaults_are_the_papers_beam_search():
     (dict(top_k=-1), "top_k must be >= 0, got -1"),
     (dict(max_decode_length=0), "max_decode_length must be >= 1, got 0"),
     (dict(seed=-1), "sample_seed must be in [0, 9223372036854775807], got -1"),
+    (dict(length_penalty="wu"), "length_penalty must be one of"),
+    (dict(beam_stop="early"), "beam_stop must be one of"),
+    (dict(min_decode_length=-1), "min_decode_length must be >= 0, got -1"),
+    (dict(never_generate="3,x"), "never_generate must be comma-separated token ids"),
+    (dict(never_generate="-2"), "never_generate must be comma-separated token ids"),
   ],
 )
 def test_impossible_values_are_refused_on_construction(changes, message):
@@ -48,3 +53,27 @@ def test_options_of_a_run_new_and_old():
   assert DecodeOptions.of_run({"eval_beam_size": 1}).strategy == "greedy"
   # translate_nbest of an export of a greedy run still returns the default number of beams.
   assert DecodeOptions.of_run({}).beam_size == DecodeOptions().beam_size
+
+
+def test_options_saved_before_the_marian_fields_keep_their_meaning():
+  """An export's or a run's options saved before length_penalty, beam_stop, min_decode_length,
+  never_generate and end_at_limit existed: each takes its declared when_missing (what the save
+  meant: the GNMT penalty, the exact stop, no rule)."""
+  import settings
+
+  later = {
+    field.name: spec.when_missing
+    for field, spec in settings.declared(DecodeOptions)
+    if spec.when_missing is not None
+  }
+  assert set(later) == {
+    "length_penalty",
+    "beam_stop",
+    "min_decode_length",
+    "never_generate",
+    "end_at_limit",
+  }
+  saved = {k: v for k, v in DecodeOptions(beam_size=5).to_dict().items() if k not in later}
+  assert DecodeOptions.from_dict(saved) == DecodeOptions(beam_size=5)
+  assert DecodeOptions(never_generate="7, 3").banned_ids == (7, 3)
+  assert DecodeOptions().banned_ids == ()

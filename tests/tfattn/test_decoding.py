@@ -44,7 +44,7 @@ def _lengths(ids, eos_id=2):
 
 def _recomputed_log_probs(model, source, ids):
   """Teacher-forced sum of log p(token) over each sequence, up to its EOS."""
-  bos = tf.fill([tf.shape(ids)[0], 1], model.config.bos_id)
+  bos = tf.fill([tf.shape(ids)[0], 1], model.config.start_id)
   log_probs = tf.nn.log_softmax(model(source, tf.concat([bos, ids[:, :-1]], 1)))
   token_log_probs = tf.gather(log_probs, ids, batch_dims=2).numpy()
   mask = np.arange(ids.shape[1])[None] < _lengths(ids)[:, None]
@@ -395,3 +395,124 @@ def test_sampling_under_xla_draws_what_graph_mode_draws(cut):
       [(tuple(i), float(p)) for i, p in zip(expected.ids.numpy(), expected.log_probs.numpy())],
     )
   assert xla.experimental_get_tracing_count() == 1
+
+
+# --- The rules Marian's decoding needs (issue 50), each a DecodeOptions field ---------------
+
+
+def _teacher_forced_log_probs(model, source, ids, banned=()):
+  """log_softmax of the teacher-forced logits `[rows, length, vocab]`, banned ids removed from
+  the distribution (as never_generate does)."""
+  start = tf.fill([tf.shape(ids)[0], 1], model.config.start_id)
+  logits = model(source, tf.concat([start, ids[:, :-1]], 1)).numpy()
+  logits[..., list(banned)] = -1e9
+  return tf.nn.log_softmax(logits).numpy()
+
+
+def test_never_generate_takes_ids_out_of_the_distribution():
+  model = _model(3, eos_boost=0.0)
+  source = random_ids(3, 6, VOCAB, 40)
+  free = decoding.greedy_decode(model, source, max_decode_length=10).ids.numpy()
+  banned = tuple(sorted(set(free[:, :3].reshape(-1)) - {model.config.eos_id}))[:3]
+  for strategy in ("greedy", "beam", "sample"):
+    options = DecodeOptions(
+      strategy=strategy,
+      beam_size=3,
+      max_decode_length=10,
+      never_generate=",".join(map(str, banned)),
+    )
+    found = decoding.decode(model, source, options)
+    ids = found.ids.numpy()
+    assert not np.isin(ids, banned).any(), (strategy, ids)
+    log_probs = _teacher_forced_log_probs(model, source, found.ids, banned)
+    token = np.take_along_axis(log_probs, ids[..., None], -1)[..., 0]
+    mask = np.arange(ids.shape[1])[None] < _lengths(ids)[:, None]
+    np.testing.assert_allclose(found.log_probs, (token * mask).sum(-1), atol=1e-4)
+  with pytest.raises(ValueError, match="never_generate holds ids \\[24\\] outside"):
+    decoding.greedy_decode(model, source, never_generate="24")
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_min_decode_length_bans_end_until_that_many_tokens(strategy):
+  """A model that says END at once: with min_decode_length=m every output has m tokens, then
+  END (CTranslate2's min_decoding_length: END not counted), and log-probs stay the model's."""
+  model = _model(4, eos_boost=8.0)
+  source = random_ids(3, 6, VOCAB, 41)
+  options = DecodeOptions(strategy=strategy, beam_size=3, max_decode_length=12)
+  assert (decoding.decode(model, source, options).ids.numpy()[:, 0] == 2).all()
+  found = decoding.decode(model, source, options.replace(min_decode_length=4))
+  ids = found.ids.numpy()
+  assert (ids[:, :4] != 2).all() and (ids[:, 4] == 2).all(), ids
+  np.testing.assert_allclose(
+    found.log_probs, _recomputed_log_probs(model, source, found.ids), atol=1e-4
+  )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_power_length_penalty_divides_by_length_to_the_alpha(seed):
+  model = _model(seed)
+  source = random_ids(2, 6, VOCAB, seed + 50)
+  ids, scores, log_probs = decoding.beam_decode(
+    model, source, beam_size=3, alpha=1.0, length_penalty="power", max_decode_length=12
+  )
+  flat_ids = tf.reshape(ids, [6, 12])
+  recomputed = _recomputed_log_probs(model, tf.repeat(source, 3, axis=0), flat_ids).reshape(2, 3)
+  np.testing.assert_allclose(log_probs, recomputed, atol=1e-4)
+  np.testing.assert_allclose(scores, recomputed / _lengths(flat_ids).reshape(2, 3), atol=1e-4)
+  assert (np.diff(scores.numpy(), axis=1) <= 1e-6).all()
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_end_at_limit_forces_end_as_the_last_token_at_no_cost(strategy):
+  model = _model(5, eos_boost=-30.0)  # never says END by itself
+  source = random_ids(2, 6, VOCAB, 42)
+  options = DecodeOptions(strategy=strategy, beam_size=3, max_decode_length=6)
+  cut = decoding.decode(model, source, options)
+  assert (cut.ids.numpy() != 2).all()
+  found = decoding.decode(model, source, options.replace(end_at_limit=True))
+  ids = found.ids.numpy()
+  assert (ids[:, 5] == 2).all() and (ids[:, :5] != 2).all(), ids
+  recomputed = _recomputed_log_probs(model, source, found.ids)
+  end = _teacher_forced_log_probs(model, source, found.ids)[:, 5, 2]
+  np.testing.assert_allclose(found.log_probs, recomputed - end, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_current_beam_stop_never_runs_longer_and_equals_bound_without_a_penalty(seed):
+  """transformers' early_stopping=False heuristic: with alpha 0 its bound is exact, so it finds
+  what the exact search finds; with alpha > 0 it settles no later."""
+  model = _model(seed, eos_boost=1.5)
+  source = random_ids(3, 6, VOCAB, seed + 60)
+  for alpha in (0.0, 1.0):
+    options = DecodeOptions(beam_size=4, alpha=alpha, length_penalty="power", max_decode_length=14)
+    exact = decoding.nbest(model, source, options)
+    current = decoding.nbest(model, source, options.replace(beam_stop="current"))
+    if alpha == 0.0:
+      np.testing.assert_array_equal(exact.ids, current.ids)
+      np.testing.assert_allclose(exact.scores, current.scores, atol=1e-5)
+    assert (current.scores.numpy() > -1e6).all()
+    # Each finished hypothesis is a real one, scored as the model scores it.
+    flat = tf.reshape(current.ids, [12, -1])
+    recomputed = _recomputed_log_probs(model, tf.repeat(source, 4, axis=0), flat).reshape(3, 4)
+    np.testing.assert_allclose(current.log_probs, recomputed, atol=1e-4)
+
+
+def test_decoder_start_id_is_what_the_decoder_reads_first():
+  """With decoder_start_id set, decoding starts from it (not bos_id): the cached search equals
+  the teacher-forced reference, which starts from the same id."""
+  config = tfattn.TransformerConfig.preset(
+    "tiny", source_vocab_size=VOCAB, target_vocab_size=VOCAB, decoder_start_id=VOCAB - 1, seed=9
+  )
+  model = tfattn.Transformer(config)
+  source = random_ids(2, 5, VOCAB, 43)
+  options = DecodeOptions(strategy="greedy", max_decode_length=8)
+  found = decoding.decode(model, source, options)
+  np.testing.assert_array_equal(found.ids, reference_decode(model, source, options).ids)
+  np.testing.assert_allclose(
+    found.log_probs, _recomputed_log_probs(model, source, found.ids), atol=1e-4
+  )
+  other = decoding.decode(
+    tfattn.Transformer(config.replace(decoder_start_id=None)), source, options
+  )
+  assert config.start_id == VOCAB - 1 and config.replace(decoder_start_id=None).start_id == 1
+  assert not np.allclose(found.log_probs, other.log_probs)

@@ -166,7 +166,7 @@ def test_feed_forward_gelu_is_x_times_the_normal_cdf(graph):
   call = _in_graph(ffn, tf.TensorSpec([None, None, 4])) if graph else ffn
   np.testing.assert_allclose(call(tf.constant(x, tf.float32)).numpy(), expected, atol=1e-5)
   with pytest.raises(ValueError, match="activation must be one of"):
-    layers.FeedForward(4, 16, activation="swish")
+    layers.FeedForward(4, 16, activation="mish")
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -180,6 +180,19 @@ def test_feed_forward_gelu_tanh_is_gpt2s_approximation(graph):
   gelu = 0.5 * hidden * (1 + np.tanh(math.sqrt(2 / math.pi) * (hidden + 0.044715 * hidden**3)))
   call = _in_graph(ffn, tf.TensorSpec([None, None, 4])) if graph else ffn
   np.testing.assert_allclose(call(tf.constant(x, tf.float32)).numpy(), gelu @ w2 + b2, atol=1e-5)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_feed_forward_swish_is_x_times_its_sigmoid(graph):
+  """swish(x) = x * sigmoid(x) (SiLU), Marian's activation_function "swish"."""
+  ffn = layers.FeedForward(4, 16, seed=3, activation="swish")
+  x = np.random.default_rng(5).normal(size=[2, 5, 4]) * 3
+  w1, b1 = ffn.inner.kernel.numpy(), ffn.inner.bias.numpy()
+  w2, b2 = ffn.outer.kernel.numpy(), ffn.outer.bias.numpy()
+  hidden = x @ w1 + b1
+  swish = hidden / (1 + np.exp(-hidden))
+  call = _in_graph(ffn, tf.TensorSpec([None, None, 4])) if graph else ffn
+  np.testing.assert_allclose(call(tf.constant(x, tf.float32)).numpy(), swish @ w2 + b2, atol=1e-5)
 
 
 def test_the_activation_setting_reaches_every_feed_forward():

@@ -23,6 +23,37 @@ def test_sinusoids_follow_the_papers_formula(d_model):
   np.testing.assert_allclose(got, _paper(50, d_model), atol=2e-5)
 
 
+def _marian(length, d_model):
+  """transformers' MarianSinusoidalPositionalEmbedding.create_weight, in numpy: every sine, then
+  every cosine (sentinel = ceil(d/2) sines), angles in float64."""
+  position_enc = np.array(
+    [
+      [pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
+      for pos in range(length)
+    ]
+  )
+  sentinel = d_model // 2 if d_model % 2 == 0 else d_model // 2 + 1
+  out = np.empty([length, d_model], np.float32)
+  out[:, :sentinel] = np.sin(position_enc[:, 0::2])
+  out[:, sentinel:] = np.cos(position_enc[:, 1::2])
+  return out
+
+
+@pytest.mark.parametrize("d_model", [8, 7, 512])
+def test_halves_layout_is_marians_sin_then_cos(d_model):
+  got = position.sinusoidal_encoding(tf.range(600), d_model, "halves").numpy()
+  np.testing.assert_allclose(got, _marian(600, d_model), atol=1e-6, rtol=0)
+  add = position.SinusoidalPosition(d_model, layout="halves")
+  np.testing.assert_allclose(
+    add(tf.zeros([1, 3, d_model]), offset=5).numpy()[0], _marian(8, d_model)[5:], atol=1e-6
+  )
+  np.testing.assert_allclose(
+    add.at(tf.constant([[4, 2]]), limit=6).numpy()[0], _marian(6, d_model)[[4, 2]], atol=1e-6
+  )
+  with pytest.raises(ValueError, match="layout must be one of"):
+    position.SinusoidalPosition(8, layout="rotary")
+
+
 def test_sinusoidal_position_adds_the_encoding_from_an_offset():
   add = position.SinusoidalPosition(6)
   x = tf.zeros([2, 3, 6])

@@ -194,3 +194,32 @@ def test_copy_task_loss_falls():
   history = [float(train_step(random_ids(32, 6, 14, step))) for step in range(300)]
   first, last = np.mean(history[:10]), np.mean(history[-10:])
   assert last < 0.1 * first, (first, last)
+
+
+def test_output_bias_is_added_to_every_logit(tiny_config):
+  model = tfattn.Transformer(tiny_config.replace(output_bias=True))
+  plain = tfattn.Transformer(tiny_config)
+  assert model.output_bias.shape == (tiny_config.target_vocab_size,)
+  source, target = random_ids(2, 5, 40, 0), random_ids(2, 4, 9, 1)
+  bias = np.random.default_rng(0).normal(size=[tiny_config.target_vocab_size]).astype("float32")
+  model.output_bias.assign(bias)
+  np.testing.assert_allclose(model(source, target), plain(source, target) + bias, atol=1e-5)
+  language_model = tfattn.LanguageModel(tiny_config.replace(output_bias=True))
+  assert language_model.output_bias is not None
+  # An untied projection has its own bias: no second one.
+  untied = tfattn.Transformer(tiny_config.replace(output_bias=True, tie_output_embedding=False))
+  assert untied.output_bias is None and untied.output_projection.bias is not None
+
+
+def test_layer_norm_epsilon_reaches_every_norm(tiny_config):
+  from tfattn.layers import LayerNorm
+
+  config = tiny_config.replace(layer_norm_epsilon=1e-5)
+  for model in (
+    tfattn.Transformer(config),
+    tfattn.Transformer(config.replace(norm_position="pre")),
+    tfattn.LanguageModel(config.replace(norm_position="pre")),
+    tfattn.EncoderClassifier(config),
+  ):
+    norms = [m for m in model.submodules if isinstance(m, LayerNorm)]
+    assert norms and {norm.epsilon for norm in norms} == {1e-5}, type(model).__name__

@@ -41,7 +41,7 @@ def test_unset_defaults_come_from_the_declarations():
     (dict(train_split="train"), "--train_split applies to TFDS tasks only"),
     (dict(decode=dict(beam_size=0)), "--beam_size must be >= 1, got 0"),
     (dict(position_encoding="rotary"), "--position_encoding must be one of"),
-    (dict(activation="swish"), "--activation must be one of"),
+    (dict(activation="mish"), "--activation must be one of"),
     (dict(embedding_init="xavier"), "--embedding_init must be one of"),
     (dict(optimizer="sgd"), "--optimizer must be one of"),
     (dict(optimizer="adam", weight_decay=0.1), "--weight_decay needs --optimizer=adamw"),
