@@ -88,3 +88,13 @@ check-marian: venv
 	  --extra-index-url https://download.pytorch.org/whl/cpu
 	PYTHONPATH=. $(REF_VENV)/bin/python benchmarks/marian_reference.py --out_dir=$(MARIAN_OUT) --base
 	$(PY) benchmarks/marian_compare.py --fixtures=$(MARIAN_OUT) --out=$(MARIAN_OUT)/report.json
+	REFERENCE_PYTHON=$(REF_VENV)/bin/python $(PY) -m pytest -q \
+	  tests/benchmarks/test_engine_speed.py -k marian
+
+# Every engine, transformers included, on check-marian's base-size random-weight Marian
+# checkpoint (6+6, d512, 58,101 pieces), each held to the same output length (docs/speed.md).
+.PHONY: bench-engines-marian
+bench-engines-marian: check-marian
+	$(PY) -m pip install --quiet -r requirements-ctranslate2.txt
+	$(PY) benchmarks/engine_speed.py --marian_dir=$(MARIAN_OUT)/base --fixed_length \
+	  --reference_python=$(REF_VENV)/bin/python $(ARGS)

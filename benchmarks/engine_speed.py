@@ -17,6 +17,10 @@ Engines, each timed in a process of its own on the same weights and the same sen
   ctranslate2_<type>               our CTranslate2 export (`serving/export/ctranslate2_model.py`)
                                    loaded with compute_type <type>: float32, int8, int16, float16,
                                    bfloat16, int8_float16 (the last three on a GPU)
+  transformers                     with --marian_dir: transformers' MarianMTModel.generate on the
+                                   checkpoint itself (PyTorch, float32), in the interpreter of
+                                   --reference_python (requirements-marian-reference.txt; make
+                                   check-marian builds .venv-ref); skipped with the reason else
 
 Models:
   * (default) the base size (6+6 layers, d_model 512, 8 heads, dff 2,048) with a 32,000-token
@@ -25,6 +29,13 @@ Models:
   * --run_dir: a trained seq2seq run (e.g. the multi30k_de_en recipe's), real sentences from
     --texts_file tokenized by the run's own tokenizer; the engines must also agree on the
     translations (the share of sentences whose ids equal tfattn_graph's is printed).
+  * --marian_dir: a Marian / OPUS-MT checkpoint as the Hugging Face Hub stores it, imported
+    (`python -m train.import_marian`) into the work directory: every engine, transformers
+    included, on its weights. With --fixed_length (the default for a random-weight checkpoint
+    such as `make check-marian`'s base-size one: pass it) every engine writes exactly
+    --output_length tokens (our min_decode_length, CTranslate2's min_decoding_length,
+    transformers' min_new_tokens); without it, --texts_file's sentences end where the model ends
+    them.
 
 Sentences are sorted by length and cut into batches of --batch (CTranslate2's translate_batch
 does the same with max_batch_size); every engine gets the same batches. Needs
@@ -51,8 +62,16 @@ from settings import setting
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TF_ENGINES = ("tfattn_graph", "tfattn_xla", "tfattn_graph_bf16", "tfattn_xla_bf16")
 CT2_TYPES = ("float32", "int8", "int16", "float16", "bfloat16", "int8_float16")
-ENGINES = TF_ENGINES + tuple(f"ctranslate2_{t}" for t in CT2_TYPES)
-CPU_ENGINES = ("tfattn_graph", "tfattn_xla", "ctranslate2_float32", "ctranslate2_int8")
+ENGINES = TF_ENGINES + tuple(f"ctranslate2_{t}" for t in CT2_TYPES) + ("transformers",)
+CPU_ENGINES = (
+  "tfattn_graph",
+  "tfattn_xla",
+  "tfattn_graph_bf16",
+  "ctranslate2_float32",
+  "ctranslate2_int8",
+  "transformers",
+)
+REFERENCE_PYTHON = os.path.join(REPO, ".venv-ref", "bin", "python")
 GPU_ENGINES = (
   "tfattn_graph",
   "tfattn_xla",
@@ -79,8 +98,23 @@ class EngineSpeedFlags:
   run_dir: Optional[str] = setting(
     None, "A trained seq2seq run to time (default: the base size with fixed random weights)."
   )
+  marian_dir: Optional[str] = setting(
+    None,
+    "A Marian / OPUS-MT checkpoint (the Hub's layout) to import and time, transformers included.",
+  )
+  fixed_length: Optional[bool] = setting(
+    None,
+    "Every engine writes exactly --output_length tokens a sentence (default: on for the "
+    "random model, off for --run_dir and --marian_dir).",
+  )
+  reference_python: Optional[str] = setting(
+    None,
+    "The interpreter with torch and transformers that times the transformers row (default: "
+    ".venv-ref/bin/python, make check-marian's).",
+  )
   texts_file: Optional[str] = setting(
-    None, "With --run_dir: source sentences, one a line (default: the run's built-in ones)."
+    None,
+    "With --run_dir or --marian_dir: source sentences, one a line (default: random ones).",
   )
   size: str = setting("base", "The random model's size (tiny: tests).", choices=("base", "tiny"))
   vocab_size: int = setting(32000, "The random model's shared vocabulary.", minimum=8)
@@ -91,7 +125,7 @@ class EngineSpeedFlags:
     "English averages ~27 SentencePiece tokens).",
   )
   output_length: int = setting(
-    32, "Random model: tokens every engine writes for every sentence.", minimum=1
+    32, "With --fixed_length: tokens every engine writes for every sentence.", minimum=1
   )
   batch: int = setting(32, "Sentences a batch (CTranslate2's max_batch_size).", minimum=1)
   beam: int = setting(4, "Beam size.", minimum=1)
@@ -197,46 +231,87 @@ def _run_sentences(run_dir, texts_file, count):
   return [row[:max_length] for row in ragged.to_list() if row]
 
 
+def _marian_sentences(run_dir, count, lengths, seed):
+  """Random source ids of an imported Marian run: pieces of its vocabulary (no special id),
+  each row ending with `</s>` as its tokenizer ends a source."""
+  import numpy as np
+
+  from tfattn import special_ids
+
+  with open(os.path.join(run_dir, "model_config.json")) as f:
+    vocab_size = json.load(f)["source_vocab_size"]
+  rng = np.random.default_rng(seed + 1)
+  low, high = lengths
+  return [
+    [*rng.integers(4, vocab_size, rng.integers(low, high + 1)).tolist(), special_ids.END_ID]
+    for _ in range(count)
+  ]
+
+
+def _marian_ids(run_dir):
+  """[Marian id of tfattn id i] (-1 for our padding row): the import's renumbering."""
+  from tfattn import marian_text
+
+  spec = marian_text.read_spec(os.path.join(run_dir, "vocab", "target.marian"))
+  return [-1] + [int(i) for i in spec["ids"]]
+
+
 def prepare(args, work_dir, engines):
-  """Writes the run (or uses --run_dir), the sentences, the exports and CTranslate2 models the
-  engines need; returns the plan every child reads."""
+  """Writes the run (or uses --run_dir, or imports --marian_dir), the sentences, the exports
+  and CTranslate2 models the engines need; returns the plan every child reads."""
   from serving import export
   from serving.export import ctranslate2_model
   from serving.export.trained_run import run_decode_options
 
-  random_model = args.run_dir is None
+  random_model = args.run_dir is None and args.marian_dir is None
+  fixed = random_model if args.fixed_length is None else args.fixed_length
   run_dir = args.run_dir or os.path.join(work_dir, "run")
   if random_model and not os.path.exists(run_dir):
     make_random_run(run_dir, args.size, args.vocab_size, args.seed, args.output_length)
+  if args.marian_dir and not os.path.exists(run_dir):
+    from train.import_marian import import_checkpoint
+
+    import_checkpoint(args.marian_dir, run_dir)
+  with open(os.path.join(run_dir, "model_config.json")) as f:
+    max_length = json.load(f)["max_length"]
+  lengths = [int(x) for x in args.source_lengths]
   if random_model:
-    lengths = [int(x) for x in args.source_lengths]
     sentences = _random_sentences(args.sentences, lengths, args.vocab_size, args.seed)
-    options = run_decode_options(run_dir).replace(
-      strategy="beam", beam_size=args.beam, alpha=0.0, max_decode_length=args.output_length
-    )
-    max_decoding_length = args.output_length
+  elif args.marian_dir and not args.texts_file:
+    sentences = _marian_sentences(run_dir, args.sentences, lengths, args.seed)
   else:
     sentences = _run_sentences(run_dir, args.texts_file, args.sentences)
-    with open(os.path.join(run_dir, "model_config.json")) as f:
-      max_length = json.load(f)["max_length"]
+  options = run_decode_options(run_dir).replace(strategy="beam", beam_size=args.beam, alpha=0.0)
+  if fixed:  # every engine writes exactly output_length tokens: tokens/s compares like with like
+    max_decoding_length = args.output_length
+    options = options.replace(
+      max_decode_length=max_decoding_length, min_decode_length=max_decoding_length
+    )
+  else:
     # One length limit for every sentence and engine (CTranslate2 has one a batch, our export
     # one a sentence by default): the protocol's 256, within the model's positions.
     max_decoding_length = min(256, max_length)
-    options = run_decode_options(run_dir).replace(
-      strategy="beam", beam_size=args.beam, alpha=0.0, max_decode_length=max_decoding_length
-    )
+    options = options.replace(max_decode_length=max_decoding_length)
+  # transformers' forced END at the limit (an imported run's end_at_limit) has no CTranslate2
+  # equivalent: off, so every engine's limit means the same.
+  options = options.replace(end_at_limit=False)
   # CTranslate2's translate_batch sorts by length within max_batch_size: every engine gets the
   # same sorted batches.
   sentences.sort(key=len)
   plan = {
     "run_dir": os.path.abspath(run_dir),
     "random_model": random_model,
+    "marian_dir": os.path.abspath(args.marian_dir) if args.marian_dir else None,
+    "fixed_length": fixed,
     "sentences": sentences,
     "batch": args.batch,
     "beam": args.beam,
     "max_decoding_length": max_decoding_length,
+    "min_decoding_length": options.min_decode_length,
     "paths": {},
   }
+  if args.marian_dir:
+    plan["marian_ids"] = _marian_ids(run_dir)
   for engine in engines:
     path = os.path.join(work_dir, engine)
     if engine.startswith("tfattn"):
@@ -245,6 +320,8 @@ def prepare(args, work_dir, engines):
       if not os.path.exists(path):
         export.export(run_dir, path, options=options, decode=decode, version=1, serving_dtype=dtype)
       plan["paths"][engine] = os.path.join(path, "1")
+    elif engine == "transformers":
+      plan["paths"][engine] = plan["marian_dir"]
     else:
       path = os.path.join(work_dir, "ctranslate2")
       if not os.path.exists(path):
@@ -325,8 +402,9 @@ def _ct2_translator(engine, path, plan, threads):
       length_penalty=0.0,
       max_batch_size=plan["batch"],
       max_decoding_length=plan["max_decoding_length"],
-      # The random model: END is ruled out anyway; held to the length as our export is.
-      min_decoding_length=plan["max_decoding_length"] if plan["random_model"] else 1,
+      # The random model: every engine held to the length. Otherwise ours (0 unless the run
+      # sets one); CTranslate2's default of 1 would renormalize its first step (docs/speed.md).
+      min_decoding_length=plan["min_decoding_length"],
     )
     return [[target_index[t] for t in result.hypotheses[0]] for result in results]
 
@@ -349,6 +427,53 @@ def _ct2_translator(engine, path, plan, threads):
     return None
 
   return translate, peak_memory_mb
+
+
+def _transformers_translator(plan, threads):
+  """transformers' MarianMTModel.generate on the checkpoint itself: beam search with the
+  protocol's settings, length penalty 0 (the sum of log-probs, as CTranslate2's 0), the same
+  length limits, `<pad>` never generated (the checkpoint's bad_words_ids). Ids are mapped to
+  Marian's on the way in and back to tfattn's on the way out."""
+  import numpy as np
+  import torch
+  from transformers import MarianMTModel
+
+  torch.set_num_threads(threads or os.cpu_count())
+  model = MarianMTModel.from_pretrained(plan["marian_dir"]).eval()
+  config = model.config
+  marian_of = np.array(plan["marian_ids"], np.int64)  # tfattn id -> Marian id
+  tfattn_of = {int(m): i for i, m in enumerate(plan["marian_ids"]) if m >= 0}
+  length = plan["max_decoding_length"]
+  settings = dict(
+    num_beams=plan["beam"],
+    length_penalty=0.0,
+    early_stopping=False,
+    do_sample=False,
+    max_new_tokens=length,
+    min_new_tokens=plan["min_decoding_length"],
+    forced_eos_token_id=None,  # our export's end_at_limit is off here, as CTranslate2 has none
+    bad_words_ids=[[config.pad_token_id]],
+  )
+
+  def translate(ids):
+    ids = np.asarray(ids)
+    mask = ids != 0
+    source = np.where(mask, marian_of[ids], config.pad_token_id)
+    with torch.inference_mode():
+      found = model.generate(
+        input_ids=torch.from_numpy(source), attention_mask=torch.from_numpy(mask), **settings
+      ).numpy()
+    outputs = []
+    for row in found[:, 1:]:  # after the decoder's start token
+      out = []
+      for token in row.tolist():
+        if token in (config.eos_token_id, config.pad_token_id):
+          break
+        out.append(tfattn_of[token])
+      outputs.append(out)
+    return outputs
+
+  return translate, lambda: None
 
 
 def ctranslate2_vocabularies(path):
@@ -375,6 +500,8 @@ def time_engine(engine, plan, runs, latency_sentences, threads, report=lambda re
   path = plan["paths"][engine]
   if engine.startswith("tfattn"):
     translate, peak_memory = _tf_translator(engine, path, threads)
+  elif engine == "transformers":
+    translate, peak_memory = _transformers_translator(plan, threads)
   else:
     translate, peak_memory = _ct2_translator(engine, path, plan, threads)
   batches = _batches(plan["sentences"], plan["batch"])
@@ -469,6 +596,34 @@ def _ct2_unavailable(engines, gpu):
   }
 
 
+def reference_python(args):
+  """The interpreter that times the transformers row, or None."""
+  default = os.environ.get("REFERENCE_PYTHON", REFERENCE_PYTHON)
+  return args.reference_python or (default if os.path.exists(default) else None)
+
+
+def _transformers_unavailable(engines, args):
+  """{"transformers": {"status": "skipped: why"}} when that row cannot run here."""
+  if "transformers" not in engines:
+    return {}
+  why = None
+  python = reference_python(args)
+  if not args.marian_dir:
+    why = "transformers runs a Marian checkpoint only (--marian_dir)"
+  elif python is None:
+    why = (
+      "no interpreter with torch and transformers (make check-marian builds .venv-ref; or "
+      "--reference_python)"
+    )
+  else:
+    probe = subprocess.run(
+      [python, "-c", "import torch, transformers"], capture_output=True, text=True, timeout=120
+    )
+    if probe.returncode:
+      why = f"{python} cannot import torch and transformers"
+  return {"transformers": {"status": f"skipped: {why}"}} if why else {}
+
+
 def check_args(args):
   engines = list(args.engines or (GPU_ENGINES if _has_gpu() else CPU_ENGINES))
   unknown = [e for e in engines if e not in ENGINES]
@@ -479,8 +634,16 @@ def check_args(args):
   low, high = (int(x) for x in args.source_lengths)
   if not 1 <= low <= high:
     raise cli.UsageError(f"--source_lengths: need 1 <= shortest <= longest, got {low},{high}")
-  if args.texts_file and not args.run_dir:
-    raise cli.UsageError("--texts_file needs --run_dir (the random model has no tokenizer)")
+  if args.texts_file and not (args.run_dir or args.marian_dir):
+    raise cli.UsageError(
+      "--texts_file needs --run_dir or --marian_dir (the random model has no tokenizer)"
+    )
+  if args.run_dir and args.marian_dir:
+    raise cli.UsageError("--run_dir and --marian_dir: give one model")
+  if args.marian_dir and not os.path.exists(os.path.join(args.marian_dir, "config.json")):
+    raise cli.UsageError(f"--marian_dir: {args.marian_dir} holds no config.json")
+  if args.reference_python and not os.path.exists(args.reference_python):
+    raise cli.UsageError(f"--reference_python: {args.reference_python} does not exist")
   if args.texts_file and not os.path.exists(args.texts_file):
     raise cli.UsageError(f"--texts_file: {args.texts_file} does not exist")
   if args.run_dir and not os.path.exists(os.path.join(args.run_dir, "model_config.json")):
@@ -493,7 +656,7 @@ def measure(args, engines, work_dir, child_timeout=None, log=print, isolate=True
   tests: one TensorFlow start for all). Returns {"plan": ..., "results": {engine: result or
   {"status": why not}}}."""
   gpu = _has_gpu()
-  skipped = _ct2_unavailable(engines, gpu)
+  skipped = {**_ct2_unavailable(engines, gpu), **_transformers_unavailable(engines, args)}
   timed = [e for e in engines if e not in skipped]
   start = time.time()
   plan = prepare(args, work_dir, timed)
@@ -504,14 +667,15 @@ def measure(args, engines, work_dir, child_timeout=None, log=print, isolate=True
   log(f"engine_speed: prepared {len(timed)} engines in {time.time() - start:.0f} s")
   results = dict(skipped)
   for engine in timed:
-    if not isolate:
+    if not isolate and engine != "transformers":  # transformers: always its own interpreter
       result = time_engine(engine, plan, plan["runs"], _latency(args, plan, engine), args.threads)
       results[engine] = {"status": "ok", **result}
       continue
     if os.path.exists(os.path.join(work_dir, f"{engine}.json")):
       os.remove(os.path.join(work_dir, f"{engine}.json"))
+    python = reference_python(args) if engine == "transformers" else sys.executable
     command = [
-      sys.executable,
+      python,
       os.path.abspath(__file__),
       f"--child={engine}",
       f"--work_dir={work_dir}",
@@ -521,8 +685,9 @@ def measure(args, engines, work_dir, child_timeout=None, log=print, isolate=True
     ]
     start = time.time()
     try:
+      env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
       finished = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=child_timeout
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=child_timeout
       )
     except subprocess.TimeoutExpired:
       finished = None
@@ -572,7 +737,11 @@ def table_row(engine, r, same):
 def table(measured, device):
   plan, results = measured["plan"], measured["results"]
   ok = {e: r for e, r in results.items() if r.get("status") == "ok"}
-  model = "base size, random weights" if plan["random_model"] else plan["run_dir"]
+  model = plan["marian_dir"] or plan["run_dir"]
+  if plan["random_model"]:
+    model = "base size, random weights"
+  if plan["fixed_length"]:
+    model += f", every output {plan['max_decoding_length']} tokens"
   lines = [
     f"\n{model}; {len(plan['sentences'])} sentences in batches of {plan['batch']}, beam "
     f"{plan['beam']}, length penalty 0; best of {plan['runs']} runs; {device}",
@@ -581,7 +750,7 @@ def table(measured, device):
   ]
   same = agreement(results)
   lines += [table_row(engine, r, same) for engine, r in results.items()]
-  for reference in ("ctranslate2_float32", "ctranslate2_float16"):
+  for reference in ("ctranslate2_float32", "ctranslate2_float16", "transformers"):
     if reference in ok:
       for engine in (e for e in ok if e.startswith("tfattn")):
         ratio = ok[engine]["tokens_per_second"] / ok[reference]["tokens_per_second"]

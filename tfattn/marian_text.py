@@ -73,6 +73,20 @@ def read_spec(path: str) -> dict:
     return json.load(f)
 
 
+def _read_vocab(spec_path: str, spec: dict) -> dict:
+  """The side's `vocab.json`: piece -> Marian id."""
+  with open(os.path.join(os.path.dirname(spec_path), spec["vocab"]), encoding="utf-8") as f:
+    return json.load(f)
+
+
+def pieces_of(spec_path: str) -> List[str]:
+  """The piece of every tfattn id of a `.marian` file's side ("" for PAD, a row of tfattn's own):
+  the vocabulary as `vocab.json` orders it under tfattn's numbering."""
+  spec = read_spec(spec_path)
+  piece_of = {int(i): piece for piece, i in _read_vocab(spec_path, spec).items()}
+  return [""] + [piece_of[int(marian)] for marian in spec["ids"]]
+
+
 class MarianTokenizer(tf.Module):
   """MarianTokenizer in the graph: `tokenize`, `detokenize`, `vocab_size` (see the module
   docstring); the SentencePiece model travels as a SavedModel asset.
@@ -88,14 +102,12 @@ class MarianTokenizer(tf.Module):
     spec = read_spec(spec_path)
     self.side = spec["side"]
     self.max_length = int(spec["max_length"])
-    with open(os.path.join(folder, spec["vocab"]), encoding="utf-8") as f:
-      vocab = json.load(f)  # piece -> Marian id
+    self.spec_path = spec_path
+    vocab = _read_vocab(spec_path, spec)  # piece -> Marian id
     marian_ids = [int(i) for i in spec["ids"]]  # Marian id of tfattn ids 1..
     self.vocab_size = 1 + len(marian_ids)
     tfattn_id = {marian: index + 1 for index, marian in enumerate(marian_ids)}
-    piece_of = {int(i): piece for piece, i in vocab.items()}
-    # tfattn id -> piece ("" for PAD).
-    pieces = [""] + [piece_of[marian] for marian in marian_ids]
+    pieces = pieces_of(spec_path)
     self._marian_ids = np.array([-1, *marian_ids], np.int64)
     keys = [piece for piece, _ in sorted(vocab.items(), key=lambda item: item[1])]
     values = [tfattn_id[int(vocab[piece])] for piece in keys]

@@ -7,14 +7,20 @@ What is carried over, and how (CTranslate2's names on the right):
     key/value kernels (cross-attention), the output kernels, the feed-forward layers, the norms;
     kernels transposed to CTranslate2's `[out, in]`;
   * the norm placement (`pre_norm`; a pre-norm model's final norms), the layer-norm epsilon
-    (`config.layer_norm_epsilon`), the activation (relu, gelu, gelu_tanh);
+    (`config.layer_norm_epsilon`), the activation (relu, gelu, gelu_tanh, swish);
   * the embeddings: the sqrt(d_model) scale of the paper's initialisation (`scale_embeddings`),
-    shared or separate tables, the tied or separate output layer and its bias;
+    shared or separate tables, the tied or separate output layer and its bias (a tied output's
+    `output_bias`, Marian's `final_logits_bias`, as the projection's bias);
   * the positions: our own table written out (`position_encodings.encodings`, `max_length` rows
-    of the interleaved sinusoids or of the learned table), so no layout is assumed;
-  * the vocabularies, one token a line, ids kept: `[START]` starts the decoder, `[END]` ends a
-    hypothesis, `[UNK]` is the unknown token; the source is given without START/END, as our
-    export tokenizes it.
+    of the interleaved or `[sin | cos]` sinusoids or of the learned table): no layout assumed;
+  * the vocabularies, one token a line, ids kept: the config's `start_id` starts the decoder
+    (`decoder_start_token`: `[START]`, or an imported Marian model's `<pad>`), `eos_id` ends a
+    hypothesis, id 3 is the unknown token; the source is given as our export tokenizes it
+    (a Marian source with its `</s>`). An imported Marian model's pieces are `vocab.json`'s;
+    our own padding row (id 0) is named `PAD_TOKEN`;
+  * the run's `never_generate` ids: an output bias of -inf at those ids, so CTranslate2's softmax
+    runs over the rest, as our search's does (CTranslate2's own Marian converter drops `<pad>`
+    from the vocabulary for the same effect).
 
 CTranslate2 is not a requirement of tfattn (`requirements-ctranslate2.txt`): it is imported
 inside `write_model`, and every refusal happens before it is.
@@ -29,7 +35,10 @@ from typing import List, Optional, Sequence
 # `quantization`); any model can also be loaded with another `compute_type`.
 QUANTIZATIONS = ("float32", "float16", "bfloat16", "int8", "int8_float16", "int8_float32", "int16")
 # Our activations -> CTranslate2's `common_spec.Activation` member names.
-_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh"}
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish": "SWISH"}
+# The name of tfattn's padding row (id 0) in an imported Marian model's vocabulary, whose
+# `<pad>` is its own id (the decoder's start): a name no SentencePiece piece has.
+PAD_TOKEN = "<tfattn:pad>"
 
 
 def check_convertible(config) -> None:
@@ -73,7 +82,9 @@ def _position_table(stack, config):
 
   if config.position_encoding == "learned":
     return stack.position.table.numpy()
-  return position.sinusoidal_encoding(tf.range(config.max_length), config.d_model).numpy()
+  return position.sinusoidal_encoding(
+    tf.range(config.max_length), config.d_model, layout=config.sinusoid_layout
+  ).numpy()
 
 
 def _set_stack(spec, stack, config, embedding_spec) -> None:
@@ -97,8 +108,24 @@ def _set_feed_forward(spec, layer) -> None:
   _set_norm(spec.layer_norm, layer.feed_forward_norm)
 
 
-def model_spec(model):
-  """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights (a `tfattn.Transformer`)."""
+def _output_bias(model, banned_ids: Sequence[int]):
+  """float32 `[target_vocab]` or None: the output layer's bias (an untied layer's, or a tied
+  output's `output_bias`), -inf at `banned_ids`."""
+  import numpy as np
+
+  bias = model.output_projection.bias if model.output_projection is not None else model.output_bias
+  if bias is None and not banned_ids:
+    return None
+  values = np.zeros([model.config.target_vocab_size], np.float32)
+  if bias is not None:
+    values = bias.numpy().astype(np.float32)
+  values[list(banned_ids)] = -np.inf
+  return values
+
+
+def model_spec(model, banned_ids: Sequence[int] = ()):
+  """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights (a `tfattn.Transformer`);
+  `banned_ids`: target ids never generated (the run's `never_generate`)."""
   from ctranslate2.specs import common_spec, transformer_spec
 
   config = model.config
@@ -127,15 +154,21 @@ def model_spec(model):
   if model.output_projection is None:  # tied: the target table is the output layer
     spec.decoder.projection.weight = decoder.embedding.table.numpy()
   else:
-    _set_linear(spec.decoder.projection, model.output_projection)
+    spec.decoder.projection.weight = _transposed(model.output_projection.kernel)
+  bias = _output_bias(model, banned_ids)
+  if bias is not None:
+    spec.decoder.projection.bias = bias
   return spec
 
 
 def vocabulary_tokens(tokenizer) -> List[str]:
   """The tokenizer's vocabulary, one string an id (ids 0..3 are PAD, START, END, UNK): the
   SentencePiece pieces, the WordPiece lines, or a character or byte vocabulary's lines."""
-  from tfattn import text
+  from tfattn import marian_text, text
 
+  spec_path = getattr(tokenizer, "spec_path", None)
+  if spec_path is not None:  # an imported Marian model: vocab.json's pieces
+    return [PAD_TOKEN, *marian_text.pieces_of(spec_path)[1:]]
   model_file = getattr(tokenizer, "model_file", None)
   if model_file is not None:  # SentencePiece: its pieces, read with the sentencepiece library
     import sentencepiece
@@ -164,6 +197,7 @@ def write_model(
   output_dir: str,
   quantization: Optional[str] = None,
   extra_files: Sequence[str] = (),
+  banned_ids: Sequence[int] = (),
 ) -> str:
   """Writes `model` as a CTranslate2 model directory, atomically (a hidden temporary directory
   renamed into place); refuses an existing `output_dir`. Returns `output_dir`.
@@ -174,6 +208,7 @@ def write_model(
     output_dir: the directory to create.
     quantization: store the weights in one of `QUANTIZATIONS` (None: float32).
     extra_files: files copied beside the model (e.g. the SentencePiece models).
+    banned_ids: target ids CTranslate2 must never generate (the run's `never_generate`).
   """
   from tfattn import special_ids
 
@@ -190,11 +225,13 @@ def write_model(
   ):
     if len(tokens) != size:
       raise ValueError(f"the {side} vocabulary has {len(tokens)} tokens, the model {size}")
-  spec = model_spec(model)
-  spec.config.unk_token = special_ids.UNK
+  if len(set(target_tokens)) != len(target_tokens) or len(set(source_tokens)) != len(source_tokens):
+    raise ValueError("a vocabulary names two ids alike: CTranslate2 maps tokens, not ids")
+  spec = model_spec(model, banned_ids)
+  spec.config.unk_token = target_tokens[special_ids.UNK_ID]
   spec.config.bos_token = target_tokens[config.bos_id]
   spec.config.eos_token = target_tokens[config.eos_id]
-  spec.config.decoder_start_token = target_tokens[config.bos_id]
+  spec.config.decoder_start_token = target_tokens[config.start_id]
   spec.register_source_vocabulary(list(source_tokens))
   spec.register_target_vocabulary(list(target_tokens))
   spec.validate()
@@ -220,7 +257,7 @@ def convert_run(
 ) -> str:
   """A training run directory (the weights its export would serve) -> a CTranslate2 model
   directory with the run's vocabulary files beside it. Returns `output_dir`."""
-  from serving.export.trained_run import load_trained
+  from serving.export.trained_run import load_trained, run_decode_options
   from tfattn import kinds
 
   trained = load_trained(run_dir, checkpoint)
@@ -241,4 +278,5 @@ def convert_run(
     output_dir,
     quantization,
     extra_files=sorted(files),
+    banned_ids=run_decode_options(run_dir).banned_ids,
   )

@@ -72,7 +72,7 @@ def main(argv):
     path = ctranslate2_model.convert_run(f.run_dir, f.output_dir, f.quantization, f.checkpoint)
   except ValueError as error:
     raise cli.UsageError(str(error)) from None
-  print(f"wrote {path} (translate with ctranslate2.Translator({path!r}); docs/ctranslate2.md)")
+  print(f"wrote {path} (translate with ctranslate2.Translator({path!r}); docs/speed.md)")
 
 
 if __name__ == "__main__":

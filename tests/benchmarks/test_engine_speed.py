@@ -3,6 +3,7 @@ the same weights and sentences (the CTranslate2 rows when requirements-ctranslat
 installed, else skipped with the reason), on the random model and on a trained run; flag
 mistakes are one line."""
 
+import os
 import subprocess
 import sys
 import types
@@ -21,6 +22,9 @@ CT2_MODES = [f"ctranslate2_{t}" for t in ("float32", "int8", "int16")]
 def _args(**changes):
   values = dict(
     run_dir=None,
+    marian_dir=None,
+    fixed_length=None,
+    reference_python=None,
     texts_file=None,
     size="tiny",
     vocab_size=60,
@@ -97,12 +101,45 @@ def test_a_trained_run_is_timed_on_its_own_tokenized_sentences(trained_run, tmp_
     assert engine_speed.agreement(measured["results"])["ctranslate2_float32"] == 1.0
 
 
+def test_an_imported_marian_checkpoint_is_timed_by_every_engine_transformers_included(tmp_path):
+  """The transformers row runs where an interpreter with torch and transformers is (make
+  check-marian's .venv-ref), else it is skipped with the reason; every engine that runs writes
+  exactly --output_length tokens and agrees with our graph export."""
+  marian = os.path.join(REPO, "tests", "fixtures", "marian", "shared")
+  args = _args(marian_dir=marian, fixed_length=True, latency_sentences=0)
+  engines = ["tfattn_graph", "ctranslate2_float32", "transformers"]
+  measured = engine_speed.measure(args, engines, str(tmp_path), log=lambda _: 0, isolate=False)
+  results = measured["results"]
+  assert measured["plan"]["fixed_length"] and measured["plan"]["min_decoding_length"] == 5
+  for engine, r in results.items():
+    if r["status"].startswith("skipped: "):
+      assert engine != "tfattn_graph"
+      continue
+    assert r["status"] == "ok", (engine, r)
+    assert r["tokens"] == 12 * 5 and r["sentences"] == 12
+  same = engine_speed.agreement(results)
+  assert all(share >= 0.75 for share in same.values()), same
+  if engine_speed.reference_python(args) is None:
+    assert "make check-marian" in results["transformers"]["status"]
+  printed = engine_speed.table(measured, "this machine")
+  assert "every output 5 tokens" in printed
+
+
+def test_without_a_marian_checkpoint_the_transformers_row_says_why(tmp_path):
+  skipped = engine_speed._transformers_unavailable(["transformers"], _args())
+  assert skipped["transformers"]["status"] == (
+    "skipped: transformers runs a Marian checkpoint only (--marian_dir)"
+  )
+
+
 @pytest.mark.parametrize(
   "flags, message",
   [
     (["--engines=tfattn_graph,nope"], "--engines: unknown ['nope']"),
     (["--source_lengths=9,3"], "--source_lengths: need 1 <= shortest <= longest"),
-    (["--texts_file=x.txt"], "--texts_file needs --run_dir"),
+    (["--texts_file=x.txt"], "--texts_file needs --run_dir or --marian_dir"),
+    (["--marian_dir=/nonexistent"], "--marian_dir: /nonexistent holds no config.json"),
+    (["--reference_python=/nonexistent"], "--reference_python: /nonexistent does not exist"),
     (["--run_dir=/nonexistent"], "is not a training run directory"),
   ],
 )
