@@ -58,3 +58,20 @@ def test_a_bfloat16_export_stores_bfloat16_weights_and_answers_like_float32(trai
   )
   served = tf.saved_model.load(low).signatures["serving_default"](text=texts)
   assert served["translation"].shape == (4,)
+
+
+def test_a_trained_model_translates_alike_in_bfloat16(tmp_path):
+  """The issue's bound: greedy translations equal float32's for 95% or more of the inputs of a
+  trained model (the committed tests/fixtures/fda25e5 run, on the texts it learned from)."""
+  fixtures = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "fda25e5")
+  run_dir = os.path.join(fixtures, "run_seq2seq")
+  with open(os.path.join(fixtures, "seq2seq.tsv"), encoding="utf-8") as f:
+    texts = [line.split("\t")[0] for line in f][:64]
+  options = DecodeOptions(strategy="greedy")
+  answers = {}
+  for dtype in ("bfloat16", "float32"):
+    path = export.export(run_dir, str(tmp_path / dtype), options=options, serving_dtype=dtype)
+    served = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))
+    answers[dtype] = served["translation"].numpy().tolist()
+  same = sum(a == b for a, b in zip(answers["bfloat16"], answers["float32"]))
+  assert same >= 0.95 * len(texts), (same, len(texts))
