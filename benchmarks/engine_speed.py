@@ -624,6 +624,21 @@ def _transformers_unavailable(engines, args):
   return {"transformers": {"status": f"skipped: {why}"}} if why else {}
 
 
+def _ct2_environment(engine, gpu):
+  """CTranslate2's float32 on an AMD CPU: its MKL backend (CT2_USE_MKL=1), which it leaves off
+  there by default (oneDNN's SGEMM: 11.1 tokens/s at the base size on this EPYC against 68.1
+  with MKL, two loaded runs; docs/speed.md). Its int8 is faster on the default backend, so only
+  float32 gets it."""
+  if gpu or engine != "ctranslate2_float32" or "CT2_USE_MKL" in os.environ:
+    return {}
+  try:
+    with open("/proc/cpuinfo") as f:
+      amd = "AuthenticAMD" in f.read()
+  except OSError:
+    return {}
+  return {"CT2_USE_MKL": "1"} if amd else {}
+
+
 def check_args(args):
   engines = list(args.engines or (GPU_ENGINES if _has_gpu() else CPU_ENGINES))
   unknown = [e for e in engines if e not in ENGINES]
@@ -686,6 +701,7 @@ def measure(args, engines, work_dir, child_timeout=None, log=print, isolate=True
     start = time.time()
     try:
       env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+      env.update(_ct2_environment(engine, gpu))
       finished = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=child_timeout
       )
