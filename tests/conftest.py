@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 cli.start_tensorflow_quietly()  # each test process (xdist worker) starts TensorFlow quietly
 
+import file_durations  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -23,64 +24,44 @@ import tfattn  # noqa: E402
 tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
-# The test files that keep one process busy longest, longest first: CPU seconds (the worker's
-# and its programs') of each file in a full `-n 2 --dist loadfile` run of 2c615d2 (2026-11-27,
-# 2-core AMD EPYC shared with another job, load 3.4-7.8). They are handed out first, so the
-# short files fill the gaps at the end and the two workers finish together: `make test` passes
-# --no-loadscope-reorder, or xdist would order files by their number of tests instead. xdist
-# hands a worker its next file while it still runs the last two tests of the one before, so a
-# long file handed out last would end alone: every file over ~9 CPU s is listed. A file missing
-# here only runs later; the order changes no result.
-LONGEST_FILES = (
-  "serving/export/test_export.py",  # 124
-  "train/test_train_step.py",  # 111
-  "train/test_train_distributed.py",  # 103
-  "serving/server/test_server.py",  # 80 (an export fewer since)
-  "benchmarks/test_quality.py",  # 75 (a training and a start fewer since)
-  "benchmarks/test_train_throughput.py",  # 55 (one batch a packing pass since)
-  "serving/server/test_server_lifecycle.py",  # 50
-  "end_to_end/test_recipes.py",  # 50
-  "tfattn/test_decoding.py",  # 45
-  "serving/export/test_batch_independence.py",  # ~45 (new in issue 49: six exports, two XLA)
-  "serving/server/test_server_xla_flags.py",  # 45
-  "end_to_end/test_compatibility.py",  # 36
-  "benchmarks/test_decode_speed.py",  # 35
-  "benchmarks/test_gpu_pass.py",  # 33
-  "train/test_user_mistakes.py",  # 28
-  "train/test_streams.py",  # 28
-  "serving/tools/test_attention_maps.py",  # 27
-  "benchmarks/test_batch_predict.py",  # 26
-  "serving/server/test_server_fuzz.py",  # 25
-  "end_to_end/test_window_pipeline.py",  # 24
-  "train/test_packing.py",  # 23
-  "end_to_end/test_language_model_pipeline.py",  # 23
-  "benchmarks/test_data_scale.py",  # 22
-  "serving/server/test_server_config_file.py",  # 22
-  "serving/tools/test_predict.py",  # 22
-  "tfattn/test_transformer.py",  # 20
-  "serving/tools/test_batch_model.py",  # 18
-  "train/test_evaluate.py",  # 17
-  "tfattn/test_window_decoding.py",  # 17
-  "serving/server/test_server_cli.py",  # 17
-  "benchmarks/test_local_attention.py",  # 16
-  "benchmarks/test_latency_and_dropout_benchmarks.py",  # 16
-  "serving/server/test_grpc_service.py",  # 14
-  "end_to_end/test_character_vocabularies.py",  # 13
-  "serving/server/test_server_and_client_flags.py",  # 12
-  "tfattn/test_language_model.py",  # 12
-  "end_to_end/test_program_style.py",  # 12
-  "serving/tools/test_beam_predict.py",  # 11
-  "tfattn/test_no_repeat_ngram.py",  # 9
-)
+# The test files that keep one process busy longest are handed out first, so the short files
+# fill the gaps at the end and the two workers finish together (`make test` passes
+# --no-loadscope-reorder, or xdist would order files by their number of tests). The CPU seconds
+# come from tests/durations.json, which `make test-durations` measures and rewrites
+# (tests/file_durations.py). xdist hands a worker its next file while it still runs the last
+# two tests of the one before, so every file over LONG_FILE_SECONDS goes first; a file not in
+# the record only runs later. The order changes no result.
+LONG_FILE_SECONDS = 9.0
 
 
 def pytest_collection_modifyitems(config, items):
   tests = os.path.dirname(os.path.abspath(__file__))
-  rank = {os.path.join(tests, name): i for i, name in enumerate(LONGEST_FILES)}
-  missing = [name for name in rank if not os.path.exists(name)]
-  if missing:  # renamed or removed: keep the list true
-    raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES names no file: {missing}")
+  seconds = file_durations.load()
+  long_files = [name for name, s in seconds.items() if s >= LONG_FILE_SECONDS]
+  rank = {os.path.join(tests, name): i for i, name in enumerate(long_files)}
   items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: files stay whole
+
+
+_cpu_by_file = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """While recording (make test-durations): each test's CPU seconds, added to its file's."""
+  if not os.environ.get(file_durations.OUT_VARIABLE):
+    yield
+    return
+  start = file_durations.cpu_seconds()
+  yield
+  name = os.path.relpath(str(item.path), os.path.dirname(os.path.abspath(__file__)))
+  _cpu_by_file[name] = _cpu_by_file.get(name, 0.0) + file_durations.cpu_seconds() - start
+
+
+def pytest_sessionfinish(session):
+  out = os.environ.get(file_durations.OUT_VARIABLE)
+  if out and _cpu_by_file:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    file_durations.write_part(out, worker, _cpu_by_file)
 
 
 @pytest.fixture

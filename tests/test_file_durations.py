@@ -1,0 +1,40 @@
+"""The suite's own timing record (tests/file_durations.py, make test-durations): the processes'
+parts sum per file, longest first, and the conftest hands the long files out first."""
+
+import json
+import os
+import subprocess
+import sys
+
+import file_durations
+
+from train_helpers import REPO, environment
+
+
+def test_the_parts_of_two_processes_sum_per_file_longest_first(tmp_path):
+  file_durations.write_part(str(tmp_path / "out"), "gw0", {"a/test_x.py": 3.0, "b/test_y.py": 1.5})
+  file_durations.write_part(str(tmp_path / "out"), "gw1", {"a/test_x.py": 2.0, "c/test_z.py": 9.0})
+  target = str(tmp_path / "durations.json")
+  merged = file_durations.merge(str(tmp_path / "out"), target)
+  assert list(merged.items()) == [("c/test_z.py", 9.0), ("a/test_x.py", 5.0), ("b/test_y.py", 1.5)]
+  assert file_durations.load(target) == merged
+  assert file_durations.load(str(tmp_path / "none.json")) == {}
+
+
+def test_a_recorded_run_measures_each_file_it_ran(tmp_path):
+  """A real recording: two tiny files under pytest, the parts written by the conftest's hooks."""
+  out = tmp_path / "out"
+  env = dict(environment(), **{file_durations.OUT_VARIABLE: str(out)})
+  result = subprocess.run(
+    [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "tests/test_settings.py"],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert result.returncode == 0, result.stdout[-2000:]
+  (part,) = os.listdir(out)
+  with open(out / part) as f:
+    seconds = json.load(f)
+  assert list(seconds) == ["test_settings.py"] and seconds["test_settings.py"] > 0
