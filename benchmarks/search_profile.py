@@ -235,47 +235,44 @@ def op_shares(args, model, rows, options, policy, log=print, top=12):
   return shares
 
 
-def _timed(fn, work, rounds):
-  """Best wall seconds of `rounds` passes over `work`, and the tokens a pass writes."""
-  tokens, best = 0, float("inf")
-  for _ in range(rounds):
-    began = time.perf_counter()
-    tokens = sum(output_tokens(fn(ids)) for ids in work)
-    best = min(best, time.perf_counter() - began)
-  return best, tokens
-
-
 def interleaved(functions, work, rounds):
-  """{name: (best seconds, tokens)}: every function once a round, in turn (the same load)."""
-  best = {name: float("inf") for name in functions}
-  tokens = {}
+  """{name: (best wall seconds, best process CPU seconds, tokens)} of a pass over `work`:
+  every function once a round, in turn (the same load). CPU time counts every thread of this
+  process: less moved by other programs on a shared machine than the wall."""
   for fn in functions.values():
     fn(work[0])  # traced and warm
+  best = {name: (float("inf"), float("inf"), 0) for name in functions}
   for _ in range(rounds):
     for name, fn in functions.items():
-      seconds, tokens[name] = _timed(fn, work, 1)
-      best[name] = min(best[name], seconds)
-  return {name: (best[name], tokens[name]) for name in functions}
+      wall, cpu = time.perf_counter(), time.process_time()
+      tokens = sum(output_tokens(fn(ids)) for ids in work)
+      wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+      best[name] = (min(best[name][0], wall), min(best[name][1], cpu), tokens)
+  return best
+
+
+def _report(order, results, log):
+  names = list(results)
+  first_wall, first_cpu, _ = results[names[0]]
+  for name, (wall, cpu, tokens) in results.items():
+    log(
+      f"{order:9s} {name:8s} {tokens / wall:8.1f} tokens/s wall (x{first_wall / wall:.3f}), "
+      f"{tokens / cpu:8.1f} per CPU s (x{first_cpu / cpu:.3f})  {tokens} tokens"
+    )
 
 
 def policy_table(args, model, rows, options, log=print):
-  """{order: {policy: (seconds, tokens)}}: the library search under each compaction policy."""
+  """{order: {policy: (wall, CPU seconds, tokens)}}: the library search under each policy."""
   functions = {p: searcher(model, options, _policy(p)) for p in args.policies}
   table = {}
   for order in args.order:
     table[order] = interleaved(functions, batches(rows, args.batch, order), args.rounds)
-    first = table[order][args.policies[0]]
-    for policy, (seconds, tokens) in table[order].items():
-      assert tokens == first[1] or args.run_dir, "the policies wrote different lengths"
-      log(
-        f"{order:9s} {policy:6s} {tokens / seconds:8.1f} tokens/s  ({seconds:.2f} s, "
-        f"x{first[0] / seconds:.3f} of {args.policies[0]})"
-      )
+    _report(order, table[order], log)
   return table
 
 
 def export_table(args, rows, log=print):
-  """{order: {name: (seconds, tokens)}}: each SavedModel's `translate_ids`, interleaved."""
+  """{order: {name: (wall, CPU seconds, tokens)}}: each SavedModel's `translate_ids`."""
   import tensorflow as tf
   import tensorflow_text  # noqa: F401 (the exports' tokenizer ops)
 
@@ -287,13 +284,7 @@ def export_table(args, rows, log=print):
   table = {}
   for order in args.order:
     table[order] = interleaved(functions, batches(rows, args.batch, order), args.rounds)
-    names = list(functions)
-    for name, (seconds, tokens) in table[order].items():
-      first = table[order][names[0]][0]
-      log(
-        f"{order:9s} {name:8s} {tokens / seconds:8.1f} tokens/s  ({seconds:.2f} s, "
-        f"x{first / seconds:.3f} of {names[0]})"
-      )
+    _report(order, table[order], log)
   return table
 
 

@@ -40,6 +40,12 @@ A model with an `attention_window` r decodes through a ring of r + 1 slots in bo
 shapes, memory flat in the output length); beams reorder it like any other cache.
 Output buffers are always fixed-size `[batch, (beam,) length]`, padded with `pad_id`.
 
+In graph mode (`DecodingStart.compact`) the searches drop finished examples from the working
+batch as they go, as CTranslate2 does: once the examples still searching are `COMPACT_AT` of it
+or fewer, the others' rows leave the cache, their `DecodingStart.memory` (a source's projected
+keys and values) and limits, and what they found is scattered into full-size results. Under XLA
+every shape is static, so every row runs until the batch is done.
+
 Each search keeps its loop variables in one NamedTuple (`GreedyState`, `BeamState`) with a shape
 per field; the loop body is a function from state to state.
 """
@@ -260,6 +266,31 @@ def _working(start: DecodingStart, index, compact: bool) -> DecodingStart:
   return start._replace(limits=tf.gather(start.limits, index)) if compact else start
 
 
+def _search_loop(state, found, step, going, done, drop, shapes, compact_at):
+  """`state` after `step` (state -> state) while `going(state)` (a bool scalar); with `found`
+  (the full-size results; None: no compaction), in phases: steps until the search ends or the
+  examples `done(state)` (bool `[working]`) leave few enough searching (`_should_compact`),
+  then `drop(state, found)` -> (state without them, found with what they found). Phases, not a
+  `tf.cond` in every step: a step keeps its ops. Returns (state, found)."""
+  if found is None:
+    (state,) = tf.while_loop(going, lambda s: (step(s),), (state,), shape_invariants=(shapes,))
+    return state, None
+
+  def phase(state, found):
+    (state,) = tf.while_loop(
+      lambda s: tf.logical_and(going(s), tf.logical_not(_should_compact(done(s), compact_at))),
+      lambda s: (step(s),),
+      (state,),
+      shape_invariants=(shapes,),
+    )
+    return drop(state, found)
+
+  found_shapes = tf.nest.map_structure(lambda t: t.shape, found)
+  return tf.while_loop(
+    lambda s, f: going(s), phase, (state, found), shape_invariants=(shapes, found_shapes)
+  )
+
+
 # --- One token a row per step: greedy and sampling -------------------------------------------
 
 
@@ -398,28 +429,17 @@ def token_loop(
     memory=start.memory,
     index=tf.range(batch),
   )
-  found = _Found(ids, state.log_probs) if compact else ()  # full-size, when rows leave
-
-  def body(state, found):
-    state = _token_step(state, _working(start, state.index, compact), choose, options)
-    if compact:
-      state, found = tf.cond(
-        _should_compact(state.finished, compact_at),
-        lambda: _compact_rows(state, found),
-        lambda: (state, found),
-      )
-    return state, found
-
-  state, found = tf.while_loop(
-    lambda state, found: tf.logical_and(
+  state, found = _search_loop(
+    state,
+    _Found(ids, state.log_probs) if compact else None,  # full-size, when rows leave
+    lambda state: _token_step(state, _working(start, state.index, compact), choose, options),
+    lambda state: tf.logical_and(
       state.step < start.length, tf.logical_not(tf.reduce_all(state.finished))
     ),
-    body,
-    (state, found),
-    shape_invariants=(
-      _shape_invariants(state, start, compact),
-      tf.nest.map_structure(lambda t: t.shape, found),
-    ),
+    lambda state: state.finished,
+    _compact_rows,
+    _shape_invariants(state, start, compact),
+    compact_at,
   )
   if compact:
     state = _store(found, _Found(state.ids, state.log_probs), state.index)
@@ -732,26 +752,15 @@ def beam_search(
   # "current" it takes none; with "bound" none can beat them (alpha >= 0: DecodeOptions checks).
   compact = start.compact and compact_at is not None
   state = _initial_beam_state(start, options.beam_size)
-  found = state.finished if compact else ()  # full-size, when examples leave
-
-  def body(state, found):
-    state = _beam_search_step(state, _working(start, state.index, compact), options)
-    if compact:
-      state, found = tf.cond(
-        _should_compact(state.settled, compact_at),
-        lambda: _compact_beams(state, found, options.beam_size),
-        lambda: (state, found),
-      )
-    return state, found
-
-  state, found = tf.while_loop(
-    lambda state, found: _search_continues(state, start.length),
-    body,
-    (state, found),
-    shape_invariants=(
-      _shape_invariants(state, start, compact),
-      tf.nest.map_structure(lambda t: t.shape, found),
-    ),
+  state, found = _search_loop(
+    state,
+    state.finished if compact else None,  # full-size, when examples leave
+    lambda state: _beam_search_step(state, _working(start, state.index, compact), options),
+    lambda state: _search_continues(state, start.length),
+    lambda state: state.settled,
+    lambda state, found: _compact_beams(state, found, options.beam_size),
+    _shape_invariants(state, start, compact),
+    compact_at,
   )
   # The loop ends with every finished slot filled (see _search_continues).
   finished = _store(found, state.finished, state.index) if compact else state.finished
