@@ -118,6 +118,18 @@ class GrowingCache(NamedTuple):
     return GrowingCache(key, value)
 
 
+def _write_slot(cache, key: tf.Tensor, value: tf.Tensor, slot) -> Tuple[tf.Tensor, tf.Tensor]:
+  """A fixed-slot cache's key and value `[batch, heads, slots, depth]` with slot `slot` set to
+  key, value `[batch, heads, 1, depth]` (both fixed layouts write this way)."""
+  # A one-hot select rather than a scatter keeps every shape static.
+  one_hot = tf.one_hot(slot, tf.shape(cache.key)[2], dtype=key.dtype)
+  one_hot = one_hot[tf.newaxis, tf.newaxis, :, tf.newaxis]  # [1, 1, slots, 1]
+  return (
+    tf.cast(cache.key, key.dtype) * (1 - one_hot) + key * one_hot,
+    tf.cast(cache.value, value.dtype) * (1 - one_hot) + value * one_hot,
+  )
+
+
 class PaddedCache(NamedTuple):
   """Self-attention keys and values in `max_length` fixed slots; slot `step` is written at step
   `step` and later slots hold zeros. Every shape is static (XLA).
@@ -137,13 +149,7 @@ class PaddedCache(NamedTuple):
 
   def add(self, key: tf.Tensor, value: tf.Tensor, step) -> "PaddedCache":
     """key, value: `[batch, heads, 1, depth]` of position `step`, written into slot `step`."""
-    # A one-hot select rather than a scatter keeps every shape static.
-    slot = tf.one_hot(step, tf.shape(self.key)[2], dtype=key.dtype)
-    slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]  # [1, 1, max_length, 1]
-    return PaddedCache(
-      tf.cast(self.key, key.dtype) * (1 - slot) + key * slot,
-      tf.cast(self.value, value.dtype) * (1 - slot) + value * slot,
-    )
+    return PaddedCache(*_write_slot(self, key, value, step))
 
   def unwritten_bias(self, step) -> tf.Tensor:
     """`[1, 1, 1, max_length]`: the query at `step` may see slots `0..step` only."""
@@ -182,12 +188,7 @@ class RingCache(NamedTuple):
 
   def add(self, key: tf.Tensor, value: tf.Tensor, step) -> "RingCache":
     """key, value: `[batch, heads, 1, depth]` of position `step`, written into its slot."""
-    slot = tf.one_hot(step % tf.shape(self.key)[2], tf.shape(self.key)[2], dtype=key.dtype)
-    slot = slot[tf.newaxis, tf.newaxis, :, tf.newaxis]  # [1, 1, slots, 1]
-    return RingCache(
-      tf.cast(self.key, key.dtype) * (1 - slot) + key * slot,
-      tf.cast(self.value, value.dtype) * (1 - slot) + value * slot,
-    )
+    return RingCache(*_write_slot(self, key, value, step % tf.shape(self.key)[2]))
 
   def unwritten_bias(self, step) -> tf.Tensor:
     """`[1, 1, 1, slots]`: until the ring has turned once, slots after `step` are empty."""
@@ -208,6 +209,34 @@ class RingCache(NamedTuple):
 
 # A self-attention layer's decoding cache, in any layout.
 SelfAttentionCache = Union[GrowingCache, PaddedCache, RingCache]
+
+
+def empty_cache(
+  batch_size, num_heads: int, depth: int, dtype, *, window=None, slots=None
+) -> SelfAttentionCache:
+  """The layout decoding uses, empty (every model that decodes chooses it here):
+
+  * with an attention `window` r: a `RingCache` of r + 1 slots, whatever the length;
+  * else with `slots` (a padded decode's positions): a `PaddedCache` of that many;
+  * else a `GrowingCache` (graph mode).
+  """
+  if window is not None:
+    return RingCache.empty(batch_size, num_heads, depth, dtype, window + 1)
+  if slots is not None:
+    return PaddedCache.empty(batch_size, num_heads, depth, dtype, slots)
+  return GrowingCache.empty(batch_size, num_heads, depth, dtype)
+
+
+def cache_loop_shapes(layer_caches):
+  """The shape invariants of a tuple of self-attention caches (one a layer) in a decoding
+  `tf.while_loop`, or None when every layer keeps its shapes (padded, ring). A `GrowingCache`
+  lengthens: every axis but depth relaxed (the cache is opaque to the search, as in Model
+  Garden's beam search; no slower than relaxing the length alone, WORKSPACE_NOTES issue 12)."""
+  if not any(isinstance(c, GrowingCache) for c in layer_caches):
+    return None
+  return tf.nest.map_structure(
+    lambda t: tf.TensorShape([None] * (t.shape.rank - 1) + [t.shape[-1]]), layer_caches
+  )
 
 
 class _MergedHeadAttention(tf.Module):

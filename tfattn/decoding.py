@@ -40,6 +40,12 @@ A model with an `attention_window` r decodes through a ring of r + 1 slots in bo
 shapes, memory flat in the output length); beams reorder it like any other cache.
 Output buffers are always fixed-size `[batch, (beam,) length]`, padded with `pad_id`.
 
+In graph mode (`DecodingStart.compact`) the searches drop finished examples from the working
+batch as they go, as CTranslate2 does: once the examples still searching are `COMPACT_AT` of it
+or fewer, the others' rows leave the cache, their `DecodingStart.memory` (a source's projected
+keys and values) and limits, and what they found is scattered into full-size results. Under XLA
+every shape is static, so every row runs until the batch is done.
+
 Each search keeps its loop variables in one NamedTuple (`GreedyState`, `BeamState`) with a shape
 per field; the loop body is a function from state to state.
 """
@@ -56,9 +62,12 @@ _NEG_INF = -1e9
 # Every default below is DecodeOptions' (one value each: evaluation judges what is served).
 _DEFAULTS = DecodeOptions()
 
-# (ids so far int32 `[rows, length + 1]`, last tokens int32 `[rows]`, step, cache) ->
+# (ids so far int32 `[rows, length + 1]`, last tokens int32 `[rows]`, step, cache, memory) ->
 # (float32 logits `[rows, vocab]`, new cache).
-StepFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
+StepFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor, Any, Any], Tuple[tf.Tensor, Any]]
+# When the examples still searching are this share of the working batch or less, the graph-mode
+# searches drop the others (`DecodingStart.compact`): measured, WORKSPACE_NOTES issue 51 part 4.
+COMPACT_AT = 0.75
 
 
 class DecodingStart(NamedTuple):
@@ -66,10 +75,11 @@ class DecodingStart(NamedTuple):
 
   Attributes:
     step_fn: (ids so far int32 `[rows, length + 1]`, last tokens int32 `[rows]`, step int32
-      scalar, cache) -> (float32 logits `[rows, vocab]`, the new cache); rows = batch * beams.
-      `step` counts the tokens generated before `last tokens` (0: the first token); the ids hold
-      the first token and the generated ones at 0..step, then padding (Model Garden's
-      `symbols_to_logits_fn(ids, i, cache)`). A cached step reads `last tokens` alone.
+      scalar, cache, memory) -> (float32 logits `[rows, vocab]`, the new cache); rows = batch *
+      beams. `step` counts the tokens generated before `last tokens` (0: the first token); the
+      ids hold the first token and the generated ones at 0..step, then padding (Model Garden's
+      `symbols_to_logits_fn(ids, i, cache)`). A cached step reads `last tokens` alone. The
+      number of rows may fall from step to step (`compact`): a step reads it from its inputs.
     cache: the initial cache, any nest of `[rows, ...]` tensors (`()` without one).
     first_tokens: int32 `[batch]`, the token each row's first step reads (the start token; a
       language model's last prompt token).
@@ -79,6 +89,11 @@ class DecodingStart(NamedTuple):
     pad_id, eos_id: Python ints.
     cache_shapes: the cache's `tf.TensorShape`s as the loop may change them (a growing cache's
       lengthening axes relaxed), or None when every step keeps its shapes.
+    memory: what the steps read per example and never change (a source's projected keys and
+      values), any nest of `[batch, ...]` tensors, handed to `step_fn` (`()` without one).
+    compact: the search may drop finished examples from its working batch (graph mode: shapes
+      may change; not under XLA). Their rows leave the cache and their memory leaves `memory`;
+      what they found is kept full-size. Results are the same (floats within rounding).
   """
 
   step_fn: StepFn
@@ -90,6 +105,8 @@ class DecodingStart(NamedTuple):
   pad_id: int
   eos_id: int
   cache_shapes: Any = None
+  memory: Any = ()
+  compact: bool = False
 
 
 class Hypotheses(NamedTuple):
@@ -135,20 +152,18 @@ def _start_buffer(first_tokens, length, pad_id: int):
   return _write_column(buffer, 0, tf.cast(first_tokens, tf.int32))
 
 
-def growing_shape(tensor) -> tf.TensorShape:
-  """A growing cache tensor's shape invariant: any size on every axis but the last (depth). The
-  cache is opaque here, so all those axes are relaxed (as in Model Garden's beam search);
-  decoding measured no slower than with only the length axis relaxed (WORKSPACE_NOTES, issue
-  12 item 2)."""
-  return tf.TensorShape([None] * (tensor.shape.rank - 1) + [tensor.shape[-1]])
-
-
-def _shape_invariants(state, start: DecodingStart):
-  """Every loop variable keeps its shape, except what the start says its cache may change."""
+def _shape_invariants(state, start: DecodingStart, compact: bool):
+  """Every loop variable keeps its shape, except what the start says its cache may change and,
+  when the search compacts, the working batch (every axis 0 but the step's)."""
   shapes = tf.nest.map_structure(lambda t: t.shape, state)
-  if start.cache_shapes is None:
+  if start.cache_shapes is not None:
+    shapes = shapes._replace(cache=start.cache_shapes)
+  if not compact:
     return shapes
-  return shapes._replace(cache=start.cache_shapes)
+  relaxed = tf.nest.map_structure(
+    lambda shape: tf.TensorShape([None, *shape[1:]]) if shape.rank else shape, shapes
+  )
+  return relaxed._replace(step=shapes.step)
 
 
 def banned_by_ngrams(ids: tf.Tensor, step: tf.Tensor, n: int, vocab) -> tf.Tensor:
@@ -190,13 +205,15 @@ def never_generated(ids, vocab) -> tf.Tensor:
   return tf.reduce_any(tf.one_hot(list(ids), vocab, on_value=True, off_value=False), axis=0)
 
 
-def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: DecodeOptions):
+def _step_logits(
+  start: DecodingStart, ids, last_tokens, step, cache, memory, options: DecodeOptions
+):
   """(the model's next-token logits, the search's logits, new cache), logits `[rows, vocab]`:
   a rule on the next token, reading `options` and the `ids` so far `[rows, length + 1]`, changes
   only the search's logits (a banned token gets a finite minus infinity): a new rule is one
   `if` here calling its function; every search follows. `never_generate` is the exception: its
   ids leave the model's own logits, so the softmax runs over the other ids."""
-  logits, cache = start.step_fn(ids, last_tokens, step, cache)
+  logits, cache = start.step_fn(ids, last_tokens, step, cache, memory)
   vocab = tf.shape(logits)[-1]
   if options.banned_ids:
     logits = tf.where(never_generated(options.banned_ids, vocab)[tf.newaxis], _NEG_INF, logits)
@@ -208,6 +225,70 @@ def _step_logits(start: DecodingStart, ids, last_tokens, step, cache, options: D
     too_early = (step < options.min_decode_length) & tf.equal(tf.range(vocab), start.eos_id)
     search_logits = tf.where(too_early[tf.newaxis], _NEG_INF, search_logits)  # [rows, vocab]
   return logits, search_logits, cache
+
+
+# --- Dropping finished examples (graph mode) --------------------------------------------------
+# CTranslate2 drops finished sentences from its batch as it goes; so do the graph-mode searches
+# (`DecodingStart.compact`). The working state holds the examples still searching, `index`
+# says which example each is, and what the finished ones found is scattered into full-size
+# results when they leave. The batch shrinks only once the examples still searching are
+# `compact_at` of it or fewer: each drop gathers the cache and the memory once.
+
+
+def _should_compact(done: tf.Tensor, compact_at: float) -> tf.Tensor:
+  """bool scalar: some of the working examples are done, not all, and those left are at most
+  `compact_at` of them. done: bool `[working]`."""
+  working = tf.size(done)
+  left = working - tf.reduce_sum(tf.cast(done, tf.int32))
+  enough = tf.cast(left, tf.float32) <= compact_at * tf.cast(working, tf.float32)
+  return (left > 0) & (left < working) & enough
+
+
+def _rows(nest, rows):
+  """Every tensor of `nest` `[n, ...]` at `rows` int32 `[m]` -> `[m, ...]`."""
+  return tf.nest.map_structure(lambda x: tf.gather(x, rows), nest)
+
+
+def _store(full, part, index):
+  """`full` (a nest of `[batch, ...]`) with row `index[i]` set to `part`'s row i, for the
+  working examples `index` int32 `[working]`."""
+  where = index[:, tf.newaxis]  # [working, 1]
+  return tf.nest.map_structure(lambda f, p: tf.tensor_scatter_nd_update(f, where, p), full, part)
+
+
+def _still_searching(done: tf.Tensor) -> tf.Tensor:
+  """int32 `[left]`: the positions of the working examples not `done` (bool `[working]`)."""
+  return tf.cast(tf.where(tf.logical_not(done))[:, 0], tf.int32)
+
+
+def _working(start: DecodingStart, index, compact: bool) -> DecodingStart:
+  """`start` as the working examples `index` int32 `[working]` see it: their own limits."""
+  return start._replace(limits=tf.gather(start.limits, index)) if compact else start
+
+
+def _search_loop(state, found, step, going, done, drop, shapes, compact_at):
+  """`state` after `step` (state -> state) while `going(state)` (a bool scalar); with `found`
+  (the full-size results; None: no compaction), in phases: steps until the search ends or the
+  examples `done(state)` (bool `[working]`) leave few enough searching (`_should_compact`),
+  then `drop(state, found)` -> (state without them, found with what they found). Phases, not a
+  `tf.cond` in every step: a step keeps its ops. Returns (state, found)."""
+  if found is None:
+    (state,) = tf.while_loop(going, lambda s: (step(s),), (state,), shape_invariants=(shapes,))
+    return state, None
+
+  def phase(state, found):
+    (state,) = tf.while_loop(
+      lambda s: tf.logical_and(going(s), tf.logical_not(_should_compact(done(s), compact_at))),
+      lambda s: (step(s),),
+      (state,),
+      shape_invariants=(shapes,),
+    )
+    return drop(state, found)
+
+  found_shapes = tf.nest.map_structure(lambda t: t.shape, found)
+  return tf.while_loop(
+    lambda s, f: going(s), phase, (state, found), shape_invariants=(shapes, found_shapes)
+  )
 
 
 # --- One token a row per step: greedy and sampling -------------------------------------------
@@ -225,6 +306,9 @@ class GreedyState(NamedTuple):
     finished: bool `[batch]`, the row has said EOS or reached its length limit.
     log_probs: float32 `[batch]`, sum of the chosen tokens' log-probabilities.
     cache: the model's decoding cache (any nest of `[batch, ...]` tensors); `()` without one.
+    memory: the start's `memory` of these rows.
+    index: int32 `[batch]`, the example each row is (`0..batch - 1` until finished rows leave:
+      then `batch` is the working batch).
   """
 
   step: tf.Tensor
@@ -233,6 +317,16 @@ class GreedyState(NamedTuple):
   finished: tf.Tensor
   log_probs: tf.Tensor
   cache: Any
+  memory: Any
+  index: tf.Tensor
+
+
+class _Found(NamedTuple):
+  """What `token_loop` found, full-size: ids int32 `[batch, length + 1]`, log_probs float32
+  `[batch]` (a row's are written when it leaves the working batch)."""
+
+  ids: tf.Tensor
+  log_probs: tf.Tensor
 
 
 # (float32 logits `[batch, vocab]`, the GreedyState before the step) -> int32 tokens `[batch]`.
@@ -250,7 +344,7 @@ def _token_step(
 ) -> GreedyState:
   """Appends the token `choose` picks to every unfinished row."""
   logits, search_logits, cache = _step_logits(
-    start, state.ids, state.last_tokens, state.step, state.cache, options
+    start, state.ids, state.last_tokens, state.step, state.cache, state.memory, options
   )
   tokens = choose(search_logits, state)  # [batch]
   chosen = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [batch]: the model's
@@ -269,7 +363,29 @@ def _token_step(
     finished=finished,
     log_probs=state.log_probs + tf.where(state.finished, 0.0, chosen),
     cache=cache,
+    memory=state.memory,
+    index=state.index,
   )
+
+
+def _compact_rows(state: GreedyState, found: _Found) -> Tuple[GreedyState, _Found]:
+  """Finished rows leave the working batch; what every row found so far is stored."""
+  with tf.name_scope("compact"):
+    return _compacted_rows(state, found)
+
+
+def _compacted_rows(state: GreedyState, found: _Found) -> Tuple[GreedyState, _Found]:
+  found = _store(found, _Found(state.ids, state.log_probs), state.index)
+  keep = _still_searching(state.finished)  # [left]
+  return state._replace(
+    ids=tf.gather(state.ids, keep),
+    last_tokens=tf.gather(state.last_tokens, keep),
+    finished=tf.gather(state.finished, keep),
+    log_probs=tf.gather(state.log_probs, keep),
+    cache=_rows(state.cache, keep),
+    memory=_rows(state.memory, keep),
+    index=tf.gather(state.index, keep),
+  ), found
 
 
 def _output_lengths(ids, limits, eos_id: int) -> tf.Tensor:
@@ -281,7 +397,11 @@ def _output_lengths(ids, limits, eos_id: int) -> tf.Tensor:
 
 
 def token_loop(
-  start: DecodingStart, options: DecodeOptions, choose: ChooseFn = argmax_choice
+  start: DecodingStart,
+  options: DecodeOptions,
+  choose: ChooseFn = argmax_choice,
+  *,
+  compact_at: Optional[float] = COMPACT_AT,
 ) -> Hypotheses:
   """One hypothesis a row, one token a step, picked by `choose` until EOS or the row's limit.
 
@@ -290,10 +410,13 @@ def token_loop(
     options: the decoding options (here: the length penalty, for the scores, and the rules
       on the next token).
     choose: (logits float32 `[batch, vocab]`, GreedyState) -> int32 `[batch]`, e.g.
-      `argmax_choice` or `sampling.sampling_choice(...)`.
+      `argmax_choice` or `sampling.sampling_choice(...)`; a row's example is `state.index`.
+    compact_at: with `start.compact`, finished rows leave the working batch once the rows still
+      going are this share of it or fewer (None: never).
   Returns:
     `Hypotheses` with ids `[batch, start.length]`, scores and log_probs `[batch]`.
   """
+  compact = start.compact and compact_at is not None
   ids = _start_buffer(start.first_tokens, start.length, start.pad_id)  # [batch, length + 1]
   batch = tf.shape(ids)[0]
   state = GreedyState(
@@ -303,15 +426,23 @@ def token_loop(
     finished=tf.zeros([batch], tf.bool),
     log_probs=tf.zeros([batch]),
     cache=start.cache,
+    memory=start.memory,
+    index=tf.range(batch),
   )
-  (state,) = tf.while_loop(
+  state, found = _search_loop(
+    state,
+    _Found(ids, state.log_probs) if compact else None,  # full-size, when rows leave
+    lambda state: _token_step(state, _working(start, state.index, compact), choose, options),
     lambda state: tf.logical_and(
       state.step < start.length, tf.logical_not(tf.reduce_all(state.finished))
     ),
-    lambda state: (_token_step(state, start, choose, options),),
-    (state,),
-    shape_invariants=(_shape_invariants(state, start),),
+    lambda state: state.finished,
+    _compact_rows,
+    _shape_invariants(state, start, compact),
+    compact_at,
   )
+  if compact:
+    state = _store(found, _Found(state.ids, state.log_probs), state.index)
   ids = state.ids[:, 1:]  # [batch, length]
   lengths = _output_lengths(ids, start.limits, start.eos_id)  # [batch]
   penalty = _penalty(lengths, options)  # [batch]
@@ -319,17 +450,23 @@ def token_loop(
 
 
 def sample_loop(
-  start: DecodingStart, options: DecodeOptions, seeds: Optional[tf.Tensor] = None
+  start: DecodingStart,
+  options: DecodeOptions,
+  seeds: Optional[tf.Tensor] = None,
+  *,
+  compact_at: Optional[float] = COMPACT_AT,
 ) -> Hypotheses:
   """`token_loop` drawing every token as `options` say (temperature, top-k, top-p; see
   `sampling.draw`) with one seed a row: a row's output depends only on its seed and its input.
 
   Args:
     seeds: int32 or int64 `[batch]`; None: options.seed + the row's index.
+    compact_at: as `token_loop`'s.
   """
   if seeds is None:
     seeds = sampling.row_seeds(tf.shape(start.first_tokens)[0], options.seed)
-  return token_loop(start, options, sampling.sampling_choice(seeds, start.max_steps, options))
+  choose = sampling.sampling_choice(seeds, start.max_steps, options)
+  return token_loop(start, options, choose, compact_at=compact_at)
 
 
 # --- Beam search ----------------------------------------------------------------------------
@@ -362,9 +499,10 @@ def reorder_beams(cache, beam_indices: tf.Tensor, beam_size: int):
   Returns:
     A nest of the same structure and shapes.
   """
-  batch = tf.shape(beam_indices)[0]
-  rows = _flatten_beams(beam_indices + tf.range(batch)[:, tf.newaxis] * beam_size)  # [b * k]
-  return tf.nest.map_structure(lambda x: tf.gather(x, rows), cache)
+  with tf.name_scope("reorder_beams"):  # named for profiles (benchmarks/search_profile.py)
+    batch = tf.shape(beam_indices)[0]
+    rows = _flatten_beams(beam_indices + tf.range(batch)[:, tf.newaxis] * beam_size)  # [b * k]
+    return tf.nest.map_structure(lambda x: tf.gather(x, rows), cache)
 
 
 class AliveBeams(NamedTuple):
@@ -407,6 +545,9 @@ class BeamState(NamedTuple):
     settled: bool `[batch]`, the example's search is over (`_settled`): with beam_stop
       "current" it takes no more finished hypotheses.
     cache: the model's decoding cache for the alive beams, any nest of `[batch * beam, ...]`.
+    memory: the start's `memory` of these examples.
+    index: int32 `[batch]`, the example each is (`0..batch - 1` until settled examples leave:
+      then `batch` is the working batch).
   """
 
   step: tf.Tensor
@@ -414,6 +555,8 @@ class BeamState(NamedTuple):
   finished: FinishedBeams
   settled: tf.Tensor
   cache: Any
+  memory: Any
+  index: tf.Tensor
 
 
 class _Candidates(NamedTuple):
@@ -453,6 +596,8 @@ def _initial_beam_state(start: DecodingStart, beam_size: int) -> BeamState:
     finished=finished,
     settled=tf.zeros([batch], tf.bool),
     cache=start.cache,
+    memory=start.memory,
+    index=tf.range(batch),
   )
 
 
@@ -469,6 +614,7 @@ def _grow_alive(
     tf.reshape(state.alive.last_tokens, [-1]),
     state.step,
     state.cache,
+    state.memory,
     options,
   )  # logits: [batch * beam, vocab]
   vocab = tf.shape(logits)[-1]
@@ -532,7 +678,33 @@ def _beam_search_step(state: BeamState, start: DecodingStart, options: DecodeOpt
   step = state.step + 1
   finished = _update_finished(state.finished, candidates, step, options, state.settled)
   settled = state.settled | _settled(alive, finished, step, start.length, options)  # [batch]
-  return BeamState(step, alive, finished, settled, cache)
+  return BeamState(step, alive, finished, settled, cache, state.memory, state.index)
+
+
+def _compact_beams(
+  state: BeamState, found: FinishedBeams, beam_size: int
+) -> Tuple[BeamState, FinishedBeams]:
+  """Settled examples leave the working batch (their beams leave the cache); what every
+  example has finished so far is stored."""
+  with tf.name_scope("compact"):
+    return _compacted_beams(state, found, beam_size)
+
+
+def _compacted_beams(
+  state: BeamState, found: FinishedBeams, beam_size: int
+) -> Tuple[BeamState, FinishedBeams]:
+  found = _store(found, state.finished, state.index)
+  keep = _still_searching(state.settled)  # [left]
+  rows = _flatten_beams(keep[:, tf.newaxis] * beam_size + tf.range(beam_size))  # [left * beam]
+  return BeamState(
+    step=state.step,
+    alive=_rows(state.alive, keep),
+    finished=_rows(state.finished, keep),
+    settled=tf.gather(state.settled, keep),
+    cache=_rows(state.cache, rows),
+    memory=_rows(state.memory, keep),
+    index=tf.gather(state.index, keep),
+  ), found
 
 
 def _settled(alive: AliveBeams, finished: FinishedBeams, step, length, options) -> tf.Tensor:
@@ -559,31 +731,43 @@ def _search_continues(state: BeamState, length) -> tf.Tensor:
   return tf.logical_and(state.step < length, tf.logical_not(tf.reduce_all(state.settled)))
 
 
-def beam_search(start: DecodingStart, options: DecodeOptions) -> Hypotheses:
+def beam_search(
+  start: DecodingStart, options: DecodeOptions, *, compact_at: Optional[float] = COMPACT_AT
+) -> Hypotheses:
   """Beam search of `options.beam_size` with length penalty `options.alpha` (paper section
   6.1: beam 4, alpha 0.6).
 
   Args:
     start: the model's `DecodingStart` for `options.beam_size` rows per example.
     options: the decoding options.
+    compact_at: with `start.compact`, settled examples leave the working batch once those
+      still searching are this share of it or fewer (None: never).
   Returns:
     `Hypotheses`: ids int32 `[batch, beam, start.length]`, the beam_size best distinct
     hypotheses, best first, each ending with EOS (or cut at its example's length limit) then
     padding; scores float32 `[batch, beam]` (log_probs / length_penalty, descending); log_probs
     float32 `[batch, beam]`.
   """
+  # A settled example's finished beams never change again, so it may leave: with beam_stop
+  # "current" it takes none; with "bound" none can beat them (alpha >= 0: DecodeOptions checks).
+  compact = start.compact and compact_at is not None
   state = _initial_beam_state(start, options.beam_size)
-  (state,) = tf.while_loop(
+  state, found = _search_loop(
+    state,
+    state.finished if compact else None,  # full-size, when examples leave
+    lambda state: _beam_search_step(state, _working(start, state.index, compact), options),
     lambda state: _search_continues(state, start.length),
-    lambda state: (_beam_search_step(state, start, options),),
-    (state,),
-    shape_invariants=(_shape_invariants(state, start),),
+    lambda state: state.settled,
+    lambda state, found: _compact_beams(state, found, options.beam_size),
+    _shape_invariants(state, start, compact),
+    compact_at,
   )
   # The loop ends with every finished slot filled (see _search_continues).
+  finished = _store(found, state.finished, state.index) if compact else state.finished
   return Hypotheses(
-    ids=state.finished.ids[:, :, 1:],
-    scores=state.finished.scores,
-    log_probs=state.finished.log_probs,
+    ids=finished.ids[:, :, 1:],
+    scores=finished.scores,
+    log_probs=finished.log_probs,
   )
 
 

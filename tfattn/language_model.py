@@ -21,7 +21,7 @@ layers, `max_length` positions (the prompt and its continuation together).
 import tensorflow as tf
 
 from tfattn import decoding, masking, position
-from tfattn.attention import GrowingCache, PaddedCache, RingCache
+from tfattn.attention import RingCache, cache_loop_shapes, empty_cache
 from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
 from tfattn.layers import Embedding, dropout
@@ -198,17 +198,17 @@ class LanguageModel(tf.Module):
     length = min(options.max_decode_length or options.extra_decode_length, c.max_length)
     # The last generated token is never read: positions up to max_length - 1 are.
     limits = tf.clip_by_value(c.max_length + 1 - lengths, 1, length)  # [batch]
-    shift = decoding.tile_beams(shift, beams) if beams > 1 else shift  # [rows]
-    heads, depth, dtype = c.num_heads, c.depth, tf.as_dtype(c.compute_dtype)
     window = c.attention_window
-    if window is not None:  # the window's r + 1 slots however long the text (static shapes)
-      slots = window + 1
-      empty = RingCache.empty(batch, heads, depth, dtype, slots)
-    elif padded:
-      slots = columns - 1 + length
-      empty = PaddedCache.empty(batch, heads, depth, dtype, slots)
-    else:
-      empty = GrowingCache.empty(batch, heads, depth, dtype)
+    # A fixed layout's slots: the window's r + 1 (a ring), else the prompt and the output.
+    slots = window + 1 if window is not None else columns - 1 + length
+    empty = empty_cache(
+      batch,
+      c.num_heads,
+      c.depth,
+      tf.as_dtype(c.compute_dtype),
+      window=window,
+      slots=slots if padded else None,
+    )
     x = self.decoder.embed(left[:, :-1], positions[:, :-1])  # the prompt before its last token
     cache = []
     for layer in self.decoder.layers:
@@ -218,10 +218,10 @@ class LanguageModel(tf.Module):
     if beams > 1:
       cache = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), cache)
     growing = window is None and not padded
-    cache_shapes = tf.nest.map_structure(decoding.growing_shape, cache) if growing else None
 
-    def step_fn(ids, last_tokens, step, cache):
+    def step_fn(ids, last_tokens, step, cache, shift):
       del ids  # the cache holds what came before
+      shift = decoding.tile_beams(shift, beams) if beams > 1 else shift  # [rows]
       column = columns - 1 + step  # the position of `last_tokens`
       # A row that reached its limit steps on while its batch-mates generate: its position is
       # held at the last one (its output is padding anyway), never past the position table.
@@ -247,8 +247,43 @@ class LanguageModel(tf.Module):
       max_steps=length,
       pad_id=c.pad_id,
       eos_id=c.eos_id,
-      cache_shapes=cache_shapes,
+      cache_shapes=cache_loop_shapes(cache),
+      memory=shift,  # [batch]: each example's left padding (finished ones leave)
+      compact=not padded,
     )
+
+  def uncached_start(
+    self, prompt_ids: tf.Tensor, options: DecodeOptions, *, beams: int = 1
+  ) -> decoding.DecodingStart:
+    """`start_decoding`'s search through the slow reference step, graph mode: no cache, each
+    step runs the model on BOS, the prompt and the tokens so far, right-padded (each row from
+    column 0, as the model trains), and reads each row's logits at its newest token
+    (`tfattn.support.reference_decoding` checks the cached searches against it)."""
+    c = self.config
+    start = self.start_decoding(prompt_ids, options, beams=beams)
+    batch = tf.shape(prompt_ids)[0]
+    context = tf.concat([tf.fill([batch, 1], c.bos_id), tf.cast(prompt_ids, tf.int32)], 1)
+    lengths = 1 + tf.reduce_sum(tf.cast(tf.not_equal(prompt_ids, c.pad_id), tf.int32), 1)
+
+    def step_fn(ids, last_tokens, step, cache, memory):
+      del last_tokens  # ids[:, step]; ids[:, 0] is the prompt's last token
+      if beams > 1:
+        memory = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), memory)
+      context, lengths = memory  # [rows, columns], [rows]
+      columns = tf.shape(context)[1]
+      before = lengths[:, tf.newaxis] - 1  # [rows, 1]: BOS and the prompt before its last token
+      column = tf.range(columns + step)[tf.newaxis]  # [1, columns + step]
+      index = column - before  # [rows, columns + step]: where in ids, when >= 0
+      in_context = tf.broadcast_to(tf.minimum(column, columns - 1), tf.shape(index))
+      from_context = tf.gather(context, in_context, batch_dims=1)
+      from_ids = tf.gather(ids, tf.clip_by_value(index, 0, step), batch_dims=1)
+      sequence = tf.where(
+        index < 0, from_context, tf.where(index <= step, from_ids, c.pad_id)
+      )  # [rows, columns + step]
+      newest = before[:, 0] + step  # [rows]
+      return tf.gather(self(sequence), newest, batch_dims=1), cache
+
+    return start._replace(step_fn=step_fn, cache=(), cache_shapes=None, memory=(context, lengths))
 
 
 def perplexity_sums(model: LanguageModel, ids: tf.Tensor, targets: tf.Tensor, pad_id: int = 0):

@@ -191,7 +191,8 @@ def draw(
   return tf.gather(order, _first_above(probs, uniform), batch_dims=1)
 
 
-# (logits float32 `[batch, vocab]`, the search's loop state with `.step`) -> int32 `[batch]`.
+# (logits float32 `[batch, vocab]`, the search's loop state with `.step` and `.index`, each
+# row's example) -> int32 `[batch]`.
 ChooseFn = Callable[[tf.Tensor, object], tf.Tensor]
 
 
@@ -208,8 +209,8 @@ def sampling_choice(seeds: tf.Tensor, max_steps, options: DecodeOptions) -> Choo
   """
   table = uniforms(seeds, max_steps)  # [batch, max_steps]
 
-  def choose(logits, state):
-    return draw(logits, tf.gather(table, state.step, axis=1), options)
+  def choose(logits, state):  # the rows' own examples' numbers (rows leave as they finish)
+    return draw(logits, tf.gather(tf.gather(table, state.step, axis=1), state.index), options)
 
   return choose
 

@@ -18,12 +18,11 @@ import tensorflow as tf
 from tfattn import decoding, masking, position
 from tfattn.attention import (
   CrossAttention,
-  GrowingCache,
   KeyValue,
-  PaddedCache,
-  RingCache,
   SelfAttention,
   SelfAttentionCache,
+  cache_loop_shapes,
+  empty_cache,
 )
 from tfattn.config import TransformerConfig
 from tfattn.decode_options import DecodeOptions
@@ -529,18 +528,16 @@ class Transformer(tf.Module):
         graph mode); else a `PaddedCache` of `max_length` zero slots, static shapes for XLA.
         Ignored with an `attention_window` r: a `RingCache` of r + 1 slots (static shapes).
     """
-    heads, depth = self.config.num_heads, self.config.depth
-    dtype = tf.as_dtype(self.config.compute_dtype)
-    window = self.config.attention_window
-    if window is not None:  # the window's r + 1 slots, whatever the length
-      return tuple(
-        RingCache.empty(batch_size, heads, depth, dtype, window + 1) for _ in self.decoder.layers
-      )
-    if max_length is None:
-      return tuple(GrowingCache.empty(batch_size, heads, depth, dtype) for _ in self.decoder.layers)
-    return tuple(
-      PaddedCache.empty(batch_size, heads, depth, dtype, max_length) for _ in self.decoder.layers
+    c = self.config
+    empty = empty_cache(
+      batch_size,
+      c.num_heads,
+      c.depth,
+      tf.as_dtype(c.compute_dtype),
+      window=c.attention_window,
+      slots=max_length,
     )
+    return tuple(empty for _ in self.decoder.layers)
 
   def decode_step(
     self, token_ids: tf.Tensor, step, cache: DecoderCache, memory: DecodingMemory
@@ -599,11 +596,10 @@ class Transformer(tf.Module):
     # of one attention (the projection of tiled memories was ~8% of a base-size beam search).
     projected = self.decoding_memory(memory, memory_bias, beams)
     cache = self.init_cache(batch * beams, length if padded else None)
-    cache_shapes = None if padded else tf.nest.map_structure(decoding.growing_shape, cache)
 
-    def step_fn(ids, last_tokens, step, cache):
+    def step_fn(ids, last_tokens, step, cache, memory):
       del ids  # the cache holds what came before
-      return self.decode_step(last_tokens, step, cache, projected)
+      return self.decode_step(last_tokens, step, cache, DecodingMemory(*memory, beams))
 
     return decoding.DecodingStart(
       step_fn=step_fn,
@@ -614,7 +610,29 @@ class Transformer(tf.Module):
       max_steps=max(c.max_length, options.max_decode_length or 0),
       pad_id=c.pad_id,
       eos_id=c.eos_id,
-      cache_shapes=cache_shapes,
+      cache_shapes=cache_loop_shapes(cache),
+      memory=(projected.key_values, projected.bias),  # per example: finished ones leave
+      compact=not padded,
+    )
+
+  def uncached_start(
+    self, source_ids: tf.Tensor, options: DecodeOptions, *, beams: int = 1
+  ) -> decoding.DecodingStart:
+    """`start_decoding`'s search through the slow reference step, graph mode: no cache, each
+    step runs the teacher-forced decoder on START and the ids so far over the source encoded
+    once (`tfattn.support.reference_decoding` checks the cached searches against it)."""
+    start = self.start_decoding(source_ids, options, beams=beams)
+    memory, memory_bias = self.encode(source_ids)  # [batch, s_len, d_model], [batch, 1, 1, s_len]
+
+    def step_fn(ids, last_tokens, step, cache, memory):
+      del last_tokens  # ids[:, step]
+      if beams > 1:  # [rows, s_len, d_model], [rows, 1, 1, s_len]
+        memory = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), memory)
+      prefix = ids[:, : step + 1]  # [rows, step + 1]: START and the tokens so far
+      return self.decode(prefix, *memory)[:, -1], cache
+
+    return start._replace(
+      step_fn=step_fn, cache=(), cache_shapes=None, memory=(memory, memory_bias)
     )
 
 

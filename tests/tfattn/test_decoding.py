@@ -516,3 +516,123 @@ def test_decoder_start_id_is_what_the_decoder_reads_first():
   )
   assert config.start_id == VOCAB - 1 and config.replace(decoder_start_id=None).start_id == 1
   assert not np.allclose(found.log_probs, other.log_probs)
+
+
+# --- Dropping finished examples (graph mode) --------------------------------------------------
+
+
+class _MemoryModel:
+  """A stand-in model whose next token depends on its example's memory and on its own cache, so
+  a row that read another example's memory or cache row after a compaction writes other ids:
+  logits = memory[example] + one-hot(the row's last token + its cached token sum) * 2. Example
+  b is allowed END from step ends[b] on (ends differ: examples finish at different steps)."""
+
+  def __init__(self, vocab=11, seed=0):
+    self.vocab = vocab
+    self.rows_seen = tf.Variable(0, dtype=tf.int64)
+    rng = np.random.default_rng(seed)
+    self.table = tf.constant(rng.normal(size=[64, vocab]).astype(np.float32))
+
+  def start_decoding(self, source_ids, options, *, beams=1, padded=False):
+    batch = tf.shape(source_ids)[0]
+    lengths = tf.reduce_sum(tf.cast(source_ids > 0, tf.int32), 1)  # [batch]
+    memory = (tf.gather(self.table, source_ids[:, 0] % 64), lengths)  # [batch, vocab], [batch]
+    vocab = self.vocab
+
+    def step_fn(ids, last_tokens, step, cache, memory):
+      rows = tf.shape(last_tokens)[0]
+      counted = self.rows_seen.assign_add(tf.cast(rows, tf.int64))
+      table, ends = tf.nest.map_structure(lambda t: decoding.tile_beams(t, beams), memory)
+      summed = cache + last_tokens  # [rows]
+      logits = table + 2.0 * tf.one_hot(summed % vocab, vocab)
+      may_end = step >= ends  # [rows]
+      logits = tf.where(
+        tf.equal(tf.range(vocab), 2)[tf.newaxis],
+        tf.where(may_end, 3.0, -1e9)[:, tf.newaxis],
+        logits,
+      )
+      logits = tf.where(tf.range(vocab)[tf.newaxis] < 2, -1e9, logits)  # no PAD, no START
+      with tf.control_dependencies([counted]):
+        return tf.identity(logits), summed
+
+    return decoding.DecodingStart(
+      step_fn=step_fn,
+      cache=tf.zeros([batch * beams], tf.int32),
+      first_tokens=tf.fill([batch], 1),
+      limits=tf.fill([batch], 20),
+      length=20,
+      max_steps=20,
+      pad_id=0,
+      eos_id=2,
+      memory=memory,
+      compact=not padded,
+    )
+
+
+def _search(model, source, options, compact_at):
+  @tf.function(autograph=False)
+  def run(source):
+    if options.strategy == "beam":
+      start = model.start_decoding(source, options, beams=options.beam_size)
+      return decoding.beam_search(start, options, compact_at=compact_at)
+    start = model.start_decoding(source, options)
+    if options.strategy == "sample":
+      return decoding.sample_loop(start, options, compact_at=compact_at)
+    return decoding.token_loop(start, options, compact_at=compact_at)
+
+  model.rows_seen.assign(0)
+  found = run(source)
+  return found, int(model.rows_seen.numpy())
+
+
+_STRATEGIES = [
+  DecodeOptions(strategy="greedy"),
+  DecodeOptions(strategy="sample", seed=3),
+  DecodeOptions(strategy="beam", beam_size=3, alpha=0.6),
+  DecodeOptions(strategy="beam", beam_size=3, alpha=0.6, beam_stop="current"),
+]
+
+
+@pytest.mark.parametrize("options", _STRATEGIES, ids=["greedy", "sample", "bound", "current"])
+@pytest.mark.parametrize("compact_at", [1.0, 0.5])
+def test_finished_examples_leave_the_batch_and_every_answer_stays(options, compact_at):
+  """Examples finishing at different steps leave the working batch (fewer rows computed), and
+  each keeps its memory and cache rows: the same ids and scores as with every row kept."""
+  model = _MemoryModel()
+  lengths = [1, 9, 3, 14, 5, 2, 11]  # each example may end from its own length's step on
+  source = tf.constant([[4 + i] * n + [0] * (14 - n) for i, n in enumerate(lengths)])
+  kept, rows_kept = _search(model, source, options, None)
+  dropped, rows_dropped = _search(model, source, options, compact_at)
+  np.testing.assert_array_equal(dropped.ids, kept.ids)
+  np.testing.assert_allclose(dropped.scores, kept.scores, atol=1e-5)
+  np.testing.assert_allclose(dropped.log_probs, kept.log_probs, atol=1e-5)
+  assert rows_dropped < rows_kept * (0.8 if compact_at == 1.0 else 0.9), (rows_dropped, rows_kept)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_a_transformer_answers_the_same_with_rows_leaving_early(strategy):
+  """The Transformer's graph search with finished examples dropped after every step (their
+  cache rows, cross-attention keys and values, limits) against every row kept."""
+  model = _model(4, eos_boost=1.5)
+  source = random_ids(6, 9, VOCAB, 4).numpy()
+  for i, n in enumerate([9, 1, 4, 0, 7, 2]):
+    source[i, n:] = 0
+  options = DecodeOptions(strategy=strategy, beam_size=3, alpha=0.6, extra_decode_length=6)
+
+  def run(compact_at):
+    @tf.function(autograph=False)
+    def search(source):
+      if strategy == "beam":
+        start = model.start_decoding(source, options, beams=3)
+        return decoding.first_beam(decoding.beam_search(start, options, compact_at=compact_at))
+      start = model.start_decoding(source, options)
+      if strategy == "sample":
+        return decoding.sample_loop(start, options, compact_at=compact_at)
+      return decoding.token_loop(start, options, compact_at=compact_at)
+
+    found = search(tf.constant(source))
+    return [(tuple(i), s) for i, s in zip(found.ids.numpy().tolist(), found.scores.numpy())]
+
+  kept = run(None)
+  assert len({sum(t != 0 for t in ids) for ids, _ in kept}) > 2  # rows finish at several steps
+  assert_same_answers_but_a_near_tie(run(1.0), kept, near_ties=0)

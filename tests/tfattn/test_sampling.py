@@ -33,10 +33,10 @@ class FixedLogitsModel:
   def start_decoding(self, source_ids, options, beams=1, padded=False):
     del padded  # no cache
     length, limits = tfattn.Transformer.decoding_lengths(self, source_ids, options)  # its rule
-    rows = tf.shape(source_ids)[0] * beams
+    del beams  # every row's logits are the same
 
-    def step_fn(ids, last_tokens, step, cache):
-      return tf.tile(self.logits[tf.newaxis], [rows, 1]), cache
+    def step_fn(ids, last_tokens, step, cache, memory):
+      return tf.tile(self.logits[tf.newaxis], [tf.shape(last_tokens)[0], 1]), cache
 
     return decoding.DecodingStart(
       step_fn=step_fn,
