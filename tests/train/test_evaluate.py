@@ -52,7 +52,7 @@ def test_a_checkpoint_is_judged_on_a_file_whole_or_in_part(tmp_path):
   output = tmp_path / "judged.json"
   done = _evaluate(
     f"--run_dir={run_dir}",
-    f"--file={config.validation_file}",
+    f"--file={config.data.validation_file}",
     "--weights=best",
     "--max_examples=2",
     f"--output={output}",
