@@ -1,17 +1,11 @@
 """`RunConfig`: everything a training run is started with, in frozen, declared sections that each
-consumer reads on its own (the shape of tensorflow/models' `ExperimentConfig`).
+consumer reads on its own (the shape of tensorflow/models' `ExperimentConfig`). Where a new
+setting goes, and how one is declared: `train/sections/__init__.py`.
 
-Where a new setting goes: the section of the consumer that reads it, one declaration there
-(`train/sections/`): data (`data.py`, with the parts of one kind of task: tfds, tsv, text),
-vocabulary, model (a reference to `TransformerConfig`'s declaration), optimizer, loop, device,
-export; decoding is `DecodeOptions` (`tfattn/decode_options.py`). A declaration holds the type,
-default, help, allowed values or range, what an unset value becomes (`when_unset`), what a run
-saved before the setting existed meant (`when_missing`) and the resume policy (`resume=`). The
-flags of `python -m train` keep their flat names (a setting's name, or its `flag=`), and so
-does `run_config.json`; recipes and task defaults are flat dicts of those names.
-
-A section that does not apply to a run is None (a TFDS run has no `data.text`), and so is a
-setting its kind does not read (`for_kind`): the start-up log shows what is left.
+The flags of `python -m train` keep the settings' flat names, and so do `run_config.json`, the
+recipes and the task defaults (`RunConfig.of`, `flat`). A section that does not apply to a run
+is None (a TFDS run has no `data.text`), and so is a setting its kind does not read
+(`for_kind`): the start-up log shows what is left.
 """
 
 import dataclasses
@@ -25,14 +19,7 @@ from tfattn.kinds import MODEL_KINDS
 from train import recipes
 from train.files import write_json_atomically
 from train.sections.data import Data
-from train.sections.declare import (  # noqa: F401 (the names of the declarations, for users)
-  FOLLOWS_MACHINE,
-  MAY_CHANGE,
-  MUST_MATCH,
-  RESUME_POLICIES,
-  resume_policy,
-  run_setting,
-)
+from train.sections.declare import FOLLOWS_MACHINE, MAY_CHANGE, MUST_MATCH, columns, run_setting
 from train.sections.device import Device
 from train.sections.export import Export
 from train.sections.loop import Loop
@@ -182,13 +169,7 @@ class RunConfig:
     if "decode" in values:
       read = DecodeOptions(**values["decode"]).read()
       values["decode"] = {k: v for k, v in read.items() if v is not None}
-    items = sorted(f"{k}={v}" for k, v in values.items())
-    short = [item for item in items if len(item) <= 30]
-    column = max((len(item) for item in short), default=0) + 2
-    per_row = max(1, (width - 2) // column)
-    rows = [short[i : i + per_row] for i in range(0, len(short), per_row)]
-    lines = ["  " + "".join(item.ljust(column) for item in row).rstrip() for row in rows]
-    return "\n".join(lines + ["  " + item for item in items if len(item) > 30])
+    return columns(sorted(f"{k}={v}" for k, v in values.items()), width)
 
   def save(self, path: str) -> None:
     write_json_atomically(path, self.flat())

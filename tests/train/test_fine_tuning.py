@@ -116,7 +116,7 @@ def test_a_fine_tuned_import_lowers_validation_loss(tmp_path, marian_run):
 @pytest.mark.slow
 def test_resume_after_a_kill_stays_exact_when_fine_tuning(tmp_path, marian_run):
   config = _fine_tune_config(tmp_path, marian_run, train_steps=6, freeze="encoder", eval_every=0)
-  config = config.__class__(**{**config.__dict__, "keep_best_by": None})
+  config = config.replace(keep_best_by=None)
   _, resumed = resume_and_go_on(config, steps=3)
   # The frozen encoder is the import's: neither run moved it.
   from serving.export.trained_run import load_trained

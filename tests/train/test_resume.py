@@ -7,12 +7,12 @@ import pytest
 
 import settings
 from train import resume
-from train.run_config import (
+from train.run_config import RunConfig
+from train.sections.declare import (
   FOLLOWS_MACHINE,
   MAY_CHANGE,
   MUST_MATCH,
   RESUME_POLICIES,
-  RunConfig,
   resume_policy,
   run_setting,
 )

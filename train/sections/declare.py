@@ -1,5 +1,5 @@
 """How a run setting is declared: `settings.setting` plus its resume policy, or a reference to
-the model's own declaration (`model_setting`)."""
+the model's own declaration (`model_setting`); and how the settings are shown at start."""
 
 import dataclasses
 
@@ -41,3 +41,13 @@ def model_setting(name: str, help=None, *, resume: str, default=None, to=None, *
 
 def resume_policy(field: dataclasses.Field) -> str:
   return settings.spec_of(field).extra.get("resume")
+
+
+def columns(items, width: int = 100) -> str:
+  """`name=value` items in aligned columns (a long one on a line of its own, after them)."""
+  short = [item for item in items if len(item) <= 30]
+  column = max((len(item) for item in short), default=0) + 2
+  per_row = max(1, (width - 2) // column)
+  rows = [short[i : i + per_row] for i in range(0, len(short), per_row)]
+  lines = ["  " + "".join(item.ljust(column) for item in row).rstrip() for row in rows]
+  return "\n".join(lines + ["  " + item for item in items if len(item) > 30])
