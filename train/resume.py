@@ -1,6 +1,6 @@
 """Resuming a run directory safely: a run resumes with the configuration it was started with.
 
-Every RunConfig field declares its resume policy (`train/run_config.py`): fields that decide
+Every RunConfig setting declares its resume policy (`train/sections/`): settings that decide
 what is learned must match the saved `run_config.json`; fields about how long, how often and how
 it is judged may change; devices and precision follow the machine the run resumes on. Everything
 here runs before a file is written.
