@@ -145,6 +145,64 @@ def setting(
   return dataclasses.field(default=default, metadata={_METADATA_KEY: spec})
 
 
+_PART_KEY = "tfattn.part"
+
+
+def part(cls):
+  """A dataclass field that holds a declared class of its own (a section of a configuration),
+  default `cls()`. Its settings keep their flat names: `leaves`, `from_flat`, `to_flat` and
+  `from_saved` walk into it. A part may be None: a section that does not apply (its owner
+  decides when, e.g. in `__post_init__`)."""
+  return dataclasses.field(default_factory=cls, metadata={_PART_KEY: cls})
+
+
+def parts(cls) -> Iterator[Tuple[dataclasses.Field, type]]:
+  """(field, declared class) of every `part` of a declared class (or of an instance's)."""
+  for field in dataclasses.fields(cls):
+    if _PART_KEY in field.metadata:
+      yield field, field.metadata[_PART_KEY]
+
+
+def classes(cls) -> Iterator[type]:
+  """`cls` and every declared class it holds as a part, at any depth."""
+  yield cls
+  for _, inner in parts(cls):
+    yield from classes(inner)
+
+
+def leaves(cls) -> Iterator[Tuple[dataclasses.Field, Spec]]:
+  """(field, spec) of every declared setting of `cls` and of its parts, at any depth."""
+  for inner in classes(cls):
+    yield from declared(inner)
+
+
+def from_flat(cls, values: Mapping[str, Any]):
+  """An instance of `cls` from {flag name: value} of its settings and its parts' (missing names
+  keep their defaults; a name of no setting is a ValueError)."""
+  unknown = sorted(set(values) - {flag_name(field) for field, _ in leaves(cls)})
+  if unknown:
+    raise ValueError(f"unknown {cls.__name__} settings {unknown}")
+  return _from_flat(cls, values)
+
+
+def _from_flat(cls, values):
+  kwargs = {
+    field.name: values[flag_name(field)] for field, _ in declared(cls) if flag_name(field) in values
+  }
+  kwargs.update({field.name: _from_flat(inner, values) for field, inner in parts(cls)})
+  return cls(**kwargs)
+
+
+def to_flat(instance) -> Dict[str, Any]:
+  """{flag name: value} of every setting of `instance` and of its parts that are not None."""
+  flat = {flag_name(field): getattr(instance, field.name) for field, _ in declared(instance)}
+  for field, _ in parts(instance):
+    inner = getattr(instance, field.name)
+    if inner is not None:
+      flat.update(to_flat(inner))
+  return flat
+
+
 def spec_of(field: dataclasses.Field) -> Spec:
   """The declaration of a field; a ValueError for a field declared without `setting`."""
   try:
@@ -154,9 +212,11 @@ def spec_of(field: dataclasses.Field) -> Spec:
 
 
 def declared(cls) -> Iterator[Tuple[dataclasses.Field, Spec]]:
-  """(field, spec) of every field of a declared dataclass (or of an instance's class)."""
+  """(field, spec) of every field of a declared dataclass (or of an instance's class), its
+  `part`s left out."""
   for field in dataclasses.fields(cls):
-    yield field, spec_of(field)
+    if _PART_KEY not in field.metadata:
+      yield field, spec_of(field)
 
 
 def flag_name(field: dataclasses.Field) -> str:
@@ -179,12 +239,15 @@ def problems(cls, values: Mapping[str, Any], prefix: str = "--") -> Iterator[str
 
 def check(instance, prefix: str = "--") -> None:
   """Raises ValueError naming the first field (as `--flag`) with a value its declaration does
-  not allow."""
+  not allow, in `instance` and in its parts that are not None."""
   check_values(
     type(instance),
-    {field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)},
+    {field.name: getattr(instance, field.name) for field, _ in declared(instance)},
     prefix,
   )
+  for field, _ in parts(instance):
+    if getattr(instance, field.name) is not None:
+      check(getattr(instance, field.name), prefix)
 
 
 def check_values(cls, values: Mapping[str, Any], prefix: str = "--") -> None:
@@ -194,9 +257,9 @@ def check_values(cls, values: Mapping[str, Any], prefix: str = "--") -> None:
 
 
 def unset_defaults(cls) -> Dict[str, Any]:
-  """{field: when_unset} of the fields that declare one."""
+  """{flag name: when_unset} of the settings (its parts' too) that declare one."""
   return {
-    field.name: spec.when_unset for field, spec in declared(cls) if spec.when_unset is not None
+    flag_name(field): spec.when_unset for field, spec in leaves(cls) if spec.when_unset is not None
   }
 
 
@@ -230,6 +293,9 @@ def referred(instance) -> Dict[str, Any]:
     for target in spec.extra.get("refers_to", ()):
       if value is not None:
         values[target] = value
+  for field, _ in parts(instance):
+    if getattr(instance, field.name) is not None:
+      values.update(referred(getattr(instance, field.name)))
   return values
 
 
@@ -240,9 +306,21 @@ def from_saved(cls, values: Mapping[str, Any], retired: Sequence[str] = ()):
   saved values), else `when_unset`, else its default; `retired` names are dropped. A
   ValueError names any other unknown name."""
   saved = dict(values)
+  names = {name for field, spec in leaves(cls) for name in _saved_names(field, spec)}
+  unknown = sorted(set(saved) - names - set(retired))
+  if unknown:
+    raise ValueError(f"Unknown {cls.__name__} fields in the saved values: {unknown}")
+  return _from_saved(cls, saved)
+
+
+def _saved_names(field, spec) -> Tuple[str, ...]:
+  return (field.name, *((spec.flag,) if spec.flag else ()), *spec.old_names)
+
+
+def _from_saved(cls, saved):
   found = {}
   for field, spec in declared(cls):
-    for old in (field.name, *spec.old_names):
+    for old in _saved_names(field, spec):
       if old in saved:
         found[field.name] = saved[old]
         break
@@ -255,10 +333,7 @@ def from_saved(cls, values: Mapping[str, Any], retired: Sequence[str] = ()):
     value = found[field.name]
     if isinstance(value, (str, int, float, bool)) and value in spec.old_values:
       found[field.name] = spec.old_values[value]
-  names = {name for field, spec in declared(cls) for name in (field.name, *spec.old_names)}
-  unknown = sorted(set(saved) - names - set(retired))
-  if unknown:
-    raise ValueError(f"Unknown {cls.__name__} fields in the saved values: {unknown}")
+  found.update({field.name: _from_saved(inner, saved) for field, inner in parts(cls)})
   return cls(**found)
 
 

@@ -40,7 +40,7 @@ SMALL_RUN = [
 ]
 
 # The same model and task as a RunConfig, for Trainers built in the test process.
-SMALL_CONFIG = RunConfig(
+SMALL_CONFIG = RunConfig.of(
   task="copy",
   builtin_train_examples=2000,  # a cheaper start and checkpoint than the 50,000 default
   model="tiny",
@@ -307,7 +307,7 @@ def tiny_text_run(tmp_path, **settings):
     batch_size=8,
     max_length=16,
   )
-  return RunConfig(**{**fields, **settings})
+  return RunConfig.of(**{**fields, **settings})
 
 
 def run_recording_imports(args, timeout=60):
@@ -338,14 +338,14 @@ def resume_and_go_on(config, steps=3):
   same next batch. Returns (uninterrupted, resumed)."""
   from train.trainer import Trainer, prepare
 
-  assert config.train_steps == 2 * steps
+  assert config.loop.train_steps == 2 * steps
   straight = Trainer(*prepare(config))
   straight._train_loop(straight.iterator, tf.constant(steps))
   straight._save()
   straight._train_loop(straight.iterator, tf.constant(steps))
   resumed = Trainer(*prepare(config))
   resumed.run()
-  assert resumed.step == straight.step == config.train_steps
+  assert resumed.step == straight.step == config.loop.train_steps
   for trainer_part in ("model", "optimizer"):
     pairs = zip(getattr(resumed, trainer_part).variables, getattr(straight, trainer_part).variables)
     for got, want in pairs:

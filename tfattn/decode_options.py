@@ -13,6 +13,7 @@ from settings import check, setting
 
 GREEDY, BEAM, SAMPLE = "greedy", "beam", "sample"
 STRATEGIES = (GREEDY, BEAM, SAMPLE)
+EVERY = STRATEGIES
 # How a hypothesis' score divides its log-probability by its length (`decoding.length_penalty`).
 LENGTH_PENALTIES = ("gnmt", "power")
 # When a beam search stops (`decoding.beam_search`).
@@ -20,6 +21,15 @@ BEAM_STOPS = ("bound", "current")
 # How an export's searches run: graph mode at any length, or compiled with XLA over padded
 # source length buckets (`decoding.decode(..., padded_decode=True)`).
 DECODE_MODES = ("graph", "xla")
+
+
+def option(default, help: str, *, read_by, **checks):
+  """A decoding option: `settings.setting` plus the strategies that read it (`read_by`, a
+  tuple of STRATEGIES; required): a run's start shows an option only to the strategies that
+  read it (`DecodeOptions.read`)."""
+  if not read_by or set(read_by) - set(STRATEGIES):
+    raise ValueError(f"read_by must name some of {STRATEGIES}, got {read_by!r}")
+  return setting(default, help, read_by=tuple(read_by), **checks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,35 +44,39 @@ class DecodeOptions:
   meant); `from_dict` gives a field a save lacks that value.
   """
 
-  strategy: str = setting(
+  strategy: str = option(
     BEAM,
     "How outputs are generated: greedy (the most likely token each step), beam (beam "
     "search, the paper's), or sample (draw each token from the softmax; see --temperature, "
     "--top_k, --top_p, --sample_seed).",
     choices=STRATEGIES,
     flag="decode_strategy",
+    read_by=EVERY,
   )
-  beam_size: int = setting(
+  beam_size: int = option(
     4,
     "Beam search: hypotheses kept per example (1 is exactly greedy); also how many "
     "translate_nbest returns.",
     minimum=1,
+    read_by=(BEAM,),
   )
-  alpha: float = setting(
+  alpha: float = option(
     0.6,
     "Length penalty exponent: hypotheses are ranked by log_prob / ((5 + length) / 6)^alpha "
     "(the paper: 0.6), or with --length_penalty=power by log_prob / length^alpha.",
     minimum=0,
+    read_by=(BEAM,),
   )
-  length_penalty: str = setting(
+  length_penalty: str = option(
     "gnmt",
     "The length penalty's form: gnmt = ((5 + length) / 6)^alpha (Wu et al. 2016, the paper's); "
     "power = length^alpha (transformers' length_penalty, Marian's and OPUS-MT's, with alpha = "
     "their length_penalty); length counts the output's tokens, END included.",
     choices=LENGTH_PENALTIES,
     when_missing="gnmt",
+    read_by=(BEAM,),
   )
-  beam_stop: str = setting(
+  beam_stop: str = option(
     "bound",
     "When beam search stops: bound = when no live hypothesis can beat the worst finished one "
     "even at the length limit (exact); current = transformers' early_stopping=False: when the "
@@ -70,63 +84,75 @@ class DecodeOptions:
     "no more finished hypotheses (faster, what generate() answers).",
     choices=BEAM_STOPS,
     when_missing="bound",
+    read_by=(BEAM,),
   )
-  min_decode_length: int = setting(
+  min_decode_length: int = option(
     0,
     "Every search: an output has at least this many tokens before END (END is not counted; "
     "CTranslate2's min_decoding_length): END is never chosen earlier. The output's limit still "
     "applies. Reported log-probabilities stay the model's.",
     minimum=0,
     when_missing=0,
+    read_by=EVERY,
   )
-  never_generate: str = setting(
+  never_generate: str = option(
     "",
     "Token ids no search ever produces, comma-separated (e.g. Marian's pad id, transformers' "
     "bad_words_ids): they leave the model's distribution, whose softmax then runs over the "
     "other ids (log-probabilities reported accordingly, as transformers' renormalize_logits).",
     when_missing="",
+    read_by=EVERY,
   )
-  end_at_limit: bool = setting(
+  end_at_limit: bool = option(
     False,
     "An output that reaches its length limit ends with END: its last token is forced to END, "
     "which adds nothing to its log-probability (transformers' forced_eos_token_id).",
     when_missing=False,
+    read_by=EVERY,
   )
-  extra_decode_length: int = setting(
+  extra_decode_length: int = option(
     20,
     "Tokens an output may have beyond its own source's length (capped by the model's max_length).",
     minimum=0,
+    read_by=EVERY,
   )
-  max_decode_length: Optional[int] = setting(
+  max_decode_length: Optional[int] = option(
     None,
     "A fixed output length limit for every example instead of source length + "
     "--extra_decode_length.",
     minimum=1,
+    read_by=EVERY,
   )
-  temperature: float = setting(
+  temperature: float = option(
     1.0,
     "Sampling: logits are divided by this; below 1 sharpens the distribution, towards 0 "
     "it becomes greedy (below float32's smallest normal, 1.2e-38, it is greedy: the most "
     "likely token, or one of several tied for it).",
     above=0,
+    read_by=(SAMPLE,),
   )
-  no_repeat_ngram_size: int = setting(
+  no_repeat_ngram_size: int = option(
     0,
     "Every search: never produce an n-gram of this many tokens twice in one output (the start "
     "token counts, the prompt does not); 0 = off. Reported log-probabilities stay the model's.",
     minimum=0,
+    read_by=EVERY,
   )
-  top_k: int = setting(
-    0, "Sampling: draw only from the k most likely tokens (0 = no limit).", minimum=0
+  top_k: int = option(
+    0,
+    "Sampling: draw only from the k most likely tokens (0 = no limit).",
+    minimum=0,
+    read_by=(SAMPLE,),
   )
-  top_p: float = setting(
+  top_p: float = option(
     1.0,
     "Sampling: draw only from the smallest set of most likely tokens whose probability "
     "reaches p, the nucleus (1 = no limit).",
     above=0,
     maximum=1,
+    read_by=(SAMPLE,),
   )
-  seed: int = setting(
+  seed: int = option(
     0,
     "Sampling: an export's serving_default and the evaluation draw each source with this "
     "seed mixed with a fingerprint of the source's tokens (the same text gets the same answer, "
@@ -135,6 +161,7 @@ class DecodeOptions:
     minimum=0,
     maximum=2**63 - 1,
     flag="sample_seed",
+    read_by=(SAMPLE,),
   )
 
   def __post_init__(self):
@@ -153,6 +180,14 @@ class DecodeOptions:
         f"never_generate must be comma-separated token ids >= 0, got {self.never_generate!r}"
       )
     return ids
+
+  def read(self) -> dict:
+    """{option: value} of the options this strategy reads (a run's start shows only these)."""
+    return {
+      field.name: getattr(self, field.name)
+      for field, spec in settings.declared(self)
+      if self.strategy in spec.extra["read_by"]
+    }
 
   def replace(self, **changes) -> "DecodeOptions":
     return dataclasses.replace(self, **changes)

@@ -1,8 +1,9 @@
 """`python -m train`: train a tfattn model. With no flags it trains the built-in `numbers` task
 (digits -> English words) on this machine in a few minutes. `--help` lists every flag.
 
-Every flag is a `RunConfig` field (`train/run_config.py`) or a `DecodeOptions` field
-(`tfattn/decode_options.py`), declared there once with its default, help and allowed values.
+Every flag is a setting of one of `RunConfig`'s sections (`train/run_config.py`,
+`train/sections/`) or a `DecodeOptions` field (`tfattn/decode_options.py`), declared there once
+with its default, help and allowed values; a flag keeps the setting's flat name.
 """
 
 import cli
@@ -15,17 +16,22 @@ import sys
 from absl import flags, logging
 
 # These import no TensorFlow: the flags are defined, parsed and checked without it.
+import settings
 from tfattn.decode_options import DecodeOptions
 from train import data_files, resume
 from train.run_config import FLAGLESS, RunConfig
 
 FLAGS = flags.FLAGS
 UNSET = "the recipe's, then the task's value"
+OLD_FLAG_NAMES = {"eval_file": "validation_file"}  # before the three data roles
 
 
 def _define_flags():
   # The names these settings had before DecodeOptions and the three data roles still work.
-  cli.define_flags(RunConfig, unset=UNSET, skip=FLAGLESS, aliases={"eval_file": "validation_file"})
+  for section in settings.classes(RunConfig):  # each section's flags, by their flat names
+    names = {settings.flag_name(field) for field, _ in settings.declared(section)}
+    aliases = {old: new for old, new in OLD_FLAG_NAMES.items() if new in names}
+    cli.define_flags(section, unset=UNSET, skip=FLAGLESS, aliases=aliases)
   cli.define_flags(
     DecodeOptions,
     optional=True,
@@ -38,13 +44,22 @@ def config_from_flags() -> RunConfig:
   """The flags as a RunConfig; resuming a run directory, the flags not given on this command
   line take the saved run's values (train/resume.py)."""
   decode = cli.flag_values(DecodeOptions, only_present=True)
-  requested = RunConfig(**cli.flag_values(RunConfig, skip=FLAGLESS), decode=decode or None)
+  requested = RunConfig.of(**_flat_flags(), decode=decode or None)
   saved = resume.saved_config(requested.run_dir)
   if saved is None:
     return requested
-  explicit = list(cli.flag_values(RunConfig, only_present=True, skip=FLAGLESS))
+  explicit = list(_flat_flags(only_present=True))
   logging.info("resuming %s with its saved configuration", requested.run_dir)
   return resume.merge_for_resume(saved, requested, explicit)
+
+
+def _flat_flags(only_present: bool = False) -> dict:
+  """{flat name: value} of every section's flags (with `only_present`, those given)."""
+  return {
+    settings.flag_name(field): FLAGS[settings.flag_name(field)].value
+    for field, _ in settings.leaves(RunConfig)
+    if field.name not in FLAGLESS and (not only_present or FLAGS[settings.flag_name(field)].present)
+  }
 
 
 def _check_directory(flag, path):
@@ -76,9 +91,10 @@ def _export(config):
     "-m",
     "serving.export",
     f"--run_dir={config.run_dir}",
-    f"--base_path={config.export_base_path}",
-    f"--decode={config.export_decode}",
+    f"--base_path={config.export.export_base_path}",
   ]
+  if config.export.export_decode:  # a kind that decodes nothing has no decode mode
+    command.append(f"--decode={config.export.export_decode}")
   if subprocess.run(command).returncode:
     raise cli.RunError(
       f"the export failed (see above); the trained run in {config.run_dir} is "
@@ -112,10 +128,10 @@ def main(argv):
   try:
     config = config_from_flags()
     config.check()  # the values as given (the Trainer checks them again once resolved)
-    data_files.check_local_files(config)  # before TensorFlow: the task reads them after
+    data_files.check_local_files(config.data)  # before TensorFlow: the task reads them after
   except ValueError as error:
     raise cli.UsageError(str(error)) from None
-  _check_directory("export_base_path", config.export_base_path)
+  _check_directory("export_base_path", config.export.export_base_path)
   cli.start_tensorflow_quietly()  # the first import of TensorFlow, its start-up lines filtered
   trainer = _make_trainer(config)
   result = _train(trainer)
@@ -124,8 +140,8 @@ def main(argv):
   from train.trainer import final_metrics
 
   print("\n".join(final_metrics(result)))
-  if config.export_base_path and trainer.is_chief:
-    _export(config)
+  if config.export.export_base_path and trainer.is_chief:
+    _export(trainer.config)
 
 
 if __name__ == "__main__":

@@ -95,16 +95,19 @@ def seq2seq_dataset(
   pack=False,
   pack_row_length=None,
   start_id=START_ID,
-  **batching,
+  batch_tokens=None,
+  multiple_of=1,
+  pad_to_bucket=False,
 ):
   """(source, target) strings -> batches of {"source", "target_in", "target_out"}: int32
   `[batch, length]`; target_in = `start_id` (the model's decoder start, START unless its
   `decoder_start_id` says otherwise) + target, target_out = target + END.
 
-  Training drops pairs longer than max_length. `batching`: `batch_tokens`, `multiple_of` and
-  `pad_to_bucket` of `_bucket_and_batch`. With `keep_text` (evaluation) every pair is
-  kept, truncated to max_length, and the batch also carries the raw reference string
-  "target_text" `[batch]`, so metrics compare with the reference text itself.
+  Training drops pairs longer than max_length. `batch_tokens`, `multiple_of` and
+  `pad_to_bucket`: as `_bucket_and_batch` takes them (`train.batching.Batching`). With
+  `keep_text` (evaluation) every pair is kept, truncated to max_length, and the batch also
+  carries the raw reference string "target_text" `[batch]`, so metrics compare with the
+  reference text itself.
 
   With `pack` (training), several pairs share each row (`train.packing`), and the batches also
   carry "source_segments" and "target_segments". Rows are `pack_row_length` tokens a side, by
@@ -141,14 +144,18 @@ def seq2seq_dataset(
     )
   ds = ds.map(frame, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if pack:
-    return _packed_batches(ds, batch_size, max_length, pack_row_length, drop_remainder, **batching)
+    return _packed_batches(
+      ds, batch_size, max_length, pack_row_length, drop_remainder, batch_tokens, multiple_of
+    )
   ds = _bucket_and_batch(
     ds,
     lambda e: tf.maximum(tf.size(e["source"]), tf.size(e["target_in"])),
     batch_size,
     max_length,
     drop_remainder,
-    **batching,
+    batch_tokens,
+    multiple_of,
+    pad_to_bucket,
   )
   return ds.prefetch(tf.data.AUTOTUNE)
 
@@ -175,13 +182,11 @@ def _packed_batches(
   drop_remainder,
   batch_tokens=None,
   multiple_of=1,
-  pad_to_bucket=False,
 ):
   """Framed pairs -> batches of packed rows, `[rows, row_length]` or `[rows, max_length]` each
-  (every row of a batch is one of those lengths, both bucket lengths, so `pad_to_bucket`
+  (every row of a batch is one of those lengths, both bucket lengths, so padding to a bucket
   changes nothing): as many rows as hold `batch_tokens` tokens a side, by default `batch_size`
   rows of max_length."""
-  del pad_to_bucket
   rows = packing.pack_pairs(ds, max_length, row_length=row_length)
   batches = _bucket_and_batch(
     rows,
@@ -205,13 +210,15 @@ def classification_dataset(
   drop_remainder=False,
   truncate="right",
   label_dtype=tf.int64,
-  **batching,
+  batch_tokens=None,
+  multiple_of=1,
+  pad_to_bucket=False,
 ):
   """(text, label) -> batches of {"source": int32 `[batch, length]`, "label": `label_dtype`
   `[batch]`} (int64 class ids; a kind whose label is a number of another type names it).
 
   Long texts are truncated to max_length on the `truncate` side rather than dropped.
-  `batching`: as in `seq2seq_dataset`."""
+  `batch_tokens`, `multiple_of`, `pad_to_bucket`: as in `seq2seq_dataset`."""
   if shuffle_seed is not None:
     raw = shuffled(raw, shuffle_seed)
   if repeat:
@@ -227,6 +234,13 @@ def classification_dataset(
   )
   ds = ds.map(lambda s, y: {"source": s, "label": tf.cast(y, label_dtype)})
   ds = _bucket_and_batch(
-    ds, lambda e: tf.size(e["source"]), batch_size, max_length, drop_remainder, **batching
+    ds,
+    lambda e: tf.size(e["source"]),
+    batch_size,
+    max_length,
+    drop_remainder,
+    batch_tokens,
+    multiple_of,
+    pad_to_bucket,
   )
   return ds.prefetch(tf.data.AUTOTUNE)

@@ -35,7 +35,8 @@ def missing_file(what: str, path: str) -> ValueError:
 
 
 def check_local_files(config) -> None:
-  """Raises ValueError for the first missing file of a file task (`config`: a RunConfig)."""
+  """Raises ValueError for the first missing file of a file task (`config`: the run's data
+  section, `train.sections.data.Data`)."""
   what = FILE_TASKS.get(config.task)
   if what is None:
     return

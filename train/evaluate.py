@@ -99,13 +99,14 @@ def evaluate(layout: RunDir, saved: dict, checkpoint_dir: str, file, weights, ma
   from tfattn import text
   from tfattn.config import TransformerConfig
   from train import kinds
+  from train.batching import Batching
   from train.run_config import RunConfig
   from train.tasks import get_task
 
   config = RunConfig.from_saved(saved)
   if file is not None:  # the file in every role a task needs: only validation is read here
-    config = dataclasses.replace(config, train_file=file, validation_file=file, test_file=None)
-  task = get_task(config)
+    config = config.replace(train_file=file, validation_file=file, test_file=None)
+  task = get_task(config.data, config.seed)
   kind = kinds.of(task)
   tokenizers = {
     side: text.load_tokenizer(text.tokenizer_path(layout.vocab, side))
@@ -116,23 +117,21 @@ def evaluate(layout: RunDir, saved: dict, checkpoint_dir: str, file, weights, ma
   prefix = tf.train.latest_checkpoint(checkpoint_dir)
   tf.train.Checkpoint(model=model).read(prefix).expect_partial().assert_existing_objects_matched()
   # The batches of the run's own evaluation (Trainer._dataset with training=False).
-  dataset = kind.dataset(
-    task.validation(),
-    tokenizers,
-    training=False,
-    truncate=config.truncate,
-    batch_size=config.batch_size,
-    max_length=config.max_length,
-    shuffle_seed=None,
-    repeat=False,
-    drop_remainder=False,
+  batching = Batching(
+    batch_size=config.data.batch_size,
+    max_length=config.model.max_length,
     start_id=model.config.start_id,
-    **task.dataset_options,  # packing (`train.tasks.get_task`), as in training
+    truncate=config.data.truncate or "right",
   )
-  metrics = kind.evaluate(model, dataset, tokenizers, config, max_examples)
+  # The task's packing (`train.tasks.get_task`), as in training.
+  dataset = kind.dataset(task.validation(), tokenizers, batching, task.packing)
+  decoding = config.decode_options() if kind.decodes else None
+  metrics = kind.evaluate(model, dataset, tokenizers, decoding, max_examples)
   return {
     "run_dir": layout.path,
-    "data": os.path.abspath(file) if file else f"the run's validation data (task {config.task})",
+    "data": os.path.abspath(file)
+    if file
+    else f"the run's validation data (task {config.data.task})",
     "weights": weights,
     "checkpoint": os.path.relpath(prefix, layout.checkpoints),
     "step": int(prefix.rsplit("-", 1)[1]),

@@ -1,6 +1,6 @@
 """The values the choice flags of `python -m train` accept, declared without TensorFlow.
 
-`train/run_config.py` builds its flags from these, so `python -m train --help` and a mistyped
+`train/sections/` builds its flags from these, so `python -m train --help` and a mistyped
 flag answer before TensorFlow loads (its import is most of a program's ~3 s start). Each module
 that implements a name takes it from here, and tests/train/test_run_config.py checks that the
 registries (the built-in task makers, the TFDS table) hold exactly these names.

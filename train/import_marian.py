@@ -325,7 +325,7 @@ def import_checkpoint(marian_dir: str, run_dir: str) -> dict:
     write_text_atomically(layout.model_config, config.to_json())
     # What a run of --task=tsv records, the model's own settings included: train.evaluate
     # reads its batching and decoding; a fine-tuning run (--init_from) takes the model's.
-    RunConfig(
+    RunConfig.of(
       task="tsv",
       d_model=config.d_model,
       num_heads=config.num_heads,

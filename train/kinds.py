@@ -25,9 +25,11 @@ import tensorflow as tf
 from absl import logging
 
 from tfattn import flops, kinds, losses, scoring, text
+from tfattn.decode_options import DecodeOptions
 from tfattn.language_model import perplexity_sums_of_logits
 from tfattn.special_ids import END_ID, PAD_ID, START_ID
 from train import data, evaluation, language_model_data, packing
+from train.batching import NO_PACKING, Batching, Packing
 from train.flag_choices import TEXT_DOCUMENTS, TEXT_LINES
 from train.task import (
   CLASSIFICATION_DEFAULTS,
@@ -104,12 +106,11 @@ class TrainingKind(kinds.ModelKind, Protocol):
   tsv_columns: int
 
   def dataset(
-    self, raw: tf.data.Dataset, tokenizers: Dict, *, training: bool, truncate: str, **batching
+    self, raw: tf.data.Dataset, tokenizers: Dict, batching: Batching, packing: Packing
   ) -> tf.data.Dataset:
-    """Raw examples -> batches (dicts of `[batch, ...]` tensors); `batching`: batch_size,
-    max_length, shuffle_seed, repeat, drop_remainder, batch_tokens, multiple_of,
-    pad_to_bucket (see `train.data`), start_id (the model's decoder start: a kind without a
-    decoder input ignores it)."""
+    """Raw examples -> batches (dicts of `[batch, ...]` tensors), batched as `batching` says
+    (`batching.training`: shuffled, repeated, equal shards) and packed as `packing` says
+    (`train.batching`); a kind ignores what it does not read."""
 
   def loss_sums(self, model, batch: Dict, smoothing: float) -> LossSums:
     """The batch's loss sums (differentiable)."""
@@ -118,12 +119,18 @@ class TrainingKind(kinds.ModelKind, Protocol):
     """int32 `[3]`: rows, padded source length, padded target length (0 without a target)."""
 
   def evaluate(
-    self, model, dataset: tf.data.Dataset, tokenizers: Dict, config, max_examples: Optional[int]
+    self,
+    model,
+    dataset: tf.data.Dataset,
+    tokenizers: Dict,
+    decoding: Optional[DecodeOptions],
+    max_examples: Optional[int],
   ) -> Dict:
     """Metrics on up to `max_examples` examples (None: all), with "examples" judged and
-    "partial" (whether the data held more: `evaluation.FirstExamples`)."""
+    "partial" (whether the data held more: `evaluation.FirstExamples`); `decoding`: the run's
+    decoding options (None for a kind that decodes nothing)."""
 
-  def evaluation_note(self, config) -> str:
+  def evaluation_note(self, decoding: Optional[DecodeOptions]) -> str:
     """How evaluation judges, for the log (e.g. " (beam 4)")."""
 
   def parse_target(self, field: str):
@@ -180,27 +187,27 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
   tsv_defaults = MappingProxyType(TSV_SEQ2SEQ_DEFAULTS)
   tsv_columns = 2
 
-  def dataset(self, raw, tokenizers, *, training, truncate, pack=False, **batching):
+  def dataset(self, raw, tokenizers, batching, packing=NO_PACKING):
     """Batches of {"source", "target_in", "target_out"} `[batch, length]` int32 (plus
-    "target_text" for evaluation); with `pack` (training only), rows of several pairs with
-    their "source_segments" and "target_segments" (`train.packing`), and one log line: the
-    row length chosen and the share of real tokens in the first batches, unpacked and
-    packed."""
-    del truncate  # sources longer than max_length are cut on the right
-    pack = pack and training
+    "target_text" for evaluation); with `packing.pairs` (training only), rows of several pairs
+    with their "source_segments" and "target_segments" (`train.packing`), and one log line:
+    the row length chosen and the share of real tokens in the first batches, unpacked and
+    packed. Sources longer than max_length are cut on the right."""
+    pack = packing.pairs and batching.training
     source, target = tokenizers["source"], tokenizers["target"]
+    keywords = dict(batching.keywords(), start_id=batching.start_id)
     if pack:
-      batching["pack_row_length"] = data.packed_row_length(
-        raw, source, target, batching["max_length"]
-      )
-      self._log_real_token_share(raw, tokenizers, batching)
-    return data.seq2seq_dataset(raw, source, target, keep_text=not training, pack=pack, **batching)
+      keywords["pack_row_length"] = data.packed_row_length(raw, source, target, batching.max_length)
+      self._log_real_token_share(raw, tokenizers, keywords)
+    return data.seq2seq_dataset(
+      raw, source, target, keep_text=not batching.training, pack=pack, **keywords
+    )
 
   @staticmethod
   def _log_real_token_share(raw, tokenizers, batching, pairs=SHARE_SAMPLE_PAIRS):
     """Logs the packed row length and the share of real (non-padding) tokens in the batches of
     the first `pairs` training pairs (in file order), batched as training batches them,
-    without and with packing."""
+    without and with packing (`batching`: `seq2seq_dataset`'s keywords)."""
     sample = dict(batching, shuffle_seed=None, repeat=False, drop_remainder=False)
     shares = [
       packing.real_token_share(
@@ -239,13 +246,11 @@ class Seq2Seq(_TextTargets, kinds.Seq2SeqModel):
       [tf.shape(batch["source"])[0], tf.shape(batch["source"])[1], tf.shape(batch["target_in"])[1]]
     )
 
-  def evaluate(self, model, dataset, tokenizers, config, max_examples):
-    return evaluation.evaluate_seq2seq(
-      model, dataset, tokenizers["target"], max_examples, config.decode_options()
-    )
+  def evaluate(self, model, dataset, tokenizers, decoding, max_examples):
+    return evaluation.evaluate_seq2seq(model, dataset, tokenizers["target"], max_examples, decoding)
 
-  def evaluation_note(self, config) -> str:
-    options = config.decode_options()
+  def evaluation_note(self, decoding) -> str:
+    options = decoding
     return {"greedy": " (greedy)", "beam": f" (beam {options.beam_size})", "sample": " (sampling)"}[
       options.strategy
     ]
@@ -275,11 +280,12 @@ class Classification(kinds.ClassifierModel):
   tsv_defaults = MappingProxyType(CLASSIFICATION_DEFAULTS)
   tsv_columns = 2
 
-  def dataset(self, raw, tokenizers, *, training, truncate, **batching):
-    """Batches of {"source": `[batch, length]` int32, "label": `[batch]` int64}."""
-    del training  # the same batches train and evaluate
-    batching.pop("start_id", None)  # no decoder
-    return data.classification_dataset(raw, tokenizers["source"], truncate=truncate, **batching)
+  def dataset(self, raw, tokenizers, batching, packing=NO_PACKING):
+    """Batches of {"source": `[batch, length]` int32, "label": `[batch]` int64}; a long text
+    is cut at `batching.truncate`'s end. Not packed."""
+    return data.classification_dataset(
+      raw, tokenizers["source"], truncate=batching.truncate, **batching.keywords()
+    )
 
   def loss_sums(self, model, batch, smoothing) -> LossSums:
     """One counted position, the label, per example; the input tokens are what tokens/s
@@ -295,11 +301,11 @@ class Classification(kinds.ClassifierModel):
   def batch_shape(self, batch):
     return tf.concat([tf.shape(batch["source"]), [0]], 0)
 
-  def evaluate(self, model, dataset, tokenizers, config, max_examples):
-    del tokenizers, config  # labels are compared as ids
+  def evaluate(self, model, dataset, tokenizers, decoding, max_examples):
+    del tokenizers, decoding  # labels are compared as ids
     return evaluation.evaluate_classification(model, dataset, max_examples)
 
-  def evaluation_note(self, config) -> str:
+  def evaluation_note(self, decoding) -> str:
     return ""
 
   def parse_target(self, field: str) -> int:
@@ -353,26 +359,26 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
   tsv_defaults = MappingProxyType(LANGUAGE_MODEL_DEFAULTS)
   tsv_columns = 1  # a line is a text (a TFRecord's "text" feature)
 
-  def dataset(self, raw, tokenizers, *, training, truncate, packing=TEXT_LINES, **batching):
-    """Lines: batches of {"source": int32 `[batch, length]`, the text's tokens}. Packed:
-    {"inputs", "targets"} int32 `[batch, max_length]` (+ "segment_ids" for "documents")."""
-    batching.pop("start_id", None)  # a language model starts from its own BOS
-    del truncate  # a text keeps its beginning
-    tokenizer = tokenizers["source"]
-    if packing != TEXT_LINES:
+  def dataset(self, raw, tokenizers, batching, packing=NO_PACKING):
+    """Lines: batches of {"source": int32 `[batch, length]`, the text's tokens}. Packed
+    (`packing.text`): {"inputs", "targets"} int32 `[batch, max_length]` (+ "segment_ids" for
+    "documents"). A language model starts from its own BOS; a text keeps its beginning."""
+    tokenizer, keywords = tokenizers["source"], batching.keywords()
+    if packing.text != TEXT_LINES:
+      if packing.shuffle_tokens:
+        keywords["shuffle_tokens"] = packing.shuffle_tokens
       return language_model_data.packed_dataset(
-        raw, tokenizer, segments=packing == TEXT_DOCUMENTS, **batching
+        raw, tokenizer, segments=packing.text == TEXT_DOCUMENTS, **keywords
       )
-    batching.pop("shuffle_tokens", None)  # packing's
-    batching["max_length"] -= 1  # room for BOS (input) and EOS (target)
+    keywords["max_length"] -= 1  # room for BOS (input) and EOS (target)
     language_model_data.report_cut_texts(
       raw.map(lambda text, _: text),
       tokenizer,
-      batching["max_length"],
-      "training" if training else "evaluation",
+      keywords["max_length"],
+      "training" if batching.training else "evaluation",
     )
     return data.classification_dataset(
-      raw.map(lambda text, _: (text, 0)), tokenizer, truncate="right", **batching
+      raw.map(lambda text, _: (text, 0)), tokenizer, truncate="right", **keywords
     )
 
   @staticmethod
@@ -403,13 +409,13 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
     shape = tf.shape(self.inputs_and_targets(batch)[0])
     return tf.stack([shape[0], 0, shape[1]])  # no source; what the model reads
 
-  def evaluate(self, model, dataset, tokenizers, config, max_examples):
+  def evaluate(self, model, dataset, tokenizers, decoding, max_examples):
     """{"perplexity": exp(mean negative log-likelihood per token, EOS included),
     "nats_per_char" and "bits_per_byte" (the same likelihood over the text the targets stand
     for: `evaluation.target_characters`, so tokenizers compare), "token_accuracy", "tokens",
     "characters", "bytes", "examples" (rows: texts, or packed blocks), "partial",
     "real_token_share" (real targets / target slots, padding included)}."""
-    del config  # judged on token ids
+    del decoding  # judged on token ids
     tokenizer = tokenizers["source"]
 
     def build(model):
@@ -441,7 +447,7 @@ class LanguageModeling(_TextTargets, kinds.LanguageModelKind):
       **judged.coverage(),
     }
 
-  def evaluation_note(self, config) -> str:
+  def evaluation_note(self, decoding) -> str:
     return " (perplexity, nats per character, bits per byte, token accuracy)"
 
   def attention_maps(self, model, batch, tokenizers) -> List[AttentionMap]:

@@ -10,20 +10,20 @@ import keras
 import tensorflow as tf
 
 from tfattn.schedules import NoamSchedule, WarmupSchedule
-from train.run_config import RunConfig
+from train.sections.optimizer import Optimizer
 
 
 def make_schedule(
-  config: RunConfig, d_model: int
+  config: Optimizer, d_model: int, train_steps: int
 ) -> keras.optimizers.schedules.LearningRateSchedule:
   """The paper's schedule (peak tied to d_model) or a warm-up to --learning_rate, then the
-  chosen decay (a cosine ends at --min_learning_rate)."""
+  chosen decay to the last of `train_steps` (a cosine ends at --min_learning_rate)."""
   if config.schedule == "noam":
     return NoamSchedule(d_model, config.warmup_steps, config.learning_rate)
   return WarmupSchedule(
     config.learning_rate,
     config.warmup_steps,
-    config.train_steps,
+    train_steps,
     config.schedule,
     floor=config.min_learning_rate or 0.0,
   )
@@ -35,17 +35,20 @@ def decays(variable: tf.Variable) -> bool:
   return variable.shape.rank >= 2
 
 
-def make_optimizer(config: RunConfig, d_model: int, variables) -> keras.optimizers.Optimizer:
+def make_optimizer(
+  config: Optimizer, d_model: int, variables, *, train_steps: int, loss_scaled: bool = False
+) -> keras.optimizers.Optimizer:
   """The run's optimizer over `variables` (built, so its slots exist before `strategy.run`);
-  under mixed_float16 wrapped in a `LossScaleOptimizer`. Call inside the strategy's scope."""
-  schedule = make_schedule(config, d_model)
+  with `loss_scaled` (mixed_float16) wrapped in a `LossScaleOptimizer`. Call inside the
+  strategy's scope."""
+  schedule = make_schedule(config, d_model, train_steps)
   common = dict(beta_1=0.9, beta_2=config.adam_beta2, epsilon=1e-9)
-  if config.optimizer == "adamw":
+  if config.name == "adamw":
     optimizer = keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay, **common)
     optimizer.exclude_from_weight_decay(var_list=[v for v in variables if not decays(v)])
   else:
     optimizer = keras.optimizers.Adam(schedule, **common)
-  if config.mixed_precision == "mixed_float16":
+  if loss_scaled:
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   # Slots are created up front: lazily creating them inside strategy.run fails.
   optimizer.build(variables)

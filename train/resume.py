@@ -1,21 +1,26 @@
 """Resuming a run directory safely: a run resumes with the configuration it was started with.
 
-Every RunConfig field declares its resume policy (`train/run_config.py`): fields that decide
+Every RunConfig setting declares its resume policy (`train/sections/`): settings that decide
 what is learned must match the saved `run_config.json`; fields about how long, how often and how
 it is judged may change; devices and precision follow the machine the run resumes on. Everything
 here runs before a file is written.
 """
 
-import dataclasses
 import os
 from typing import Iterable, Optional
 
+import settings
 from tfattn.support.run_dir import RunDir
-from train.run_config import FOLLOWS_MACHINE, MUST_MATCH, RunConfig, resume_policy
+from train.run_config import FOLLOWS_MACHINE, MUST_MATCH, UNSET_DEFAULTS, RunConfig
 
 
 def fields_with(policy: str) -> frozenset:
-  return frozenset(f.name for f in dataclasses.fields(RunConfig) if resume_policy(f) == policy)
+  """The flat names of the settings (every section's) with resume policy `policy`."""
+  return frozenset(
+    settings.flag_name(f)
+    for f, spec in settings.leaves(RunConfig)
+    if spec.extra["resume"] == policy
+  )
 
 
 def saved_config(run_dir: str) -> Optional[RunConfig]:
@@ -43,31 +48,37 @@ def saved_config(run_dir: str) -> Optional[RunConfig]:
 
 def merge_for_resume(saved: RunConfig, requested: RunConfig, explicit: Iterable[str]) -> RunConfig:
   """The configuration of a resumed run: the saved values, except the flags given on this
-  command line (`explicit` field names) and the fields that follow the machine. Decoding
+  command line (`explicit` flat names) and the settings that follow the machine. Decoding
   options given on the command line replace the saved ones one by one."""
   explicit = set(explicit) | fields_with(FOLLOWS_MACHINE)
-  merged = {
-    f.name: getattr(requested if f.name in explicit else saved, f.name)
-    for f in dataclasses.fields(RunConfig)
-  }
+  saved_values, requested_values = saved.flat(), requested.flat()
+  merged = {**saved_values, **{k: v for k, v in requested_values.items() if k in explicit}}
   merged["decode"] = {**(saved.decode or {}), **(requested.decode or {})}
-  return RunConfig(**merged)
+  return RunConfig.of(**merged)
 
 
-def differences(saved: RunConfig, resolved: RunConfig) -> list:
-  """`--name: saved -> now` for every field that decides what is learned and differs."""
-  return [
-    f"--{f.name}: {getattr(saved, f.name)!r} -> {getattr(resolved, f.name)!r}"
-    for f in dataclasses.fields(RunConfig)
-    if resume_policy(f) == MUST_MATCH and getattr(saved, f.name) != getattr(resolved, f.name)
-  ]
+def differences(saved: RunConfig, resolved: RunConfig, kind: Optional[str] = None) -> list:
+  """`--name: saved -> now` for every setting that decides what is learned and differs. With
+  the run's `kind`, the saved run is read as this version reads it (`RunConfig.for_kind`);
+  unset is the declared `when_unset` on either side."""
+  if kind is not None:
+    saved = saved.for_kind(kind)
+  before, now = saved.flat(), resolved.flat()
+  changed = []
+  for name in sorted(fields_with(MUST_MATCH)):
+    old, new = (
+      UNSET_DEFAULTS.get(name) if v is None else v for v in (before.get(name), now.get(name))
+    )
+    if old != new:
+      changed.append(f"--{name}: {before.get(name)!r} -> {now.get(name)!r}")
+  return changed
 
 
-def check_resumable(run_dir: str, resolved: RunConfig) -> None:
-  """Raises ValueError naming every differing field when `run_dir` holds a run started with
-  another configuration."""
+def check_resumable(run_dir: str, resolved: RunConfig, kind: Optional[str] = None) -> None:
+  """Raises ValueError naming every differing setting when `run_dir` holds a run started with
+  another configuration (of a task of `kind`)."""
   saved = saved_config(run_dir)
-  changed = differences(saved, resolved) if saved is not None else []
+  changed = differences(saved, resolved, kind) if saved is not None else []
   if changed:
     raise ValueError(
       f"{run_dir} holds a run started with other settings ({'; '.join(changed)})"

@@ -19,7 +19,7 @@ def write_start(layout: RunDir, config, model_config, task) -> None:
       "name": task.name,
       "kind": task.kind,
       "num_classes": task.num_classes,
-      "truncate": config.truncate,
+      "truncate": config.data.truncate or "right",
     },
   )
 

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional
 import tensorflow as tf
 
 from tfattn.kinds import CLASSIFICATION, LANGUAGE_MODEL, SEQ2SEQ  # noqa: F401 (kind names, one owner)
+from train.batching import NO_PACKING, Packing
 
 Examples = Callable[[], tf.data.Dataset]  # (source, target) strings | (text, int label)
 
@@ -35,10 +36,9 @@ class Task:
     vocabulary_sample: how the vocabularies sample the training examples: "first" (the first
       `vocab_examples`) or "reservoir" (a seeded uniform sample of one pass over all of them,
       for streamed files and large sorted corpora).
-    dataset_options: keyword arguments of the kind's `dataset` that the run chooses, the one
-      path by which they reach it (`train.tasks.get_task`): the language model's packing of
-      `--task=text` (`packing`, `shuffle_tokens`), seq2seq's `--pack_examples` (`pack`);
-      empty for most runs.
+    packing: how the kind's `dataset` packs examples into rows (`train.batching.Packing`), the
+      one path by which the run's choice reaches it (`train.tasks.get_task`): the language
+      model's `--task=text` packing, seq2seq's `--pack_examples`; none for most runs.
   """
 
   name: str
@@ -51,7 +51,7 @@ class Task:
   validation_note: str = ""
   train_shard: Optional[Callable[[int, int], tf.data.Dataset]] = None
   vocabulary_sample: str = "first"
-  dataset_options: Dict = dataclasses.field(default_factory=dict)
+  packing: Packing = NO_PACKING
 
   def train_for_worker(self, num_workers: int, index: int) -> tf.data.Dataset:
     """The training examples worker `index` of `num_workers` reads."""

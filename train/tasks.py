@@ -17,44 +17,46 @@ from train.tfds_tasks import tfds_task
 from train.tsv_tasks import tsv_task
 
 
-def get_task(config) -> Task:
-  """The task a run configuration names (its `task`, `seed`, data files, TFDS `data_dir` and
-  split slices); a ValueError naming the problem for an unknown task or bad data.
+def get_task(data, seed: int = 0) -> Task:
+  """The task a run's data section names (`train.sections.data.Data`: its `task`, data files,
+  TFDS `data_dir` and split slices, TSV or text part); `seed` draws the built-in tasks and
+  shuffles the files. A ValueError names the problem for an unknown task or bad data.
 
-  Its `dataset_options` are the one path by which a run's choices of how examples become
-  batches reach the kind's `dataset`, in training and evaluate-only runs alike: the language
-  model's `--text_packing` (set by `text_task`) and seq2seq's `--pack_examples` (`pack`;
+  Its `packing` (`train.batching.Packing`) is the one path by which a run's choice of packing
+  reaches the kind's `dataset`, in training and evaluate-only runs alike: the language model's
+  `--text_packing` (set by `text_task`) and seq2seq's `--pack_examples` (`pairs`;
   `train.kinds.Seq2Seq` packs training batches only)."""
-  task = _named_task(config)
-  if config.pack_examples:  # seq2seq tasks only (RunConfig.check)
-    task = dataclasses.replace(task, dataset_options={**task.dataset_options, "pack": True})
+  task = _named_task(data, seed)
+  if data.pack_examples:  # seq2seq tasks only (Data.check)
+    task = dataclasses.replace(task, packing=dataclasses.replace(task.packing, pairs=True))
   return task
 
 
-def _named_task(config) -> Task:
-  name = config.task
+def _named_task(data, seed) -> Task:
+  name = data.task
   if name in BUILTIN_TASKS:
-    return builtin_task(name, config.seed, num_train=config.builtin_train_examples)
+    return builtin_task(name, seed, num_train=data.builtin_train_examples)
   if name in TFDS_TASKS:
+    splits = data.tfds
     return tfds_task(
-      name, config.data_dir, config.train_split, config.validation_split, config.test_split
+      name, data.data_dir, splits.train_split, splits.validation_split, splits.test_split
     )
   if name == TSV:
     return tsv_task(
-      config.train_file,
-      config.validation_file,
-      config.test_file,
-      config.tsv_kind,
-      seed=config.seed,
-      bad_lines=config.bad_lines,
+      data.train_file,
+      data.validation_file,
+      data.test_file,
+      data.tsv.tsv_kind,
+      seed=seed,
+      bad_lines=data.tsv.bad_lines,
     )
   if name == TEXT:
     return text_task(
-      config.train_file,
-      config.validation_file,
-      config.test_file,
-      config.text_packing,
-      config.text_documents,
-      seed=config.seed,
+      data.train_file,
+      data.validation_file,
+      data.test_file,
+      data.text.text_packing,
+      data.text.text_documents,
+      seed=seed,
     )
   raise ValueError(f"unknown task {name!r}; choose one of {list(TASK_NAMES)}")

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tfattn import kinds
 from train import data_files, streams
+from train.batching import Packing
 from train.flag_choices import TEXT_BLOCKS, TEXT_LINES, TEXT_PACKINGS
 from train.task import LANGUAGE_MODEL_DEFAULTS, Task
 from train.tsv_tasks import HEAD_LINES, UNHELD_VALIDATION_LINES, workers_in_tf_config
@@ -87,11 +88,10 @@ def text_task(
     mine = streams.worker_files(train_files, num_workers, index, "train_file")
     return streams.text_pieces(mine, per_line, seed)
 
-  options = {"packing": packing}
+  shuffle_tokens = None
   if packing != TEXT_LINES:
     # A shuffle buffer larger than the corpus only takes longer to fill: tokens <= bytes.
-    corpus_bytes = sum(tf.io.gfile.stat(path).length for path in train_files)
-    options["shuffle_tokens"] = max(corpus_bytes, 1)
+    shuffle_tokens = max(sum(tf.io.gfile.stat(path).length for path in train_files), 1)
   return Task(
     "text",
     kinds.LANGUAGE_MODEL,
@@ -102,7 +102,7 @@ def text_task(
     validation_note=note,
     train_shard=train_shard,
     vocabulary_sample="reservoir",
-    dataset_options=options,
+    packing=Packing(text=packing, shuffle_tokens=shuffle_tokens),
   )
 
 

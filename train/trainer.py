@@ -31,10 +31,12 @@ from train import (
   run_files,
   vocabularies,
 )
+from train.batching import Batching
 from train.best_checkpoint import BestCheckpoint
 from train.early_stopping import EarlyStopping
 from train.optimizer import make_optimizer
-from train.run_config import COMPUTE_DTYPES, RunConfig
+from train.run_config import RunConfig
+from train.sections.loop import Loop
 from train.task import Task
 from train.tasks import get_task
 
@@ -61,7 +63,7 @@ class _Interval:
     return (step - self.start_step) / max(time.time() - self.start_time, 1e-9)
 
 
-def loop_end(step: int, config: RunConfig) -> int:
+def loop_end(step: int, config: Loop) -> int:
   """Where the loop that starts after `step` ends: `steps_per_loop` steps on, or earlier at the
   next log, checkpoint or evaluation step or the last step, so that each of those sees the
   weights of its own step."""
@@ -109,30 +111,33 @@ def prepare(config: RunConfig) -> Tuple[RunConfig, Task, tf.distribute.Strategy]
 
   Returns (resolved config, task, strategy), the arguments of `Trainer`."""
   config.check()
-  distribute.check_gpu_replicas(config.gpu_replicas)
-  task = get_task(config)
+  distribute.check_gpu_replicas(config.device.gpu_replicas)
+  task = get_task(config.data, config.seed)
   config = config.resolved_for(task)
+  device = config.device
   jit_compile, precision = distribute.resolve_device_defaults(
-    config.jit_compile, config.mixed_precision
+    device.jit_compile, device.mixed_precision
   )
   config = dataclasses.replace(
     config,
-    jit_compile=jit_compile,
-    mixed_precision=precision,
-    steps_per_loop=distribute.default_steps_per_loop(config.steps_per_loop),
+    device=dataclasses.replace(device, jit_compile=jit_compile, mixed_precision=precision),
+    loop=dataclasses.replace(
+      config.loop, steps_per_loop=distribute.default_steps_per_loop(config.loop.steps_per_loop)
+    ),
   )
-  logging.info("effective configuration:\n%s", config.describe(kind=task.kind))
+  logging.info("effective configuration:\n%s", config.describe())
   if task.validation_note:
     logging.warning("%s", task.validation_note)
   if task.test is None:
     logging.info("this task has no test data: the run reports validation numbers only")
-  if config.deterministic:
+  device = config.device
+  if device.deterministic:
     tf.config.experimental.enable_op_determinism()
   keras.utils.set_random_seed(config.seed)
   return (
     config,
     task,
-    distribute.make_strategy(config.strategy, config.cpu_replicas, config.gpu_replicas),
+    distribute.make_strategy(device.strategy, device.cpu_replicas, device.gpu_replicas),
   )
 
 
@@ -259,6 +264,10 @@ def make_train_loop(
 class Trainer:
   """One training run; `run()` trains to `train_steps`, resuming from the latest checkpoint.
 
+  The run reads its own sections (`self.loop`, `self.device`) and hands every other consumer
+  its own: the optimizer section to `make_optimizer`, the vocabulary section to
+  `vocabularies`, the decoding options to the kind's evaluation.
+
   Args:
     config: the resolved RunConfig (see `prepare`).
     task: where the examples come from; its kind (`train/kinds.py`) supplies the model,
@@ -268,23 +277,24 @@ class Trainer:
 
   def __init__(self, config: RunConfig, task: Task, strategy: tf.distribute.Strategy):
     self.config, self.task, self.strategy = config, task, strategy
+    self.loop, self.device = config.loop, config.device
+    self.decoding = config.decode_options() if config.decode is not None else None
     self.kind = kinds.of(task)
     self.is_chief = distribute.is_chief(strategy)
     self.local_replicas = len(strategy.extended.worker_devices)
     self.run_dir = RunDir(config.run_dir)
     self._check_before_writing()
     os.makedirs(self.run_dir.path, exist_ok=True)
-    self.init_source = (
-      init_from.check_source(config.init_from, task.kind) if config.init_from else None
-    )
+    init = config.model.init_from
+    self.init_source = init_from.check_source(init, task.kind) if init else None
     if self.init_source is not None:  # its tokenizers, before anything learns new ones
       init_from.copy_vocabularies(self.init_source, self.run_dir)
     self.tokenizers = vocabularies.learn_or_load(
-      task, self.kind.vocabulary_sides, config, self.run_dir
+      task, self.kind.vocabulary_sides, config.vocabulary, config.seed, self.run_dir
     )
     if self.init_source is not None:
       self.model_config = init_from.model_config(
-        self.init_source, config.dropout, COMPUTE_DTYPES.get(config.mixed_precision, "float32")
+        self.init_source, config.model.dropout, config.device.compute_dtype
       )
     else:
       self.model_config = config.model_config(
@@ -310,43 +320,55 @@ class Trainer:
     """What can be checked is checked before the first file is written: the replica split, the
     model settings (with the requested vocabulary size) and the saved run's configuration."""
     c = self.config
-    if c.batch_size % self.strategy.num_replicas_in_sync:
+    if c.data.batch_size % self.strategy.num_replicas_in_sync:
       raise ValueError(
-        f"--batch_size ({c.batch_size}) must be divisible by the number of "
+        f"--batch_size ({c.data.batch_size}) must be divisible by the number of "
         f"replicas ({self.strategy.num_replicas_in_sync})"
       )
-    c.model_config(
-      num_classes=self.task.num_classes,
-      **self.kind.vocab_sizes(dict.fromkeys(self.kind.vocabulary_sides, c.vocab_size)),
-    )
-    resume.check_resumable(c.run_dir, c)
+    sides = dict.fromkeys(self.kind.vocabulary_sides, c.vocabulary.vocab_size)
+    c.model_config(num_classes=self.task.num_classes, **self.kind.vocab_sizes(sides))
+    resume.check_resumable(c.run_dir, c, self.task.kind)
 
   def _build_model_and_optimizer(self):
     with self.strategy.scope():
       self.model = self.kind.build_model(self.model_config)
-      self.trained_variables = init_from.trained_variables(self.model, self.config.freeze)
+      self.trained_variables = init_from.trained_variables(self.model, self.config.optimizer.freeze)
       self.optimizer = make_optimizer(
-        self.config, self.model_config.d_model, self.trained_variables
+        self.config.optimizer,
+        self.model_config.d_model,
+        self.trained_variables,
+        train_steps=self.loop.train_steps,
+        loss_scaled=self.device.loss_scaled,
       )
 
   def _build_datasets(self):
     """Each worker reads its own shard of the training examples in batches of batch_size /
     num_workers, and each local replica slices its rows out of that batch inside the step. A
     plain tf.data iterator (unlike tf.distribute's) is checkpointable: exact resume."""
-    c = self.config
+    data = self.config.data
     num_workers = self.strategy.num_replicas_in_sync // self.local_replicas
     worker = self.strategy.cluster_resolver.task_id if num_workers > 1 else 0
     train_raw = self.task.train_for_worker(num_workers, worker)  # streamed files: by file
-    self.train_dataset = self._dataset(
-      train_raw,
-      training=True,
-      batch_size=c.batch_size // num_workers,
-      batch_tokens=(c.batch_tokens // num_workers if c.batch_tokens else None),
+    evaluation = Batching(
+      batch_size=data.batch_size,
+      max_length=self.config.model.max_length,
+      start_id=self.model_config.start_id,
+      truncate=data.truncate or "right",
     )
+    # Equal per-replica shards; bucket-length padding under XLA: a handful of batch shapes.
+    training = evaluation.replace(
+      batch_size=data.batch_size // num_workers,
+      batch_tokens=(data.batch_tokens // num_workers if data.batch_tokens else None),
+      shuffle_seed=self.config.seed,
+      training=True,
+      multiple_of=self.local_replicas,
+      pad_to_bucket=self.device.jit_compile,
+    )
+    self.train_dataset = self._dataset(train_raw, training)
     self.iterator = iter(self.train_dataset)
-    self.validation_dataset = self._dataset(self.task.validation(), training=False)
+    self.validation_dataset = self._dataset(self.task.validation(), evaluation)
     self.test_dataset = (
-      self._dataset(self.task.test(), training=False) if self.task.test is not None else None
+      self._dataset(self.task.test(), evaluation) if self.task.test is not None else None
     )
 
   def _build_checkpoints(self):
@@ -360,16 +382,12 @@ class Trainer:
     if not self.is_chief:  # other workers must write too (collectives), but somewhere private
       directory = self.run_dir.worker_checkpoints(self.strategy.cluster_resolver.task_id)
     self.manager = tf.train.CheckpointManager(
-      self.checkpoint, directory, max_to_keep=self.config.keep_checkpoints
+      self.checkpoint, directory, max_to_keep=self.loop.keep_checkpoints
     )
+    best_by = self.loop.keep_best_by
     self.best = (
-      BestCheckpoint(
-        self.model,
-        self.run_dir.best_checkpoints,
-        self.config.keep_best_by,
-        self.kind.best_by[self.config.keep_best_by],
-      )
-      if self.config.keep_best_by and self.is_chief
+      BestCheckpoint(self.model, self.run_dir.best_checkpoints, best_by, self.kind.best_by[best_by])
+      if best_by and self.is_chief
       else None
     )
 
@@ -381,35 +399,21 @@ class Trainer:
   def step(self):
     return int(self.optimizer.iterations.numpy())
 
-  def _dataset(self, raw, training, batch_size=None, batch_tokens=None):
-    c = self.config
-    kwargs = dict(
-      batch_size=batch_size or c.batch_size,
-      max_length=c.max_length,
-      shuffle_seed=c.seed if training else None,
-      repeat=training,
-      drop_remainder=training,
-      start_id=self.model_config.start_id,
-    )  # equal per-replica shards
-    if training:
-      # Bucket-length padding under XLA: a handful of batch shapes, one program each.
-      kwargs.update(
-        batch_tokens=batch_tokens, multiple_of=self.local_replicas, pad_to_bucket=c.jit_compile
-      )
-    kwargs.update(self.task.dataset_options)  # packing (`train.tasks.get_task`)
-    return self.kind.dataset(raw, self.tokenizers, training=training, truncate=c.truncate, **kwargs)
+  def _dataset(self, raw, batching: Batching):
+    # The task's packing (`train.tasks.get_task`), in training and evaluation alike.
+    return self.kind.dataset(raw, self.tokenizers, batching, self.task.packing)
 
   def _make_train_loop(self):
-    c = self.config
+    optimizer = self.config.optimizer
     return make_train_loop(
       self.model,
       self.kind,
       self.optimizer,
       self.strategy,
-      jit_compile=c.jit_compile,
-      grad_accum_steps=c.grad_accum_steps,
-      label_smoothing=c.label_smoothing,
-      clip_norm=c.clip_norm,
+      jit_compile=self.device.jit_compile,
+      grad_accum_steps=self.loop.grad_accum_steps,
+      label_smoothing=optimizer.label_smoothing,
+      clip_norm=optimizer.clip_norm,
       local_replicas=self.local_replicas,
       variables=self.trained_variables,
     )
@@ -420,8 +424,8 @@ class Trainer:
     if dataset is None:
       dataset = self.validation_dataset
     if max_examples == -1:
-      max_examples = self.config.eval_examples
-    return self.kind.evaluate(self.model, dataset, self.tokenizers, self.config, max_examples)
+      max_examples = self.loop.eval_examples
+    return self.kind.evaluate(self.model, dataset, self.tokenizers, self.decoding, max_examples)
 
   def _save(self):
     path = self.manager.save(checkpoint_number=self.step)
@@ -433,7 +437,7 @@ class Trainer:
     """Trains to `train_steps` (resuming), then judges the final weights: the last ones, the
     mean of the last `average_checkpoints`, or the best on validation (`keep_best_by`), on
     validation and (once) on test. Returns eval.json's contents; None when stopped early."""
-    c = self.config
+    c = self.loop
     restored = resume.restore_latest(
       self.manager,
       self._restart_data,
@@ -507,7 +511,7 @@ class Trainer:
       writer.flush()
 
   def _early_stopping(self) -> Optional[EarlyStopping]:
-    c = self.config
+    c = self.loop
     if not c.early_stopping_patience:
       return None
     return EarlyStopping(
@@ -522,7 +526,7 @@ class Trainer:
   def _log_progress(self, writer, step, interval: "_Interval"):
     """One progress line (and train_log.jsonl record) for the steps since the last one: their
     token-weighted mean loss and accuracy, speed and MFU."""
-    c = self.config
+    c = self.loop
     steps_per_second = interval.steps_per_second(step)
     tokens_per_second, mfu = self.meter.read()
     eta = (c.train_steps - step) / max(steps_per_second, 1e-9)
@@ -562,7 +566,7 @@ class Trainer:
     """Under XLA each new padded batch shape compiles one more program: say so."""
     new = sorted(set(shapes) - self._batch_shapes)
     self._batch_shapes.update(new)
-    if self.config.jit_compile and new:
+    if self.device.jit_compile and new:
       logging.info(
         "XLA: compiled the train step for %s (%d program%s so far)",
         ", ".join(
@@ -577,8 +581,8 @@ class Trainer:
     """An in-run evaluation on validation: logged, written, and offered to --keep_best_by."""
     logging.info(
       "evaluating on up to %d validation examples%s",
-      self.config.eval_examples,
-      self.kind.evaluation_note(self.config),
+      self.loop.eval_examples,
+      self.kind.evaluation_note(self.decoding),
     )
     metrics = self.evaluate()
     self._report(writer, "validation", metrics)
@@ -606,7 +610,7 @@ class Trainer:
         "checkpoints": [os.path.relpath(prefix, self.run_dir.checkpoints)],
         "chosen_by": f"best {self.best.metric} on validation",
       }
-    wanted = self.config.average_checkpoints
+    wanted = self.loop.average_checkpoints
     if wanted <= 1 or not self.is_chief:
       return {"checkpoints": [last], "chosen_by": "last"}
     kept = len(self.manager.checkpoints)
@@ -631,16 +635,16 @@ class Trainer:
   def _final_evaluation(self, writer) -> Dict:
     """Validation, then test (judged once, whole) on the final weights; eval.json."""
     weights = self._choose_final_weights(writer)
-    note = self.kind.evaluation_note(self.config)
+    note = self.kind.evaluation_note(self.decoding)
     logging.info(
-      "final evaluation on up to %d validation examples%s", self.config.eval_examples, note
+      "final evaluation on up to %d validation examples%s", self.loop.eval_examples, note
     )
     result = {"step": self.step, "weights": weights, "validation": self.evaluate()}
     self._report(writer, "validation", result["validation"], label="final validation")
     self._attention_images(writer)
     if self.test_dataset is not None:
       logging.info("judging the test set, once%s", note)
-      result["test"] = self.evaluate(self.test_dataset, max_examples=self.config.test_examples)
+      result["test"] = self.evaluate(self.test_dataset, max_examples=self.loop.test_examples)
       self._report(writer, "test", result["test"])
     if self.is_chief:
       run_files.write_evaluation(self.run_dir, result)
@@ -649,7 +653,7 @@ class Trainer:
   def _attention_images(self, writer):
     """The attention of the first `attention_images` validation examples, drawn as TensorBoard
     images (the same examples every time), so alignment can be watched as it forms."""
-    count = self.config.attention_images
+    count = self.loop.attention_images
     if not count or not self.is_chief:
       return
     batch = {name: value[:count] for name, value in next(iter(self.validation_dataset)).items()}

@@ -71,13 +71,11 @@ def reservoir_sample(examples: tf.data.Dataset, size: int, seed: int) -> List[np
   return [column[: min(seen, size)] for column in columns]
 
 
-def _texts(task, sides: Sequence[str], config) -> Dict:
+def _texts(task, sides: Sequence[str], config, seed: int) -> Dict:
   """{side: the strings its vocabulary is learned from (a dataset, or an array of bytes)},
   bounded by vocab_examples."""
   if task.vocabulary_sample == RESERVOIR:
-    sample = streams.run_stream(
-      lambda: reservoir_sample(task.train(), config.vocab_examples, config.seed)
-    )
+    sample = streams.run_stream(lambda: reservoir_sample(task.train(), config.vocab_examples, seed))
     # The arrays themselves: a tensor copy of the sample would add to the peak memory.
     return {side: sample[i] for i, side in enumerate(sides)}
   return {
@@ -86,16 +84,17 @@ def _texts(task, sides: Sequence[str], config) -> Dict:
   }
 
 
-def learn_or_load(task, sides: Sequence[str], config, layout: RunDir) -> Dict:
+def learn_or_load(task, sides: Sequence[str], config, seed: int, layout: RunDir) -> Dict:
   """{side: in-graph tokenizer}; the vocabulary of side i is learned from the i-th element of
-  the task's training examples (both, with `shared_vocabulary`), with the run's tokenizer
-  settings."""
+  the task's training examples (both, with `shared_vocabulary`), with the run's vocabulary
+  section `config` (`train.sections.vocabulary.Vocabulary`); `seed` draws a reservoir
+  sample."""
   paths = {}
   for side in sides:
     with contextlib.suppress(ValueError):  # not learned yet
       paths[side] = text.tokenizer_path(layout.vocab, side)
   if len(paths) < len(sides):
-    texts = _texts(task, sides, config)
+    texts = _texts(task, sides, config, seed)
     learn = lambda strings, side, examples: tokenizer.learn_and_write(  # noqa: E731
       config.tokenizer,
       strings,

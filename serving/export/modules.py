@@ -283,6 +283,12 @@ class Seq2SeqExport(_DecodingExport):
   with XLA (`jit_compile=True`): one program per (search, bucket, batch size), the same answers.
   Searches that are the same computation share one compiled function (serving_default of a beam
   export is translate_nbest's first beam; `sample` is serving_default with the caller's seeds).
+
+  Args:
+    model: the trained `tfattn.Transformer`.
+    source_tokenizer, target_tokenizer: the run's in-graph tokenizers (text <-> ids).
+    options: the `DecodeOptions` every signature decodes with.
+    decode: "graph" or "xla" (see above).
   """
 
   NBEST_SIGNATURE = "translate_nbest"
@@ -380,7 +386,13 @@ class Seq2SeqExport(_DecodingExport):
 
 
 class ClassifierExport(_Exportable):
-  """Signatures: serving_default (text -> label, probabilities), classify_ids, encode."""
+  """Signatures: serving_default (text -> label, probabilities), classify_ids, encode.
+
+  Args:
+    model: the trained `tfattn.EncoderClassifier`.
+    source_tokenizer: the run's in-graph tokenizer (text -> ids).
+    truncate: which end of a long text is cut ("right" or "left"), as in training.
+  """
 
   def __init__(self, model, source_tokenizer, truncate="right"):
     super().__init__(model, source_tokenizer, truncate, name="classifier_export")
@@ -443,6 +455,12 @@ class LanguageModelExport(_DecodingExport):
   (`decoding.source_seeds`). decode="xla" pads the prompt to a length bucket and runs the
   padded-cache searches compiled (prompts of one batch differ in length anyway: the model
   aligns them itself); the `_up_to` searches are programs of their own.
+
+  Args:
+    model: the trained `tfattn.LanguageModel`.
+    tokenizer: the run's in-graph tokenizer (text <-> ids).
+    options: the `DecodeOptions` every signature decodes with.
+    decode: "graph" or "xla" (see above).
   """
 
   encode = None  # no encoder: the base's `encode` signature does not apply

@@ -78,7 +78,12 @@ class _Task:
 
 
 class Batcher:
-  """Worker threads that each take the oldest request plus compatible ones queued behind it."""
+  """Worker threads that each take the oldest request plus compatible ones queued behind it.
+
+  Args:
+    params: the `BatchingParameters` (--batching_parameters_file): batch sizes, the wait
+      for batch-mates, threads and the queue bound.
+  """
 
   def __init__(self, params: BatchingParameters):
     self.params = params

@@ -32,7 +32,12 @@ HTTP_STATUS = {
 
 class StatusError(Exception):
   """An error with a canonical code ("INVALID_ARGUMENT") and TF Serving's message; REST answers
-  `{"error": message}` with the code's HTTP status, gRPC the status of the same name."""
+  `{"error": message}` with the code's HTTP status, gRPC the status of the same name.
+
+  Args:
+    code: the canonical code's name, e.g. "INVALID_ARGUMENT" or "NOT_FOUND".
+    message: TF Serving's message for it.
+  """
 
   def __init__(self, code, message):
     super().__init__(message)

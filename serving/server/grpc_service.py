@@ -134,7 +134,13 @@ def _output_names(signature, output_filter):
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-  """tensorflow.serving.PredictionService on a ServerCore."""
+  """tensorflow.serving.PredictionService on a ServerCore.
+
+  Args:
+    core: the `ServerCore` whose models answer.
+    metrics: the `monitoring.Metrics` each request is counted in (None: not counted).
+    max_tensor_bytes: the largest tensor a request may carry (larger: INVALID_ARGUMENT).
+  """
 
   def __init__(self, core, metrics=None, max_tensor_bytes=4 * _INT32_MAX):
     self.core, self.metrics, self.max_tensor_bytes = core, metrics, max_tensor_bytes
@@ -268,7 +274,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-  """tensorflow.serving.ModelService on a ServerCore."""
+  """tensorflow.serving.ModelService on a ServerCore.
+
+  Args:
+    core: the `ServerCore` whose models' status and reloads it serves.
+  """
 
   def __init__(self, core):
     self.core = core

@@ -84,7 +84,12 @@ def error_code(error):
 
 class Signature:
   """One SignatureDef, run by tensor names as TF Serving runs it: {alias: TensorSpec} of its
-  dense inputs and the graph tensors behind every input and output alias."""
+  dense inputs and the graph tensors behind every input and output alias.
+
+  Args:
+    name: the signature's key in the MetaGraph (e.g. "serving_default").
+    signature_def: its `SignatureDef` proto.
+  """
 
   def __init__(self, name, signature_def):
     self.name, self.method_name = name, signature_def.method_name
@@ -140,7 +145,13 @@ class Servable:
   """One loaded version, as TF Serving's SavedModelBundle holds it: the MetaGraph tagged
   `serve` loaded into its own Session (variables restored, init op run, asset paths fed), and
   signatures run by tensor names with RunOptions (a deadline). Any signature works; none is
-  known by name."""
+  known by name.
+
+  Args:
+    name: the model's name.
+    version: the version number (its folder under the base path).
+    path: the version's directory (holding saved_model.pb).
+  """
 
   def __init__(self, name, version, path):
     self.name, self.version, self.path = name, version, path
@@ -227,7 +238,18 @@ _OK = {"error_code": "OK", "error_message": ""}
 
 
 class ModelManager:
-  """Keeps the wanted versions of one model loaded; thread-safe lookups for requests."""
+  """Keeps the wanted versions of one model loaded; thread-safe lookups for requests.
+
+  Args:
+    name: the model's name in URLs and gRPC model specs.
+    base_path: the directory of numeric version folders.
+    policy: "latest" (the newest `num_versions`), "all" or "specific" (`versions`).
+    versions: with policy "specific", the version numbers to serve.
+    labels: {label: version} for /labels/ URLs and version_label requests.
+    poll_seconds: seconds between looks for new versions (0: look once).
+    num_versions: with policy "latest", how many of the newest versions.
+    metrics: the `monitoring.Metrics` loads and warm-ups are recorded in (None: none).
+  """
 
   def __init__(
     self,

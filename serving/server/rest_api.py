@@ -89,7 +89,16 @@ def parse_route(method, path):
 
 class RestApp:
   """The WSGI application: one TF Serving REST request -> (HTTP status, JSON text), over the
-  models of a ServerCore (shared with the gRPC service)."""
+  models of a ServerCore (shared with the gRPC service).
+
+  Args:
+    core: the `ServerCore` whose models answer.
+    max_body_bytes: the largest request body accepted (larger: 413).
+    timeout_seconds: a request's model run is stopped after this long (504; None: no limit).
+    metrics: the `monitoring.Metrics` each request is counted in (None: not counted).
+    metrics_path: where the Prometheus page is served (None: no page).
+    cors: add Access-Control-Allow-* headers to every answer.
+  """
 
   def __init__(
     self,

@@ -26,7 +26,15 @@ def _not_available(model, version):
 
 
 class ServerCore:
-  """Models by name, each kept loaded by its ModelManager."""
+  """Models by name, each kept loaded by its ModelManager.
+
+  Args:
+    managers: the `ModelManager` of each model.
+    poll_seconds: seconds between looks for new versions (for models added by a reload).
+    allow_version_labels_for_unavailable_models: accept labels naming versions not served.
+    batcher: the `batching.Batcher` that merges concurrent requests (None: each runs alone).
+    metrics: the `monitoring.Metrics` requests and loads are counted in (None: not counted).
+  """
 
   def __init__(
     self,

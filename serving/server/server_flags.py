@@ -144,3 +144,22 @@ def define(flag_values=flags.FLAGS):
   modules defines none, so importers may use the same names), as flags of the program that runs
   (so --help lists them)."""
   cli.define_flags(ServerFlags, flag_values=flag_values)
+
+
+def read(flag_values=flags.FLAGS) -> ServerFlags:
+  """The parsed flags as a ServerFlags (the program reads them once, here)."""
+  values = cli.flag_values(ServerFlags, parsed=flag_values)
+  return ServerFlags(**{**values, "versions": tuple(values["versions"] or ())})
+
+
+def given(flag_values=flags.FLAGS) -> frozenset:
+  """The names of the flags given on the command line."""
+  return frozenset(name for name in NAMES if flag_values[name].present)
+
+
+def describe(options: ServerFlags) -> str:
+  """`--name=value` of every flag, the configuration the server logs at start."""
+  return " ".join(
+    f"--{name}={list(value) if name == 'versions' else value}"
+    for name, value in settings.to_flags(options).items()
+  )

@@ -175,7 +175,11 @@ def write_atomically(path: str, data: bytes) -> None:
 
 
 class ChunkDir:
-  """`<output>.parts/`: the finished chunks of a run and the settings it was made with."""
+  """`<output>.parts/`: the finished chunks of a run and the settings it was made with.
+
+  Args:
+    output: the output file of the run; its chunks live in `<output>.parts/`.
+  """
 
   def __init__(self, output: str):
     self.path = parts_dir(output)

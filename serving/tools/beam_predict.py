@@ -124,6 +124,13 @@ def handler_class():
 
     Beam's stock TensorFlow handler needs tensorflow_hub and Keras' loader (which Keras 3
     refuses for a SavedModel); this one calls the signature directly.
+
+    Args:
+      export_dir: the export version directory (holding saved_model.pb).
+      signature_name: the signature each batch of lines runs.
+      output_format: how a row's outputs become the output line.
+      seed: the sampling seed of the `sample` signatures.
+      batch_size: the most lines Beam hands the model at once.
     """
 
     def __init__(self, export_dir, signature_name, output_format, seed, batch_size):

@@ -23,7 +23,12 @@ from settings import setting
 
 
 class ServingError(Exception):
-  """An error answer: HTTP status plus TF Serving's `{"error": ...}` message."""
+  """An error answer: HTTP status plus TF Serving's `{"error": ...}` message.
+
+  Args:
+    status: the HTTP status of the answer.
+    message: TF Serving's `{"error": ...}` message.
+  """
 
   def __init__(self, status, message):
     super().__init__(f"HTTP {status}: {message}")
@@ -31,6 +36,14 @@ class ServingError(Exception):
 
 
 class ServingClient:
+  """A REST client of TF Serving's API for one model.
+
+  Args:
+    model: the model's name on the server.
+    host, port: where the server's REST API listens.
+    timeout: seconds a request may take before it fails.
+  """
+
   def __init__(self, model, host="127.0.0.1", port=8501, timeout=60.0):
     self.model, self.timeout = model, timeout
     self.base = f"http://{host}:{port}/v1/models/{model}"
@@ -91,7 +104,13 @@ class ServingClient:
 class GrpcServingClient:
   """TF Serving's gRPC API through tensorflow-serving-api's own stubs. Tensors go as
   TensorProtos: predict takes {input name: array-like} and returns {output name: numpy array}.
-  Errors are grpc.RpcError (its code() and details() are TF Serving's)."""
+  Errors are grpc.RpcError (its code() and details() are TF Serving's).
+
+  Args:
+    model: the model's name on the server.
+    host, port: where the server's gRPC API listens.
+    timeout: seconds a call may take before it fails (DEADLINE_EXCEEDED).
+  """
 
   def __init__(self, model, host="127.0.0.1", port=8500, timeout=60.0):
     import grpc

@@ -103,7 +103,7 @@ def _as_run_config(flags):
   values = dict(flag[2:].split("=", 1) for flag in flags)
   if "eval_examples" in values:
     values["eval_examples"] = int(values["eval_examples"])
-  return RunConfig(**values)
+  return RunConfig.of(**values)
 
 
 def test_validation_only_never_gives_the_trainer_a_test_role_on_any_route(tmp_path):
@@ -122,9 +122,9 @@ def test_validation_only_never_gives_the_trainer_a_test_role_on_any_route(tmp_pa
     work = tmp_path / f"work-{source.name}"
     work.mkdir()
     flags = quality.imdb_data_flags(str(source), str(work))
-    judged = tasks.get_task(_as_run_config(flags))
+    judged = tasks.get_task(_as_run_config(flags).data)
     chosen_flags = quality.without_test(flags)
-    chosen = tasks.get_task(_as_run_config(chosen_flags))
+    chosen = tasks.get_task(_as_run_config(chosen_flags).data)
     assert judged.test is not None and chosen.test is None, chosen_flags
     held_out = sum(1 for _ in chosen.validation())
     assert held_out > 0 and f"--eval_examples={held_out}" in chosen_flags, (held_out, flags)

@@ -21,7 +21,7 @@ def test_tsv_classifier_trains_exports_and_answers(tmp_path):
     for word, label in (("good", 1), ("bad", 0), ("fine", 2))
   ]
   (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
-  config = RunConfig(
+  config = RunConfig.of(
     run_dir=str(tmp_path / "run"),
     task="tsv",
     train_file=str(tmp_path / "train.tsv"),

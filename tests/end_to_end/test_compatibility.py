@@ -53,7 +53,7 @@ def test_old_run_configurations_load_with_what_they_evaluated():
     config = RunConfig.load(os.path.join(FIXTURES, f"run_{kind}", "run_config.json"))
     # eval_beam_size 1: evaluated greedily, so that is what its export serves by default.
     assert config.decode_options() == DecodeOptions(strategy="greedy")
-    assert config.validation_file is None and config.test_file is None
+    assert config.data.validation_file is None and config.data.test_file is None
     config.check(kind=kind)
 
 

@@ -31,7 +31,6 @@ def test_each_kind_object_provides_its_layers_protocol():
 
 
 def test_every_task_names_a_known_kind_and_every_kind_has_a_task(tmp_path):
-  import dataclasses
 
   import settings
   from train import tfds_tasks
@@ -47,7 +46,7 @@ def test_every_task_names_a_known_kind_and_every_kind_has_a_task(tmp_path):
   for name, kind in kinds_used.items():
     assert kind in model_kinds.MODEL_KINDS, (name, kind)
   # No kind without a task: a built-in, TFDS or text task, or local files (`--tsv_kind`).
-  field = next(f for f in dataclasses.fields(RunConfig) if f.name == "tsv_kind")
+  field = next(f for f, _ in settings.leaves(RunConfig) if f.name == "tsv_kind")
   tsv_kinds = set(settings.spec_of(field).allowed())
   assert tsv_kinds == set(model_kinds.MODEL_KINDS)
   assert set(kinds_used.values()) <= tsv_kinds
@@ -57,7 +56,6 @@ def test_a_kinds_tables_are_its_own_attributes():
   """What differs by kind is an attribute of the kind object (issue 40), not a table keyed by
   kind name elsewhere: the metrics with their direction, the TFRecord features, the TSV
   defaults, the shared-vocabulary rule."""
-  import dataclasses
 
   import pytest
   import tensorflow as tf
@@ -69,14 +67,14 @@ def test_a_kinds_tables_are_its_own_attributes():
     assert set(kind.best_by.values()) <= {model_kinds.HIGHER, model_kinds.LOWER}, name
     assert all(tf.as_dtype(dtype) for _, dtype in kind.example_features), name
     assert isinstance(training_kinds.TRAINING_KINDS[name].tsv_defaults.get("model", ""), str)
-    with_shared = RunConfig(shared_vocabulary=True)
+    with_shared = RunConfig.of(shared_vocabulary=True)
     if kind.shares_vocabulary:
       with_shared.check(kind=name)
     else:
       with pytest.raises(ValueError, match="--shared_vocabulary is for"):
         with_shared.check(kind=name)
   assert model_kinds.MODEL_KINDS["language_model"].best_by["perplexity"] == model_kinds.LOWER
-  field = next(f for f in dataclasses.fields(RunConfig) if f.name == "keep_best_by")
+  field = next(f for f, _ in settings.leaves(RunConfig) if f.name == "keep_best_by")
   assert set(settings.spec_of(field).allowed()) == {
     metric for kind in model_kinds.MODEL_KINDS.values() for metric in kind.best_by
   }

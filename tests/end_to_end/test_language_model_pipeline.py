@@ -2,7 +2,6 @@
 steps) -> perplexity and nats per character on validation and test -> export -> generate and
 score in-process, over REST and gRPC, and from another TF program that has no tfattn."""
 
-import dataclasses
 import json
 import math
 import threading
@@ -148,7 +147,7 @@ def test_a_tsv_language_model_trains_exports_and_generates_from_each_input_form(
   inside it is text) or TFRecords of a `text` feature. It failed at the start (batch_size None:
   the kind had no TSV defaults) and a one-column file asked for 2 tab-separated fields."""
   config = tiny_text_run(tmp_path, train_steps=2, log_every=1, eval_examples=4)
-  with open(config.train_file, encoding="utf-8") as f:
+  with open(config.data.train_file, encoding="utf-8") as f:
     texts = [line.rstrip("\n") for line in f][:16]
   texts[0] = "the cat\tsees the dog"  # one text, its TAB kept
   if form == "tfrecord":
@@ -162,10 +161,10 @@ def test_a_tsv_language_model_trains_exports_and_generates_from_each_input_form(
     train_file = str(tmp_path / "train.tsv")
     with open(train_file, "w", encoding="utf-8") as f:
       f.write("".join(line + "\n" for line in texts))
-  config = dataclasses.replace(config, task="tsv", tsv_kind="language_model", train_file=train_file)
+  config = config.replace(task="tsv", tsv_kind="language_model", train_file=train_file)
   prepared = prepare(config)
   resolved, task = prepared[:2]
-  assert resolved.batch_size == 8 and resolved.decode["strategy"] == "greedy"
+  assert resolved.data.batch_size == 8 and resolved.decode["strategy"] == "greedy"
   read = list(task.train().as_numpy_iterator())
   assert sorted(text.decode() for text, _ in read) == sorted(texts)
   assert {target for _, target in read} == {b""}

@@ -24,7 +24,7 @@ def test_a_packed_language_model_trains_and_judges_every_validation_token(tmp_pa
     "task train_file validation_file run_dir model d_model dff num_heads num_layers vocab_size "
     "vocab_examples batch_size max_length"
   ).split()
-  args = [f"--{name}={getattr(config, name)}" for name in fields]
+  args = [f"--{name}={config.flat()[name]}" for name in fields]
   args += ["--text_packing=documents", "--train_steps=6", "--warmup_steps=2", "--log_every=3"]
   result = subprocess.run(
     [sys.executable, "-m", "train", *args],
@@ -39,10 +39,12 @@ def test_a_packed_language_model_trains_and_judges_every_validation_token(tmp_pa
   # Every token of the validation file (one document: its lines with their newlines) and its
   # END, as the run's own vocabulary tokenizes the pieces the file streams as.
   tokenizer = text.load_tokenizer(str(tmp_path / "run" / "vocab" / "source.model"))
-  pieces = [t for t, _ in streams.text_pieces([config.validation_file], False).as_numpy_iterator()]
+  pieces = [
+    t for t, _ in streams.text_pieces([config.data.validation_file], False).as_numpy_iterator()
+  ]
   expected = int(tf.reduce_sum(tokenizer.tokenize(tf.constant(pieces)).row_lengths())) + 1
   assert judged["tokens"] == expected
-  assert judged["examples"] == math.ceil(expected / config.max_length)  # no block dropped
-  slots = judged["examples"] * config.max_length
+  assert judged["examples"] == math.ceil(expected / config.model.max_length)  # no block dropped
+  slots = judged["examples"] * config.model.max_length
   assert judged["real_token_share"] == pytest.approx(expected / slots)
   assert math.isfinite(judged["perplexity"]) and judged["perplexity"] > 1.0

@@ -2,7 +2,6 @@
 recipe trains a few steps, exports and answers; a cased, punctuated translation survives
 training, export and the REST server unchanged."""
 
-import dataclasses
 import threading
 
 import pytest
@@ -60,7 +59,7 @@ def _write_tsv(path, rows):
 
 def test_cased_translation_round_trips_through_training_export_and_rest(tmp_path):
   train_file = _write_tsv(tmp_path / "train.tsv", CASED_PAIRS * 4)
-  config = RunConfig(
+  config = RunConfig.of(
     run_dir=str(tmp_path / "run"),
     task="tsv",
     train_file=train_file,
@@ -112,7 +111,7 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
   rows = CASED_PAIRS if kind == "seq2seq" else REVIEWS
   train_file = _write_tsv(tmp_path / "train.tsv", rows * 4)
   # The recipe fills everything else; only the budget is cut for a test.
-  config = RunConfig(
+  config = RunConfig.of(
     run_dir=str(tmp_path / "run"),
     task="tsv",
     tsv_kind=kind,
@@ -129,12 +128,12 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
     if field == "decode":  # the recipe's options, the rest DecodeOptions' defaults
       assert resolved.decode.items() >= value.items()
     elif field not in ("vocab_size", "train_steps", "batch_size"):
-      assert getattr(resolved, field) == value, field
+      assert resolved.flat()[field] == value, field
   sizes = resolved.model_config(source_vocab_size=300, target_vocab_size=300, num_classes=2)
   recipe_model = training_kinds.of(task).build_model(sizes)  # every variable, recipe-sized
   assert recipe_model.config.d_model == recipes.RECIPES[name].values["d_model"]
   tiny = dict(d_model=32, dff=64, num_heads=4, num_layers=1)
-  trainer = Trainer(*prepare(dataclasses.replace(config, **tiny)))
+  trainer = Trainer(*prepare(config.replace(**tiny)))
   assert trainer.model_config.d_model == 32 and trainer.config.recipe == name
   result = trainer.run()
   assert result["step"] == 3 and result["validation"]["examples"] >= 8
@@ -151,7 +150,7 @@ def test_every_recipe_trains_exports_and_answers(tmp_path, name):
 def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
   """--task=imdb_reviews --recipe=imdb_attention on a TFDS data_dir prepared locally."""
   prepare_fake_tfds("imdb_reviews", tmp_path / "tfds")
-  config = RunConfig(
+  config = RunConfig.of(
     run_dir=str(tmp_path / "run"),
     task="imdb_reviews",
     recipe="imdb_attention",
@@ -165,7 +164,7 @@ def test_imdb_reference_recipe_through_the_tfds_task(tmp_path):
   trainer = Trainer(*prepare(config))
   assert trainer.model_config.classifier_body == "attention"
   recipe = recipes.RECIPES["imdb_attention"].values
-  assert (trainer.config.max_length, trainer.config.truncate) == (
+  assert (trainer.config.model.max_length, trainer.config.data.truncate) == (
     recipe["max_length"],
     recipe["truncate"],
   )
@@ -204,7 +203,7 @@ def test_wmt14_base_recipe_through_the_tfds_task_english_to_german(tmp_path, cap
     eval_examples=4,
     log_every=1,
   )
-  config = RunConfig(
+  config = RunConfig.of(
     run_dir=str(tmp_path / "run"),
     task="wmt14_translate/en-de",
     recipe="wmt14_base",
@@ -247,11 +246,11 @@ def test_the_character_language_model_recipe_reaches_the_run_and_its_model(tmp_p
   """Every value of shakespeare_char reaches a --task=text run's configuration and its model."""
   config = tiny_text_run(tmp_path, recipe="shakespeare_char")
   for field in ("d_model", "dff", "num_heads", "num_layers", "batch_size", "max_length"):
-    config = dataclasses.replace(config, **{field: None})
-  config = dataclasses.replace(config, model=None, vocab_size=None)
+    config = config.replace(**{field: None})
+  config = config.replace(model=None, vocab_size=None)
   resolved, task, _ = prepare(config)
   for field, value in recipes.recipe_values("shakespeare_char", "language_model").items():
-    assert getattr(resolved, field) == value, field
+    assert resolved.flat()[field] == value, field
   model_config = resolved.model_config(source_vocab_size=70, target_vocab_size=70, num_classes=2)
   assert (model_config.activation, model_config.embedding_init) == ("gelu", "gpt2")
   assert (model_config.position_encoding, model_config.norm_position) == ("learned", "post")

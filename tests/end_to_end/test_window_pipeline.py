@@ -3,7 +3,6 @@ evaluates, exports with its setting, passes serving.export.check, maps its atten
 signature's weights, and the picture `python -m serving.tools.attention_maps` draws of them), and
 generates over REST and gRPC what the export generates in-process."""
 
-import dataclasses
 import json
 import math
 import os
@@ -44,7 +43,7 @@ def test_a_windowed_language_model_trains_resumes_exports_and_serves(tmp_path):
   Trainer(*prepare(config)).run()
   with open(os.path.join(config.run_dir, "model_config.json")) as f:
     assert json.load(f)["attention_window"] == WINDOW
-  metrics = Trainer(*prepare(dataclasses.replace(config, train_steps=6))).run()
+  metrics = Trainer(*prepare(config.replace(train_steps=6))).run()
   assert [entry["step"] for entry in logged_steps(config.run_dir)] == [2, 4, 6]  # resumed at 4
   assert math.isfinite(metrics["validation"]["perplexity"])
 

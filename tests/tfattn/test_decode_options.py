@@ -2,6 +2,7 @@
 
 import pytest
 
+import settings
 from tfattn.decode_options import BEAM, STRATEGIES, DecodeOptions
 
 
@@ -77,3 +78,19 @@ def test_options_saved_before_the_marian_fields_keep_their_meaning():
   assert DecodeOptions.from_dict(saved) == DecodeOptions(beam_size=5)
   assert DecodeOptions(never_generate="7, 3").banned_ids == (7, 3)
   assert DecodeOptions().banned_ids == ()
+
+
+def test_every_option_declares_the_strategies_that_read_it():
+  """Issue 49: a run's start shows an option to the strategies that read it
+  (`DecodeOptions.read`); an option cannot be declared without saying which."""
+  from tfattn import decode_options
+
+  for field, spec in settings.declared(DecodeOptions):
+    assert spec.extra["read_by"] and set(spec.extra["read_by"]) <= set(STRATEGIES), field.name
+  with pytest.raises(TypeError):
+    decode_options.option(1, "no strategies")  # pylint: disable=missing-kwoa
+  with pytest.raises(ValueError, match="read_by must name some of"):
+    decode_options.option(1, "a strategy nobody knows", read_by=("lucky",))
+  assert set(DecodeOptions(strategy="greedy").read()) < set(DecodeOptions(strategy="beam").read())
+  assert "beam_size" not in DecodeOptions(strategy="sample").read()
+  assert {"temperature", "seed"} <= set(DecodeOptions(strategy="sample").read())

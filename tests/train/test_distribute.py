@@ -20,7 +20,7 @@ def test_gpu_replicas_without_a_gpu_is_refused_before_anything_is_built():
 
 def test_cpu_and_gpu_replicas_together_are_refused():
   with pytest.raises(ValueError, match="give one of them"):
-    RunConfig(cpu_replicas=2, gpu_replicas=2).check()
+    RunConfig.of(cpu_replicas=2, gpu_replicas=2).check()
 
 
 def test_the_automatic_steps_per_loop_follows_the_machine():

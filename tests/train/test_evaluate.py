@@ -52,7 +52,7 @@ def test_a_checkpoint_is_judged_on_a_file_whole_or_in_part(tmp_path):
   output = tmp_path / "judged.json"
   done = _evaluate(
     f"--run_dir={run_dir}",
-    f"--file={config.validation_file}",
+    f"--file={config.data.validation_file}",
     "--weights=best",
     "--max_examples=2",
     f"--output={output}",
@@ -65,7 +65,7 @@ def test_a_checkpoint_is_judged_on_a_file_whole_or_in_part(tmp_path):
   assert judged["metrics"]["partial"] is True and "partial: the first 2 examples" in done.stdout
 
   # By default the whole file and the latest weights, written into the run directory.
-  done = _evaluate(f"--run_dir={run_dir}", f"--file={config.test_file}")
+  done = _evaluate(f"--run_dir={run_dir}", f"--file={config.data.test_file}")
   assert done.returncode == 0, done.stderr[-3000:]
   whole = json.loads((tmp_path / "run" / "evaluations" / "test.txt.json").read_text())
   assert whole["checkpoint"] == "ckpt-8" and whole["step"] == 8

@@ -140,12 +140,9 @@ def test_every_kind_marks_a_partial_evaluation():
     assert (metrics["examples"], metrics["partial"]) == (2 if partial else 3, partial)
 
 
-class _Greedy:
-  """The piece of a run's config a sequence-to-sequence evaluation reads."""
-
-  @staticmethod
-  def decode_options():
-    return DecodeOptions(strategy="greedy", max_decode_length=4)
+def _Greedy():
+  """The decoding options a sequence-to-sequence evaluation reads."""
+  return DecodeOptions(strategy="greedy", max_decode_length=4)
 
 
 def test_every_kind_traces_its_evaluation_once_per_model_and_reads_its_weights_now():

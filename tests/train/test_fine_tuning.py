@@ -88,7 +88,7 @@ def _fine_tune_config(tmp_path, marian_run, **changes):
     decode={"strategy": "greedy", "max_decode_length": 16},
   )
   fields.update(changes)
-  return RunConfig(**fields)
+  return RunConfig.of(**fields)
 
 
 @pytest.mark.slow
@@ -116,7 +116,7 @@ def test_a_fine_tuned_import_lowers_validation_loss(tmp_path, marian_run):
 @pytest.mark.slow
 def test_resume_after_a_kill_stays_exact_when_fine_tuning(tmp_path, marian_run):
   config = _fine_tune_config(tmp_path, marian_run, train_steps=6, freeze="encoder", eval_every=0)
-  config = config.__class__(**{**config.__dict__, "keep_best_by": None})
+  config = config.replace(keep_best_by=None)
   _, resumed = resume_and_go_on(config, steps=3)
   # The frozen encoder is the import's: neither run moved it.
   from serving.export.trained_run import load_trained
@@ -130,12 +130,10 @@ def test_resume_after_a_kill_stays_exact_when_fine_tuning(tmp_path, marian_run):
 def test_early_stopping_ends_a_run_and_a_resume_stays_stopped(tmp_path):
   """A copy run whose validation accuracy cannot improve by 1.0 stops at its second
   evaluation, keeps the best weights, and a second start trains no further."""
-  import dataclasses
 
   from train.trainer import Trainer, prepare
 
-  config = dataclasses.replace(
-    SMALL_CONFIG,
+  config = SMALL_CONFIG.replace(
     run_dir=str(tmp_path / "run"),
     train_steps=40,
     eval_every=5,
@@ -174,12 +172,11 @@ def test_early_stopping_counts_evaluations_without_improvement(tmp_path, directi
 
 
 def test_the_settings_are_checked_before_anything_runs(tmp_path):
-  import dataclasses
 
   with pytest.raises(ValueError, match="--early_stopping_patience needs --keep_best_by"):
-    dataclasses.replace(SMALL_CONFIG, early_stopping_patience=2).check()
+    SMALL_CONFIG.replace(early_stopping_patience=2).check()
   with pytest.raises(ValueError, match="--freeze must be one of"):
-    dataclasses.replace(SMALL_CONFIG, freeze="decoder").check()
+    SMALL_CONFIG.replace(freeze="decoder").check()
   from train.init_from import check_source
 
   with pytest.raises(ValueError, match=r"no model_config\.json"):

@@ -37,7 +37,7 @@ def _config(**changes):
     weight_decay=0.5,
     mixed_precision="float32",
   )
-  return RunConfig(**{**values, **changes}).resolved()
+  return RunConfig.of(**{**values, **changes}).resolved()
 
 
 def _one_zero_gradient_step(config, strategy=None):
@@ -47,7 +47,13 @@ def _one_zero_gradient_step(config, strategy=None):
   with strategy.scope():
     toy = _Toy()
     variables = toy.trainable_variables
-    optimizer = optimizers.make_optimizer(config, 8, variables)
+    optimizer = optimizers.make_optimizer(
+      config.optimizer,
+      8,
+      variables,
+      train_steps=config.loop.train_steps,
+      loss_scaled=config.device.loss_scaled,
+    )
   before = [v.numpy() for v in variables]
 
   def step():
@@ -77,17 +83,16 @@ def test_adam_has_no_weight_decay():
 
 
 def test_the_optimizer_follows_the_settings():
-  adam = optimizers.make_optimizer(RunConfig().resolved(), 64, [])
+  adam = optimizers.make_optimizer(RunConfig.of().resolved().optimizer, 64, [], train_steps=10)
   assert type(adam).__name__ == "Adam" and adam.beta_2 == 0.98  # the paper's, unchanged
-  adamw = optimizers.make_optimizer(_config(adam_beta2=0.99), 64, [])
+  adamw = optimizers.make_optimizer(_config(adam_beta2=0.99).optimizer, 64, [], train_steps=10)
   assert type(adamw).__name__ == "AdamW"
   assert (adamw.beta_2, adamw.weight_decay) == (0.99, 0.5)
 
 
 def test_the_cosine_schedule_ends_at_the_floor():
-  schedule = optimizers.make_schedule(
-    _config(schedule="cosine", warmup_steps=10, train_steps=100, min_learning_rate=0.01), 64
-  )
+  config = _config(schedule="cosine", warmup_steps=10, train_steps=100, min_learning_rate=0.01)
+  schedule = optimizers.make_schedule(config.optimizer, 64, config.loop.train_steps)
   assert float(schedule(9)) == pytest.approx(0.1)  # the peak
   assert float(schedule(99)) == pytest.approx(0.01)  # the floor, not 0
   assert 0.01 < float(schedule(50)) < 0.1

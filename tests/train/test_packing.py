@@ -2,7 +2,6 @@
 and the same loss as the pairs unpacked."""
 
 import collections
-import dataclasses
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import tfattn
 from tfattn import text
 from tfattn.position import segment_positions
 from train import data, kinds, packing, tasks, tokenizer
+from train.batching import Batching, Packing
 from train.run_config import RunConfig
 
 LENGTH = 12
@@ -205,7 +205,7 @@ def test_pairs_go_to_rows_of_the_shortest_length_that_holds_them():
 )
 def test_packing_is_refused_where_it_cannot_work(values, kind, message):
   with pytest.raises(ValueError, match=message):
-    RunConfig(**values).check(kind=kind)
+    RunConfig.of(**values).check(kind=kind)
 
 
 @pytest.mark.slow  # builds two small Trainers and traces their loops
@@ -216,8 +216,7 @@ def test_a_stopped_packed_run_resumes_the_packed_stream_where_it_stopped(tmp_pat
   packed stream would train steps 4-6 on rows 1-3 again."""
   from train_helpers import SMALL_CONFIG, resume_and_go_on
 
-  config = dataclasses.replace(
-    SMALL_CONFIG,
+  config = SMALL_CONFIG.replace(
     run_dir=str(tmp_path / "run"),
     batch_size=4,
     warmup_steps=2,
@@ -232,23 +231,20 @@ def test_a_stopped_packed_run_resumes_the_packed_stream_where_it_stopped(tmp_pat
   assert packing.SOURCE_SEGMENTS in next(straight.iterator)  # packed rows
 
 
-def test_pack_examples_reaches_the_kind_through_the_task_options_for_training_only(tmp_path):
+def test_pack_examples_reaches_the_kind_through_the_task_packing_for_training_only(tmp_path):
   path = tmp_path / "train.tsv"
   path.write_text("7 7\t8\n7\t8 8\n" * 6)
-  assert tasks.get_task(RunConfig(task="tsv", train_file=str(path))).dataset_options == {}
-  task = tasks.get_task(RunConfig(task="tsv", train_file=str(path), pack_examples=True))
-  assert task.dataset_options == {"pack": True}
+  assert tasks.get_task(RunConfig.of(task="tsv", train_file=str(path)).data).packing == Packing()
+  task = tasks.get_task(RunConfig.of(task="tsv", train_file=str(path), pack_examples=True).data)
+  assert task.packing == Packing(pairs=True)
   tok = _tokenizer(tmp_path)
 
   def first_batch(training):
     dataset = kinds.Seq2Seq().dataset(
       task.train(),
       {"source": tok, "target": tok},
-      training=training,
-      truncate="right",
-      batch_size=4,
-      max_length=16,
-      **task.dataset_options,
+      Batching(batch_size=4, max_length=16, training=training),
+      task.packing,
     )
     return next(dataset.as_numpy_iterator())
 

@@ -1,25 +1,25 @@
 """train.resume: the rules derived from each RunConfig field's declared resume policy."""
 
-import dataclasses
 import json
 import os
 
 import pytest
 
+import settings
 from train import resume
-from train.run_config import (
+from train.run_config import RunConfig
+from train.sections.declare import (
   FOLLOWS_MACHINE,
   MAY_CHANGE,
   MUST_MATCH,
   RESUME_POLICIES,
-  RunConfig,
   resume_policy,
   run_setting,
 )
 
 
 def test_every_setting_declares_a_resume_policy():
-  for field in dataclasses.fields(RunConfig):
+  for field, _ in settings.leaves(RunConfig):
     assert resume_policy(field) in RESUME_POLICIES, field.name
 
 
@@ -63,7 +63,7 @@ def test_the_policies_split_the_settings_as_the_readme_says():
 def test_resume_takes_the_saved_configuration():
   """`python -m train --run_dir=R` on an existing run resumes it as it was started; flags
   about the machine and the bookkeeping may change."""
-  saved = RunConfig(
+  saved = RunConfig.of(
     run_dir="r",
     task="numbers",
     d_model=64,
@@ -73,13 +73,21 @@ def test_resume_takes_the_saved_configuration():
     mixed_precision="float32",
     decode=dict(strategy="beam", beam_size=4, alpha=0.6),
   )
-  requested = RunConfig(run_dir="r", train_steps=20, strategy="mirrored", decode=dict(beam_size=2))
+  requested = RunConfig.of(
+    run_dir="r", train_steps=20, strategy="mirrored", decode=dict(beam_size=2)
+  )
   merged = resume.merge_for_resume(saved, requested, explicit=["run_dir", "train_steps"])
-  assert (merged.d_model, merged.seed, merged.train_steps) == (64, 3, 20)
-  assert merged.strategy == "mirrored" and merged.mixed_precision == "auto"
+  assert (merged.model.d_model, merged.seed, merged.loop.train_steps) == (64, 3, 20)
+  assert merged.device.strategy == "mirrored" and merged.device.mixed_precision == "auto"
   assert merged.decode == dict(strategy="beam", beam_size=2, alpha=0.6)
   assert resume.differences(saved, merged) == []
-  assert resume.differences(saved, dataclasses.replace(merged, seed=4)) == ["--seed: 3 -> 4"]
+  assert resume.differences(saved, merged.replace(seed=4)) == ["--seed: 3 -> 4"]
+  # Unset is the declared fallback (a run saved before the model's defaults were read).
+  post = saved.replace(norm_position="post")
+  assert resume.differences(saved.replace(norm_position=None), post) == []
+  assert resume.differences(saved.replace(norm_position="pre"), post) == [
+    "--norm_position: 'pre' -> 'post'"
+  ]
 
 
 def test_a_directory_with_checkpoints_but_no_config_is_refused(tmp_path):

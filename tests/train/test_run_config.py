@@ -16,15 +16,15 @@ from train.run_config import UNSET_DEFAULTS, RunConfig
 
 
 def test_every_setting_is_declared_with_help():
-  for field, spec in settings.declared(RunConfig):
+  for field, spec in settings.leaves(RunConfig):
     assert spec.help.strip(), field.name
 
 
 def test_unset_defaults_come_from_the_declarations():
   assert UNSET_DEFAULTS["label_smoothing"] == 0.1 and UNSET_DEFAULTS["schedule"] == "noam"
   assert UNSET_DEFAULTS["lower_case"] is False
-  resolved = RunConfig().resolved()
-  assert resolved.label_smoothing == 0.1 and resolved.keep_checkpoints == 3
+  resolved = RunConfig.of().resolved()
+  assert resolved.optimizer.label_smoothing == 0.1 and resolved.loop.keep_checkpoints == 3
 
 
 @pytest.mark.parametrize(
@@ -52,42 +52,42 @@ def test_unset_defaults_come_from_the_declarations():
 )
 def test_check_names_the_first_impossible_setting(changes, message):
   with pytest.raises(ValueError, match=re.escape(message)):
-    RunConfig(**changes).check()
+    RunConfig.of(**changes).check()
 
 
 def test_keep_best_by_must_be_a_metric_of_the_kind():
-  RunConfig(keep_best_by="bleu").check(kind="seq2seq")
-  RunConfig(keep_best_by="token_accuracy").check(kind="language_model")
+  RunConfig.of(keep_best_by="bleu").check(kind="seq2seq")
+  RunConfig.of(keep_best_by="token_accuracy").check(kind="language_model")
   with pytest.raises(ValueError, match="not a classification metric"):
-    RunConfig(keep_best_by="bleu").check(kind="classification")
+    RunConfig.of(keep_best_by="bleu").check(kind="classification")
 
 
 def test_explicit_model_preset_is_not_resized_by_the_task():
   task = builtin_task("numbers", num_train=10, num_eval=2, num_test=2)
-  resolved = RunConfig(model="base").resolved_for(task)
-  assert (resolved.d_model, resolved.num_layers, resolved.dff) == (None, None, None)
+  resolved = RunConfig.of(model="base").resolved_for(task)
+  assert (resolved.model.d_model, resolved.model.num_layers, resolved.model.dff) == (None,) * 3
   config = resolved.model_config(100, 100, 2)
   assert (config.d_model, config.num_encoder_layers, config.dff) == (512, 6, 2048)
-  default = RunConfig().resolved_for(task)
-  assert (default.model, default.d_model) == ("tiny", 128)
+  default = RunConfig.of().resolved_for(task)
+  assert (default.model.preset, default.model.d_model) == ("tiny", 128)
 
 
 def test_decoding_options_layer_like_every_other_setting():
   """Explicit flags > recipe > task > DecodeOptions' own defaults, option by option."""
-  config = RunConfig(decode=dict(alpha=1.0)).resolved(
+  config = RunConfig.of(decode=dict(alpha=1.0)).resolved(
     dict(decode=dict(beam_size=2, alpha=0.2)), dict(decode=dict(strategy="greedy"))
   )
   assert config.decode_options() == DecodeOptions(strategy="greedy", beam_size=2, alpha=1.0)
-  assert RunConfig().resolved().decode_options() == DecodeOptions()
+  assert RunConfig.of().resolved().decode_options() == DecodeOptions()
 
 
 def test_recipes_set_only_declared_settings_and_decoding_options():
-  fields = {field.name for field in dataclasses.fields(RunConfig)}
+  fields = {settings.flag_name(f) for f, _ in settings.leaves(RunConfig)}
   for recipe in recipes.RECIPES.values():
     assert set(recipe.values) <= fields, recipe.name
     DecodeOptions(**recipe.values.get("decode", {}))
     assert recipe.anchors and recipe.data and recipe.dataset
-    RunConfig(**recipe.values).check(kind=recipe.kind)
+    RunConfig.of(**recipe.values).check(kind=recipe.kind)
   assert "multi30k_de_en: a German<TAB>English TSV" in recipes.help_text()
 
 
@@ -96,14 +96,15 @@ def test_a_recipe_sets_every_value_it_names():
   keep that value and silently ignore the recipe's."""
   for name, recipe in recipes.RECIPES.items():
     task = types.SimpleNamespace(kind=recipe.kind, defaults={})
-    resolved = RunConfig(recipe=name).resolved_for(task)
+    task_name = "text" if recipe.kind == "language_model" else "numbers"  # text_packing's part
+    resolved = RunConfig.of(recipe=name, task=task_name).resolved_for(task)
     for key, value in recipe.values.items():
       if key != "decode":
-        assert getattr(resolved, key) == value, (name, key)
+        assert resolved.flat()[key] == value, (name, key)
 
 
 def test_task_defaults_are_declared_settings():
-  fields = {field.name for field in dataclasses.fields(RunConfig)}
+  fields = {settings.flag_name(f) for f, _ in settings.leaves(RunConfig)}
   for name in tasks.TASK_NAMES:
     if name in tasks.BUILTIN_TASKS:
       defaults = builtin_task(name, num_train=5, num_eval=1, num_test=1).defaults
@@ -111,7 +112,7 @@ def test_task_defaults_are_declared_settings():
 
 
 def test_save_and_load_round_trip(tmp_path):
-  config = RunConfig(task="copy", d_model=32, decode=DecodeOptions(beam_size=2).to_dict())
+  config = RunConfig.of(task="copy", d_model=32, decode=DecodeOptions(beam_size=2).to_dict())
   config.save(str(tmp_path / "run_config.json"))
   assert RunConfig.load(str(tmp_path / "run_config.json")) == config
 
@@ -120,40 +121,44 @@ def test_configurations_saved_by_earlier_versions_load(tmp_path):
   path = tmp_path / "run_config.json"
   # Before feed_forward_dropout: the hidden layer dropped at `dropout`.
   path.write_text(json.dumps({"task": "numbers", "dropout": 0.3}))
-  assert RunConfig.load(str(path)).feed_forward_dropout == 0.3
+  assert RunConfig.load(str(path)).model.feed_forward_dropout == 0.3
   path.write_text(json.dumps({"task": "numbers", "dropout": 0.3, "feed_forward_dropout": 0.0}))
-  assert RunConfig.load(str(path)).feed_forward_dropout == 0.0
+  assert RunConfig.load(str(path)).model.feed_forward_dropout == 0.0
   # Before attention_dropout: attention weights were never dropped, whatever `dropout` was.
-  assert RunConfig.load(str(path)).attention_dropout == 0.0
+  assert RunConfig.load(str(path)).model.attention_dropout == 0.0
   # Before DecodeOptions and the data roles.
   path.write_text(
     json.dumps({"task": "tsv", "eval_file": "dev.tsv", "eval_beam_size": 4, "eval_alpha": 0.8})
   )
   loaded = RunConfig.load(str(path))
-  assert loaded.validation_file == "dev.tsv"
+  assert loaded.data.validation_file == "dev.tsv"
   assert loaded.decode_options() == DecodeOptions(strategy="beam", beam_size=4, alpha=0.8)
   path.write_text(json.dumps({"task": "imdb_reviews", "eval_beam_size": None}))
   loaded = RunConfig.load(str(path))
-  assert (loaded.train_split, loaded.validation_split, loaded.test_split) == ("train", "test", "")
+  assert dataclasses.astuple(loaded.data.tfds) == ("train", "test", "")
   # When export_decode could be "auto" (xla on a GPU machine): now the graph export.
   path.write_text(json.dumps({"task": "numbers", "export_decode": "auto"}))
   loaded = RunConfig.load(str(path))
-  assert loaded.export_decode == "graph"
+  assert loaded.export.export_decode == "graph"
   loaded.check()
-  assert RunConfig().export_decode == "graph"
+  assert RunConfig.of().export.export_decode == "graph"
   # Before positions, activation and optimizer were settings: what those runs used.
   path.write_text(json.dumps({"task": "numbers"}))
   loaded = RunConfig.load(str(path))
-  assert (loaded.position_encoding, loaded.activation) == ("sinusoidal", "relu")
-  assert loaded.embedding_init == "paper"
-  assert (loaded.optimizer, loaded.weight_decay, loaded.adam_beta2) == ("adam", 0.0, 0.98)
-  assert loaded.min_learning_rate == 0.0
+  assert (loaded.model.position_encoding, loaded.model.activation) == ("sinusoidal", "relu")
+  assert loaded.model.embedding_init == "paper"
+  optimizer = loaded.optimizer
+  assert (optimizer.name, optimizer.weight_decay, optimizer.adam_beta2) == ("adam", 0.0, 0.98)
+  assert optimizer.min_learning_rate == 0.0
 
 
 def test_the_effective_configuration_is_logged_in_readable_columns():
-  config = RunConfig(decode=dict(strategy="beam", beam_size=4, alpha=0.6), train_steps=50)
+  config = RunConfig.of(decode=dict(strategy="beam", beam_size=4, alpha=0.6), train_steps=50)
   text = config.describe()
-  expected = [f"{k}={v}" for k, v in dataclasses.asdict(config).items() if v is not None]
+  values = {k: v for k, v in config.flat().items() if v is not None}
+  values["decode"] = {**DecodeOptions().read(), "beam_size": 4, "alpha": 0.6}
+  del values["decode"]["max_decode_length"]  # None: not shown
+  expected = [f"{k}={v}" for k, v in values.items()]
   long_values = [item for item in expected if len(item) > 30]
   for item in expected:
     assert text.count(item) == 1, item
@@ -189,17 +194,17 @@ def test_the_flags_are_defined_and_checked_without_tensorflow():
 
 def test_the_attention_window_reaches_the_model_and_unset_means_full_attention():
   task = builtin_task("numbers", num_train=10, num_eval=2, num_test=2)
-  windowed = RunConfig(attention_window=8).resolved_for(task).model_config(100, 100, 2)
+  windowed = RunConfig.of(attention_window=8).resolved_for(task).model_config(100, 100, 2)
   assert windowed.attention_window == 8
-  assert RunConfig().resolved_for(task).model_config(100, 100, 2).attention_window is None
+  assert RunConfig.of().resolved_for(task).model_config(100, 100, 2).attention_window is None
   with pytest.raises(ValueError, match=re.escape("--attention_window must be positive, got 0")):
-    RunConfig(attention_window=0).check()
+    RunConfig.of(attention_window=0).check()
 
 
 def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
   model_fields = {field.name: spec for field, spec in settings.declared(TransformerConfig)}
   referring = {
-    field.name: spec for field, spec in settings.declared(RunConfig) if "refers_to" in spec.extra
+    field.name: spec for field, spec in settings.leaves(RunConfig) if "refers_to" in spec.extra
   }
   assert {"d_model", "num_layers", "dropout", "attention_window", "max_length"} <= set(referring)
   for name, spec in referring.items():
@@ -207,7 +212,7 @@ def test_model_settings_are_the_models_declarations_and_all_reach_the_model():
     bounds = ("minimum", "maximum", "above", "below")
     assert [getattr(spec, b) for b in bounds] == [getattr(model, b) for b in bounds], name
     assert spec.allowed() == model.allowed(), name
-  config = RunConfig(
+  config = RunConfig.of(
     model="tiny",
     d_model=32,
     num_heads=2,
@@ -239,43 +244,47 @@ def test_a_text_run_saved_before_packing_resumes_one_text_a_line(tmp_path):
   so; a new run packs. Documents mode needs full attention: said before any data is read."""
   path = tmp_path / "run_config.json"
   path.write_text(json.dumps({"task": "text", "train_file": "train.txt"}))
-  assert RunConfig.load(str(path)).text_packing == "lines"
-  assert RunConfig().text_packing == "blocks" and RunConfig().text_documents == "file"
+  assert RunConfig.load(str(path)).data.text.text_packing == "lines"
+  text = RunConfig.of(task="text").data.text
+  assert text.text_packing == "blocks" and text.text_documents == "file"
   with pytest.raises(ValueError, match=re.escape("--text_packing=documents masks attention")):
-    RunConfig(task="text", text_packing="documents", attention_window=4).check()
+    RunConfig.of(task="text", text_packing="documents", attention_window=4).check()
 
 
 def test_a_language_models_start_up_configuration_leaves_out_what_does_not_apply():
   """Issue 41: a language model's start shows no tsv_kind, no translation decoding, no
   classification truncation; the decoding options its export generates with stay, as its
   strategy reads them."""
-  config = RunConfig(task="text", train_file="t.txt").resolved({"decode": {"strategy": "greedy"}})
-  shown = config.describe(kind="language_model")
+  config = RunConfig.of(task="text", train_file="t.txt").resolved(
+    {"decode": {"strategy": "greedy"}}
+  )
+  shown = config.for_kind("language_model").describe()
   for absent in ("tsv_kind", "truncate", "shared_vocabulary", "bad_lines", "beam_size", "alpha"):
     assert absent not in shown, absent
   assert "'strategy': 'greedy'" in shown and "train_file=t.txt" in shown
-  assert "tsv_kind=seq2seq" in config.describe()  # without a kind: every setting
-  beam = RunConfig(decode=dict(strategy="beam", beam_size=4)).resolved()
-  assert "'beam_size': 4" in beam.describe(kind="seq2seq")
-  assert "decode=" not in beam.describe(kind="classification")
+  assert config.data.tsv is None  # a text task has no TSV part
+  assert "tsv_kind=seq2seq" in RunConfig.of(task="tsv").describe()
+  beam = RunConfig.of(decode=dict(strategy="beam", beam_size=4)).resolved()
+  assert "'beam_size': 4" in beam.for_kind("seq2seq").describe()
+  assert "decode=" not in beam.for_kind("classification").describe()
 
 
 def test_what_a_start_up_configuration_shows_follows_the_kinds_attributes(monkeypatch):
-  """Issue 40: `describe` asks the kind what it reads (`decodes`, `truncates`,
-  `shares_vocabulary`), never its name, so a new kind needs no line in `APPLIES_TO`."""
+  """Issue 40: each section asks the kind what it reads (`decodes`, `truncates`,
+  `shares_vocabulary`), never its name, so a new kind needs no line in a section."""
   from types import SimpleNamespace
 
   from train import run_config
 
   made_up = SimpleNamespace(decodes=False, truncates=True, shares_vocabulary=False)
   monkeypatch.setitem(run_config.MODEL_KINDS, "made_up", made_up)
-  config = RunConfig(truncate="left", shared_vocabulary=False).resolved()
-  shown = config.describe(kind="made_up")
+  config = RunConfig.of(truncate="left", shared_vocabulary=False).resolved()
+  shown = config.for_kind("made_up").describe()
   assert "truncate=left" in shown
   assert "decode=" not in shown and "export_decode" not in shown
   assert "shared_vocabulary" not in shown
   made_up.decodes, made_up.truncates, made_up.shares_vocabulary = True, False, True
-  shown = config.describe(kind="made_up")
+  shown = config.for_kind("made_up").describe()
   assert "decode=" in shown and "shared_vocabulary=False" in shown and "truncate" not in shown
 
 
@@ -298,7 +307,7 @@ def test_position_encoding_and_activation_reach_every_kinds_model(kind):
     ("learned", "gelu", LearnedPosition),
     (None, None, SinusoidalPosition),  # unset: the paper's
   ):
-    run = RunConfig(
+    run = RunConfig.of(
       model="tiny",
       d_model=16,
       dff=32,
@@ -313,3 +322,40 @@ def test_position_encoding_and_activation_reach_every_kinds_model(kind):
     assert feed_forwards and all(
       m.activation is ACTIVATIONS[activation or "relu"] for m in feed_forwards
     )
+
+
+def test_a_section_that_does_not_apply_is_empty():
+  """The data parts of one kind of task each are None for the others; a TFDS split given to
+  another task is told, not dropped."""
+  assert RunConfig.of(task="tsv").data.tsv.tsv_kind == "seq2seq"
+  assert RunConfig.of(task="tsv").data.text is None and RunConfig.of(task="tsv").data.tfds is None
+  assert RunConfig.of(task="imdb_reviews", train_split="train").data.tfds.train_split == "train"
+  assert (RunConfig.of().data.tsv, RunConfig.of().data.text, RunConfig.of().data.tfds) == (
+    None,
+  ) * 3
+  assert (
+    "text_packing" not in RunConfig.of().flat()
+    and "text_packing" in RunConfig.of(task="text").flat()
+  )
+  with pytest.raises(ValueError, match="--validation_split applies to TFDS tasks only"):
+    RunConfig.of(task="tsv", validation_split="x")
+
+
+def test_flat_names_reach_their_sections_and_come_back():
+  config = RunConfig.of(model="base", optimizer="adamw", weight_decay=0.1, task="text")
+  assert config.model.preset == "base" and config.optimizer.name == "adamw"
+  assert config.flat()["model"] == "base" and config.flat()["optimizer"] == "adamw"
+  assert RunConfig.of(**config.flat()) == config
+  assert config.replace(d_model=64).model.d_model == 64
+  with pytest.raises(ValueError, match="unknown RunConfig settings"):
+    RunConfig.of(no_such_setting=1)
+
+
+def test_model_settings_take_their_unset_values_from_the_model():
+  """Not restated: an unset model setting that no preset sizes becomes the model's default."""
+  defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+  model = RunConfig.of().resolved().model
+  assert model.norm_position == defaults["norm_position"]
+  assert model.layer_norm_epsilon == defaults["layer_norm_epsilon"]
+  assert model.attention_dropout == defaults["attention_dropout_rate"]
+  assert model.d_model is None  # the preset's (or the task's)

@@ -72,7 +72,7 @@ def test_a_bad_line_past_the_checked_head_fails_naming_file_and_line(tmp_path, m
   monkeypatch.setattr(tsv_tasks, "HEAD_LINES", 3)
   lines = [b"a\tA"] * 5 + [b"two\ttabs\there", b"b\tB", b"caf\xe9\tC"]
   path = _write(tmp_path / "train.tsv", lines)
-  task = get_task(RunConfig(task="tsv", train_file=path))  # the head (3 lines) is fine
+  task = get_task(RunConfig.of(task="tsv", train_file=path).data)  # the head (3 lines) is fine
   with pytest.raises(ValueError, match=r"train.tsv:6: expected 2 tab-separated fields, got 3"):
     streams.run_stream(lambda: _pairs(task.train()))
 
@@ -80,7 +80,7 @@ def test_a_bad_line_past_the_checked_head_fails_naming_file_and_line(tmp_path, m
 def test_skipped_bad_lines_are_named_and_counted(tmp_path, capfd):
   lines = [b"a\tA", b"two\ttabs\there", b"b\tB", b"caf\xe9\tC", b"c\tC"]
   path = _write(tmp_path / "train.tsv", lines)
-  task = get_task(RunConfig(task="tsv", train_file=path, bad_lines="skip"))
+  task = get_task(RunConfig.of(task="tsv", train_file=path, bad_lines="skip").data)
   assert _pairs(task.train()) == [("a", "A"), ("b", "B"), ("c", "C")]
   printed = capfd.readouterr().err
   assert "skipped bad line " + path + ":2: expected 2 tab-separated fields, got 3" in printed
@@ -90,14 +90,14 @@ def test_skipped_bad_lines_are_named_and_counted(tmp_path, capfd):
 def test_classification_labels_are_checked_in_the_pipeline(tmp_path, monkeypatch, capfd):
   path = _write(tmp_path / "train.tsv", [b"good\t1", b"fine\t+2", b"bad\t0", b"odd\tx7", b"new\t5"])
   with pytest.raises(ValueError, match=r"train.tsv:4: label 'x7' is not an integer"):
-    get_task(RunConfig(task="tsv", train_file=path, tsv_kind="classification"))
+    get_task(RunConfig.of(task="tsv", train_file=path, tsv_kind="classification").data)
   monkeypatch.setattr(tsv_tasks, "HEAD_LINES", 2)  # past the head, the pipeline's words
-  task = get_task(RunConfig(task="tsv", train_file=path, tsv_kind="classification"))
+  task = get_task(RunConfig.of(task="tsv", train_file=path, tsv_kind="classification").data)
   assert task.num_classes == 3  # counted on the checked head (labels 1 and 2)
   with pytest.raises(ValueError, match=r"train.tsv:4: the label must be an integer >= 0"):
     streams.run_stream(lambda: _pairs(task.train()))
-  config = RunConfig(task="tsv", train_file=path, tsv_kind="classification", bad_lines="skip")
-  assert _pairs(get_task(config).train()) == [("good", 1), ("fine", 2), ("bad", 0)]
+  config = RunConfig.of(task="tsv", train_file=path, tsv_kind="classification", bad_lines="skip")
+  assert _pairs(get_task(config.data).train()) == [("good", 1), ("fine", 2), ("bad", 0)]
   assert "train.tsv:5: the label must be an integer >= 0 and below 3" in capfd.readouterr().err
 
 
@@ -112,7 +112,7 @@ def test_tfrecord_files_stream_tf_examples(tmp_path):
       writer.write(
         tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
       )
-  task = get_task(RunConfig(task="tsv", train_file=str(path), validation_file=str(path)))
+  task = get_task(RunConfig.of(task="tsv", train_file=str(path), validation_file=str(path)).data)
   assert _pairs(task.train()) == [("hallo", "hello"), ("welt", "world")]
   assert _pairs(task.validation()) == [("hallo", "hello"), ("welt", "world")]
 
@@ -127,8 +127,8 @@ def test_a_language_model_reads_tfrecords_of_a_text_feature(tmp_path):
       writer.write(
         tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
       )
-  config = RunConfig(task="tsv", tsv_kind="language_model", train_file=str(path))
-  task = get_task(config)
+  config = RunConfig.of(task="tsv", tsv_kind="language_model", train_file=str(path))
+  task = get_task(config.data)
   assert task.kind == "language_model"
   assert _pairs(task.train()) == [("ein hund", ""), ("eine katze", "")]
   assert _pairs(task.validation()) == [("ein hund", ""), ("eine katze", "")]
@@ -164,14 +164,14 @@ def test_the_data_position_restores_exactly_from_a_checkpoint(shards, tmp_path):
 
 
 def test_each_worker_reads_its_own_files_and_too_few_files_fail_first(shards, monkeypatch):
-  task = get_task(RunConfig(task="tsv", train_file=",".join(shards)))
+  task = get_task(RunConfig.of(task="tsv", train_file=",".join(shards)).data)
   first = {s.split("-")[0] for s, _ in _pairs(task.train_for_worker(2, 0))}
   second = {s.split("-")[0] for s, _ in _pairs(task.train_for_worker(2, 1))}
   assert first == {"s0", "s2"} and second == {"s1"}
   cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
   monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"index": 0}}))
   with pytest.raises(ValueError, match="has 1 file\\(s\\) for 2 workers"):
-    get_task(RunConfig(task="tsv", train_file=shards[0]))
+    get_task(RunConfig.of(task="tsv", train_file=shards[0]).data)
 
 
 def test_the_reservoir_sample_is_bounded_seeded_and_uniform():
@@ -189,17 +189,18 @@ def test_the_reservoir_sample_is_bounded_seeded_and_uniform():
 
 
 def test_a_shared_vocabulary_serves_both_sides_and_ties_the_embeddings(shards, tmp_path):
-  config = RunConfig(
+  config = RunConfig.of(
     task="tsv",
     train_file=",".join(shards),
     shared_vocabulary=True,
     vocab_size=80,
     vocab_examples=100,
   )
-  task = get_task(config)
+  task = get_task(config.data)
   config = config.resolved_for(task)
   layout = RunDir(str(tmp_path / "run"))
-  tokenizers = vocabularies.learn_or_load(task, ("source", "target"), config, layout)
+  sides = ("source", "target")
+  tokenizers = vocabularies.learn_or_load(task, sides, config.vocabulary, config.seed, layout)
   source, target = (text.tokenizer_path(layout.vocab, side) for side in ("source", "target"))
   assert pathlib.Path(source).read_bytes() == pathlib.Path(target).read_bytes()
   ids = tokenizers["target"].tokenize(tf.constant(["t1-3s2-7"])).to_tensor()
@@ -207,7 +208,7 @@ def test_a_shared_vocabulary_serves_both_sides_and_ties_the_embeddings(shards, t
   model_config = config.model_config(80, 80, 2)
   assert model_config.share_embeddings and model_config.tie_output_embedding
   with pytest.raises(ValueError, match="--shared_vocabulary is for seq2seq"):
-    RunConfig(shared_vocabulary=True).check(kind="classification")
+    RunConfig.of(shared_vocabulary=True).check(kind="classification")
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import tensorflow_datasets as tfds
 
 from tfattn import text
 from train import data, tasks, tfds_tasks, tokenizer
+from train.batching import Packing
 from train.builtin_tasks import builtin_task
 from train.run_config import RunConfig
 
@@ -43,7 +44,7 @@ def _rows(dataset):
 def test_tfds_tasks_read_locally_prepared_data_in_three_roles(name, tmp_path):
   spec = tfds_tasks.DATASETS[name]
   prepare_fake_tfds(spec.builder_name, tmp_path / "tfds")
-  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds")))
+  task = tasks.get_task(RunConfig.of(task=name, data_dir=str(tmp_path / "tfds")).data)
   rows = FAKE_ROWS[spec.builder_name]
   if spec.builder:  # the other direction of the builder's pairs
     rows = {split: [(b, a) for a, b in pairs] for split, pairs in rows.items()}
@@ -74,19 +75,19 @@ def test_tfds_split_flags_override_the_table_and_are_checked(tmp_path):
   name = "ted_hrlr_translate/pt_to_en"
   prepare_fake_tfds(name, tmp_path / "tfds")
   task = tasks.get_task(
-    RunConfig(
+    RunConfig.of(
       task=name,
       data_dir=str(tmp_path / "tfds"),
       train_split="train[:50%]",
       validation_split="test",
       test_split="",
-    )
+    ).data
   )
   assert len(_rows(task.train())) == len(FAKE_ROWS[name]["train"]) // 2
   assert _rows(task.validation()) == sorted(FAKE_ROWS[name]["test"])
   assert task.test is None
   with pytest.raises(ValueError, match="has no split 'dev'"):
-    tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds"), test_split="dev"))
+    tasks.get_task(RunConfig.of(task=name, data_dir=str(tmp_path / "tfds"), test_split="dev").data)
 
 
 def test_unprepared_tfds_data_fails_fast_offline_naming_data_dir(tmp_path, monkeypatch):
@@ -98,7 +99,7 @@ def test_unprepared_tfds_data_fails_fast_offline_naming_data_dir(tmp_path, monke
   )
   started = time.time()
   with pytest.raises(tfds_tasks.DataUnavailableError) as raised:
-    tasks.get_task(RunConfig(task="imdb_reviews", data_dir=str(tmp_path)))
+    tasks.get_task(RunConfig.of(task="imdb_reviews", data_dir=str(tmp_path)).data)
   message = str(raised.value)
   assert time.time() - started < 30
   assert "\n" not in message and str(tmp_path) in message
@@ -148,16 +149,16 @@ def test_tsv_task_roles(tmp_path):
   (tmp_path / "val.tsv").write_text("c\tC\n")
   (tmp_path / "test.tsv").write_text("d\tD\ne\tE\n")
   task = tasks.get_task(
-    RunConfig(
+    RunConfig.of(
       task="tsv",
       train_file=str(tmp_path / "train.tsv"),
       validation_file=str(tmp_path / "val.tsv"),
       test_file=str(tmp_path / "test.tsv"),
-    )
+    ).data
   )
   assert _rows(task.validation()) == [("c", "C")] and len(_rows(task.test())) == 2
   assert not task.validation_note
-  unheld = tasks.get_task(RunConfig(task="tsv", train_file=str(tmp_path / "train.tsv")))
+  unheld = tasks.get_task(RunConfig.of(task="tsv", train_file=str(tmp_path / "train.tsv")).data)
   assert unheld.test is None and _rows(unheld.validation()) == [("a", "A"), ("b", "B")]
   assert "not held out" in unheld.validation_note
 
@@ -165,7 +166,9 @@ def test_tsv_task_roles(tmp_path):
 def test_tsv_classification_task_counts_classes(tmp_path):
   path = tmp_path / "train.tsv"
   path.write_text("good film\t2\nbad film\t0\nok film\t1\n")
-  task = tasks.get_task(RunConfig(task="tsv", train_file=str(path), tsv_kind="classification"))
+  task = tasks.get_task(
+    RunConfig.of(task="tsv", train_file=str(path), tsv_kind="classification").data
+  )
   assert task.num_classes == 3 and task.defaults["truncate"] == "left"
 
 
@@ -181,7 +184,7 @@ def test_tsv_errors_name_file_and_line(tmp_path, content, kind, message):
   path = tmp_path / "data.tsv"
   path.write_text(content)
   with pytest.raises(ValueError, match=message):
-    tasks.get_task(RunConfig(task="tsv", train_file=str(path), tsv_kind=kind))
+    tasks.get_task(RunConfig.of(task="tsv", train_file=str(path), tsv_kind=kind).data)
 
 
 @pytest.mark.slow
@@ -223,7 +226,7 @@ def test_tiny_shakespeare_is_a_language_model_task_of_one_speech_an_example(tmp_
   lines), split here in Python as the reference."""
   name = "tiny_shakespeare"
   prepare_fake_tfds(name, tmp_path / "tfds")
-  task = tasks.get_task(RunConfig(task=name, data_dir=str(tmp_path / "tfds")))
+  task = tasks.get_task(RunConfig.of(task=name, data_dir=str(tmp_path / "tfds")).data)
   assert task.kind == "language_model" and task.defaults["max_length"] == 128
   for role in ("train", "validation", "test"):
     (whole,) = FAKE_ROWS[name][role][0]
@@ -235,14 +238,14 @@ def test_a_text_file_is_a_language_model_task_of_one_line_an_example(tmp_path):
   (tmp_path / "train.txt").write_text("the cat\n\n  \nthe dog runs\n", encoding="utf-8")
   (tmp_path / "bad.txt").write_bytes(b"fine\n\xff\n")
   task = tasks.get_task(
-    RunConfig(task="text", train_file=str(tmp_path / "train.txt"), text_packing="lines")
+    RunConfig.of(task="text", train_file=str(tmp_path / "train.txt"), text_packing="lines").data
   )
   assert task.kind == "language_model" and task.test is None
   assert _rows(task.train()) == [("the cat", 1), ("the dog runs", 1)]  # each ends a document
   assert "not held out" in task.validation_note
-  assert task.dataset_options == {"packing": "lines"}
+  assert task.packing == Packing(text="lines")
   with pytest.raises(ValueError, match=r"bad\.txt:2: not valid UTF-8"):
-    tasks.get_task(RunConfig(task="text", train_file=str(tmp_path / "bad.txt")))
+    tasks.get_task(RunConfig.of(task="text", train_file=str(tmp_path / "bad.txt")).data)
 
 
 def test_a_packed_text_file_streams_its_lines_with_their_newlines(tmp_path):
@@ -252,18 +255,20 @@ def test_a_packed_text_file_streams_its_lines_with_their_newlines(tmp_path):
   (tmp_path / "a.txt").write_text("the cat\n\nthe dog runs\n", encoding="utf-8")
   (tmp_path / "b.txt").write_text("a bird\n", encoding="utf-8")
   files = f"{tmp_path}/a.txt,{tmp_path}/b.txt"
-  task = tasks.get_task(RunConfig(task="text", train_file=files, validation_file=files))
+  task = tasks.get_task(RunConfig.of(task="text", train_file=files, validation_file=files).data)
   pieces = [(t.decode(), bool(e)) for t, e in task.validation().as_numpy_iterator()]
   assert pieces == [
     *[("the cat", False), ("\n", False), ("\nthe dog runs", False), ("\n", True)],
     *[("a bird", False), ("\n", True)],
   ]
   assert "".join(t for t, _ in pieces) == "the cat\n\nthe dog runs\na bird\n"  # lossless
-  assert task.dataset_options["packing"] == "blocks" and task.validation_note == ""
+  assert task.packing.text == "blocks" and task.validation_note == ""
   by_line = tasks.get_task(
-    RunConfig(task="text", train_file=files, text_packing="documents", text_documents="line")
+    RunConfig.of(
+      task="text", train_file=files, text_packing="documents", text_documents="line"
+    ).data
   )
   # (Training reads the files in an order shuffled from the seed.)
   assert _rows(by_line.train()) == [("a bird", 1), ("the cat", 1), ("the dog runs", 1)]
   with pytest.raises(ValueError, match=r"text file .*nope\.txt does not exist"):
-    tasks.get_task(RunConfig(task="text", train_file=str(tmp_path / "nope.txt")))
+    tasks.get_task(RunConfig.of(task="text", train_file=str(tmp_path / "nope.txt")).data)

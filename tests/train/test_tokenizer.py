@@ -99,8 +99,8 @@ def test_a_byte_vocabulary_reads_no_text(tmp_path):
 def test_a_run_saved_before_the_settings_learned_as_it_did():
   """A run_config.json without character_coverage (saved before issue 41) resumes with
   SentencePiece's default, the value it learned its vocabulary with."""
-  saved = RunConfig(task="text", tokenizer="sentencepiece").resolved().__dict__
+  saved = RunConfig.of(task="text", tokenizer="sentencepiece").resolved().flat()
   del saved["character_coverage"]
-  restored = RunConfig.from_saved(saved).resolved()
+  restored = RunConfig.from_saved(saved).resolved().vocabulary
   assert restored.character_coverage == tokenizer.DEFAULT_CHARACTER_COVERAGE == 0.9995
   assert restored.tokenizer == "sentencepiece"

@@ -2,8 +2,6 @@
 and the XLA-compiled step, against the plain step on the same data; K steps in one loop against
 K loops of one step; where loops end."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -46,11 +44,11 @@ def first_step(tmp_path_factory):
   trainers = {}
 
   def run(batches, **overrides):
-    config = dataclasses.replace(SMALL_CONFIG, **overrides)
+    config = SMALL_CONFIG.replace(**overrides)
     key = repr(config)
     if key not in trainers:
       run_dir = tmp_path_factory.mktemp("step")
-      trainer = Trainer(*prepare(dataclasses.replace(config, run_dir=str(run_dir))))
+      trainer = Trainer(*prepare(config.replace(run_dir=str(run_dir))))
       captured = [tf.Variable(tf.zeros_like(v)) for v in trainer.model.trainable_variables]
 
       def capture(pairs, captured=captured):  # stands in for Adam, whose first step hides
@@ -226,8 +224,7 @@ def test_keep_best_by_judges_tests_and_exports_the_best_validation_weights(avera
 
 
 def test_loops_end_at_every_log_checkpoint_and_evaluation_step_and_the_last():
-  config = dataclasses.replace(
-    SMALL_CONFIG,
+  config = SMALL_CONFIG.replace(
     train_steps=1000,
     steps_per_loop=50,
     log_every=100,
@@ -235,14 +232,14 @@ def test_loops_end_at_every_log_checkpoint_and_evaluation_step_and_the_last():
     eval_every=0,
   )
   ends, step = [], 0
-  while step < config.train_steps:
-    step = loop_end(step, config)
+  while step < config.loop.train_steps:
+    step = loop_end(step, config.loop)
     ends.append(step)
   assert ends[:6] == [50, 100, 120, 170, 200, 240]
   assert set(range(100, 1001, 100)) | set(range(120, 1000, 120)) <= set(ends)
   assert ends[-1] == 1000 and all(b - a <= 50 for a, b in zip([0, *ends], ends))
-  assert loop_end(990, dataclasses.replace(config, eval_every=7)) == 994
-  assert loop_end(0, dataclasses.replace(config, steps_per_loop=1)) == 1
+  assert loop_end(990, config.replace(eval_every=7).loop) == 994
+  assert loop_end(0, config.replace(steps_per_loop=1).loop) == 1
 
 
 @pytest.fixture
@@ -267,7 +264,7 @@ def _train_loops(trainer, loops):
   totals = np.zeros(4)
   for steps in loops:
     sums, shapes = trainer._train_loop(trainer.iterator, tf.constant(steps))
-    assert shapes.shape == (steps * trainer.config.grad_accum_steps, 3)
+    assert shapes.shape == (steps * trainer.config.loop.grad_accum_steps, 3)
     totals += [float(x) for x in sums]
   return totals, _state(trainer)
 
@@ -287,9 +284,7 @@ def test_k_steps_in_one_loop_give_the_weights_of_k_loops_of_one_step(
 ):
   """From one saved state (weights, optimizer, data position, dropout generator): 4 steps in
   one call, then back to that state and 4 calls of one step."""
-  config = dataclasses.replace(
-    SMALL_CONFIG, run_dir=str(tmp_path / "run"), dropout=0.1, **overrides
-  )
+  config = SMALL_CONFIG.replace(run_dir=str(tmp_path / "run"), dropout=0.1, **overrides)
   trainer = Trainer(*prepare(config))
   start = trainer.checkpoint.write(str(tmp_path / "start"))
   one_loop = _train_loops(trainer, [4])
@@ -328,8 +323,8 @@ def test_the_one_replica_xla_step_updates_the_weights_as_the_graph_step(tmp_path
   )
   states = {}  # prepare() seeds the stateless initialisers alike
   for jit_compile in (False, True):
-    config = dataclasses.replace(
-      SMALL_CONFIG, run_dir=str(tmp_path / f"jit{jit_compile}"), jit_compile=jit_compile, **common
+    config = SMALL_CONFIG.replace(
+      run_dir=str(tmp_path / f"jit{jit_compile}"), jit_compile=jit_compile, **common
     )
     trainer = Trainer(*prepare(config))
     trainer.optimizer.epsilon = 1e-6  # read when the loop is first traced, below

@@ -214,10 +214,8 @@ def _write_saved_run(tmp, run):
   from train.run_config import RunConfig
   from train.task import BUILTIN_DEFAULTS
 
-  config = RunConfig(run_dir=str(run), task="numbers")
-  resolved = dataclasses.replace(
-    config.resolved(BUILTIN_DEFAULTS), mixed_precision="float32", jit_compile=False
-  )
+  config = RunConfig.of(run_dir=str(run), task="numbers")
+  resolved = config.resolved(BUILTIN_DEFAULTS).replace(mixed_precision="float32", jit_compile=False)
   resolved.check()
   layout = RunDir(run)
   os.makedirs(layout.vocab)
@@ -353,7 +351,7 @@ def test_help_lists_every_flag_and_exits_0(helps, program):
   ]
   if program == "train":  # every setting of a run is a flag
     every_setting = [
-      settings.flag_name(f) for f in dataclasses.fields(RunConfig) if f.name not in FLAGLESS
+      settings.flag_name(f) for f, _ in settings.leaves(RunConfig) if f.name not in FLAGLESS
     ]
     assert set(every_setting) <= set(accepted)
   if program in ("train", "serving.export"):  # and every decoding option
