@@ -209,8 +209,9 @@ def _random_sentences(count, lengths, vocab_size, seed):
   return [rng.integers(4, vocab_size, rng.integers(low, high + 1)).tolist() for _ in range(count)]
 
 
-def _run_sentences(run_dir, texts_file, count):
-  """Source ids of --texts_file (or of random vocabulary pieces) by the run's tokenizer."""
+def _run_sentences(run_dir, texts_file, count, max_length):
+  """Source ids of --texts_file (or of random vocabulary pieces) by the run's tokenizer,
+  each cut to the model's `max_length` positions."""
   import common
 
   import tensorflow as tf
@@ -225,21 +226,17 @@ def _run_sentences(run_dir, texts_file, count):
     import decode_speed
 
     texts = decode_speed._random_texts(tokenizer, tokenizer.vocab_size, count)
-  with open(os.path.join(run_dir, "model_config.json")) as f:
-    max_length = json.load(f)["max_length"]
   ragged = tokenizer.tokenize(tf.constant(texts))
   return [row[:max_length] for row in ragged.to_list() if row]
 
 
-def _marian_sentences(run_dir, count, lengths, seed):
+def _marian_sentences(vocab_size, count, lengths, seed):
   """Random source ids of an imported Marian run: pieces of its vocabulary (no special id),
   each row ending with `</s>` as its tokenizer ends a source."""
   import numpy as np
 
   from tfattn import special_ids
 
-  with open(os.path.join(run_dir, "model_config.json")) as f:
-    vocab_size = json.load(f)["source_vocab_size"]
   rng = np.random.default_rng(seed + 1)
   low, high = lengths
   return [
@@ -273,14 +270,16 @@ def prepare(args, work_dir, engines):
 
     import_checkpoint(args.marian_dir, run_dir)
   with open(os.path.join(run_dir, "model_config.json")) as f:
-    max_length = json.load(f)["max_length"]
+    model_config = json.load(f)
+  max_length = model_config["max_length"]
   lengths = [int(x) for x in args.source_lengths]
   if random_model:
     sentences = _random_sentences(args.sentences, lengths, args.vocab_size, args.seed)
   elif args.marian_dir and not args.texts_file:
-    sentences = _marian_sentences(run_dir, args.sentences, lengths, args.seed)
+    vocab_size = model_config["source_vocab_size"]
+    sentences = _marian_sentences(vocab_size, args.sentences, lengths, args.seed)
   else:
-    sentences = _run_sentences(run_dir, args.texts_file, args.sentences)
+    sentences = _run_sentences(run_dir, args.texts_file, args.sentences, max_length)
   options = run_decode_options(run_dir).replace(strategy="beam", beam_size=args.beam, alpha=0.0)
   if fixed:  # every engine writes exactly output_length tokens: tokens/s compares like with like
     max_decoding_length = args.output_length
