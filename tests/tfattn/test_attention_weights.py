@@ -142,9 +142,11 @@ def test_graph_mode_without_retrace_across_shapes(config):
   model = tfattn.Transformer(config)
   classifier = tfattn.EncoderClassifier(config)
   forward = tf.function(
-    lambda s, t: model(s, t, return_attention=True), input_signature=[SPEC, SPEC]
+    lambda s, t: model(s, t, return_attention=True), input_signature=[SPEC, SPEC], autograph=False
   )
-  classify = tf.function(lambda s: classifier(s, return_attention=True), input_signature=[SPEC])
+  classify = tf.function(
+    lambda s: classifier(s, return_attention=True), input_signature=[SPEC], autograph=False
+  )
   for batch, source_len, target_len in [(2, 5, 3), (1, 9, 7)]:
     source, target = random_ids(batch, source_len, 40, 5), random_ids(batch, target_len, 40, 6)
     logits, weights = forward(source, target)
@@ -160,7 +162,11 @@ def test_graph_mode_without_retrace_across_shapes(config):
 
 
 def _op_census(function, *specs):
-  graph = tf.function(function, input_signature=list(specs)).get_concrete_function().graph
+  graph = (
+    tf.function(function, input_signature=list(specs), autograph=False)
+    .get_concrete_function()
+    .graph
+  )
   return collections.Counter(op.type for op in graph.get_operations())
 
 

@@ -56,9 +56,12 @@ def _recomputed_log_probs(model, source, ids):
 def test_cached_greedy_equals_uncached_greedy(seed):
   model = _model(seed)
   source = random_ids(3, 7, VOCAB, seed)
-  cached = tf.function(lambda s: decoding.greedy_decode(model, s, max_decode_length=12))
+  cached = tf.function(
+    lambda s: decoding.greedy_decode(model, s, max_decode_length=12), autograph=False
+  )
   uncached = tf.function(
-    lambda s: reference_decode(model, s, DecodeOptions(strategy="greedy", max_decode_length=12))
+    lambda s: reference_decode(model, s, DecodeOptions(strategy="greedy", max_decode_length=12)),
+    autograph=False,
   )
   cached_ids, _, cached_scores = cached(source)  # the "scores" compared are the log-probs
   uncached_ids, _, uncached_scores = uncached(source)
@@ -90,6 +93,7 @@ def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
     lambda s: decoding.greedy_decode(model, s, max_decode_length=10, padded_decode=padded_decode),
     input_signature=[spec],
     jit_compile=padded_decode,
+    autograph=False,
   )
   beam = tf.function(
     lambda s: decoding.beam_decode(
@@ -97,6 +101,7 @@ def test_padded_xla_decoding_matches_graph_decoding(padded_decode):
     ),
     input_signature=[spec],
     jit_compile=padded_decode,
+    autograph=False,
   )
   for result, expected in zip(greedy(source), reference):
     np.testing.assert_allclose(result, expected, atol=1e-4)
@@ -384,8 +389,12 @@ def test_sampling_under_xla_draws_what_graph_mode_draws(cut):
   def sample(source, seeds, padded_decode):
     return decoding.decode(model, source, options, seeds=seeds, padded_decode=padded_decode)
 
-  graph = tf.function(lambda s, seeds: sample(s, seeds, False), input_signature=spec)
-  xla = tf.function(lambda s, seeds: sample(s, seeds, True), input_signature=spec, jit_compile=True)
+  graph = tf.function(
+    lambda s, seeds: sample(s, seeds, False), input_signature=spec, autograph=False
+  )
+  xla = tf.function(
+    lambda s, seeds: sample(s, seeds, True), input_signature=spec, jit_compile=True, autograph=False
+  )
   for batch, length in ((4, 6), (7, 9)):
     source = random_ids(batch, length, VOCAB, batch)
     seeds = tf.range(batch, dtype=tf.int64) * 1000 + 3

@@ -52,7 +52,7 @@ def test_seq2seq_formula_counts_every_matmul_of_the_graph(window):
   model = tfattn.Transformer(config)
   batch, source_length, target_length = 3, 11, 7
   counted = _graph_matmul_flops(
-    tf.function(lambda s, t: model(s, t)),
+    tf.function(lambda s, t: model(s, t), autograph=False),
     tf.TensorSpec([batch, source_length], tf.int32),
     tf.TensorSpec([batch, target_length], tf.int32),
   )
@@ -66,7 +66,7 @@ def test_classifier_formula_counts_every_matmul_of_the_graph(body, window):
   config = _config(classifier_body=body, attention_window=window)
   model = tfattn.EncoderClassifier(config)
   counted = _graph_matmul_flops(
-    tf.function(lambda ids: model(ids)), tf.TensorSpec([5, 13], tf.int32)
+    tf.function(lambda ids: model(ids), autograph=False), tf.TensorSpec([5, 13], tf.int32)
   )
   assert flops.classifier_forward_flops(config, 5, 13) == counted
 
@@ -78,6 +78,6 @@ def test_language_model_formula_counts_every_matmul_of_the_graph(window):
   config = _config(attention_window=window, target_vocab_size=97)
   model = LanguageModel(config)
   counted = _graph_matmul_flops(
-    tf.function(lambda ids: model(ids)), tf.TensorSpec([2, 10], tf.int32)
+    tf.function(lambda ids: model(ids), autograph=False), tf.TensorSpec([2, 10], tf.int32)
   )
   assert flops.language_model_forward_flops(config, 2, 10) == counted

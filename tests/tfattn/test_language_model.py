@@ -79,11 +79,13 @@ def test_beam_and_sampling_under_xla_and_uncached_decode_what_graph_mode_does():
     def run(prompts, seeds, options=options, **how):
       return decoding.decode(model, prompts, options, seeds=seeds, **how)
 
-    graph = tf.function(run)(PROMPTS, seeds)
-    xla = tf.function(lambda p, s: run(p, s, padded_decode=True), jit_compile=True)(PROMPTS, seeds)
-    uncached = tf.function(lambda p, s, o=options: reference_decode(model, p, o, seeds=s))(
-      PROMPTS, seeds
-    )
+    graph = tf.function(run, autograph=False)(PROMPTS, seeds)
+    xla = tf.function(
+      lambda p, s: run(p, s, padded_decode=True), jit_compile=True, autograph=False
+    )(PROMPTS, seeds)
+    uncached = tf.function(
+      lambda p, s, o=options: reference_decode(model, p, o, seeds=s), autograph=False
+    )(PROMPTS, seeds)
     for other in (xla, uncached):
       np.testing.assert_array_equal(other.ids, graph.ids)
       np.testing.assert_allclose(other.log_probs, graph.log_probs, atol=1e-4)

@@ -85,7 +85,9 @@ def test_threefry_matches_random123_known_answers(jit_compile):
     for column in zip(*[key + counter for key, counter, _ in _THREEFRY_KNOWN_ANSWERS])
   ]
   x0, x1 = tf.function(
-    lambda k0, k1, c0, c1: sampling.threefry2x32((k0, k1), (c0, c1)), jit_compile=jit_compile
+    lambda k0, k1, c0, c1: sampling.threefry2x32((k0, k1), (c0, c1)),
+    jit_compile=jit_compile,
+    autograph=False,
   )(*words)
   assert list(zip(x0.numpy(), x1.numpy())) == [out for _, _, out in _THREEFRY_KNOWN_ANSWERS]
 
@@ -97,7 +99,7 @@ def test_uniforms_depend_only_on_the_row_seed_and_the_step():
   assert len({tuple(row) for row in table}) == 4
   alone = sampling.uniforms(tf.constant([9], tf.int32), 4).numpy()  # another batch and length
   np.testing.assert_array_equal(alone[0], table[1, :4])
-  compiled = tf.function(lambda s: sampling.uniforms(s, 12), jit_compile=True)
+  compiled = tf.function(lambda s: sampling.uniforms(s, 12), jit_compile=True, autograph=False)
   np.testing.assert_array_equal(compiled(tf.constant([5, 9, 5, -1, 2**40], tf.int64)), table)
 
 
@@ -235,7 +237,9 @@ def test_tokens_tied_at_the_nucleus_edge_are_all_kept(top_k, jit_compile):
   logits = tf.tile(tf.constant(_TIED_LOGITS)[tf.newaxis], [rows, 1])
   uniform = sampling.uniforms(tf.range(rows) * 7919, 1)[:, 0]
   tokens = tf.function(
-    lambda x, u: sampling.draw(x, u, top_k=top_k, top_p=top_p), jit_compile=jit_compile
+    lambda x, u: sampling.draw(x, u, top_k=top_k, top_p=top_p),
+    jit_compile=jit_compile,
+    autograph=False,
   )(logits, uniform).numpy()
   counts = np.bincount(tokens, minlength=len(_TIED_LOGITS))
   assert counts[expected == 0].sum() == 0, counts
@@ -264,6 +268,7 @@ def test_underflowing_temperatures_draw_the_most_likely_tokens(temperature, padd
         padded_decode=padded_decode,
       ),
       jit_compile=padded_decode,
+      autograph=False,
     )
     hypotheses = decode(tf.ones([rows, 3], tf.int32), tf.range(rows))
     ids = hypotheses.ids.numpy()

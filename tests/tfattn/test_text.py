@@ -149,6 +149,7 @@ def test_two_sentencepiece_models_in_one_saved_model_stay_apart(tmp_path, senten
   module.both = tf.function(
     lambda s: (sentencepiece.tokenize(s).to_tensor(), other.tokenize(s).to_tensor()),
     input_signature=[tf.TensorSpec([None], tf.string)],
+    autograph=False,
   )
   sample = tf.constant(["Hello, World!"])
   expected = [ids.numpy().tolist() for ids in module.both(sample)]

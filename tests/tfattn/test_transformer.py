@@ -55,8 +55,8 @@ def test_no_retrace_across_shapes_and_xla_matches_graph(
 ):
   config = tiny_config.replace(norm_position=norm_position, position_encoding=position_encoding)
   model = tfattn.Transformer(config)
-  graph = tf.function(model.__call__, input_signature=[SPEC, SPEC])
-  xla = tf.function(model.__call__, input_signature=[SPEC, SPEC], jit_compile=True)
+  graph = tf.function(model.__call__, input_signature=[SPEC, SPEC], autograph=False)
+  xla = tf.function(model.__call__, input_signature=[SPEC, SPEC], jit_compile=True, autograph=False)
   for batch, source_len, target_len in [(2, 5, 3), (3, 9, 4), (1, 2, 11)]:
     source, target = random_ids(batch, source_len, 40, 7), random_ids(batch, target_len, 40, 8)
     expected = model(source, target)
@@ -80,7 +80,7 @@ def test_mixed_precision_forward_is_finite(tiny_config, dtype):
 def test_classifier_shapes_pooling_and_graph(tiny_config):
   for pooling in ("mean", "first"):
     classifier = tfattn.EncoderClassifier(tiny_config.replace(pooling=pooling, num_classes=3))
-    fn = tf.function(classifier.__call__, input_signature=[SPEC], jit_compile=True)
+    fn = tf.function(classifier.__call__, input_signature=[SPEC], jit_compile=True, autograph=False)
     logits = fn(tf.constant([[5, 6, 0], [0, 0, 0]]))
     assert logits.shape == (2, 3)
     assert bool(tf.reduce_all(tf.math.is_finite(logits)))
@@ -178,7 +178,7 @@ def test_copy_task_loss_falls():
   model = tfattn.Transformer(config)
   optimizer = keras.optimizers.Adam(3e-3)
 
-  @tf.function(input_signature=[SPEC])
+  @tf.function(input_signature=[SPEC], autograph=False)
   def train_step(source):
     decoder_input = tf.concat([tf.fill([tf.shape(source)[0], 1], config.bos_id), source], 1)
     labels = tf.concat([source, tf.fill([tf.shape(source)[0], 1], config.eos_id)], 1)
