@@ -92,6 +92,13 @@ def test_greedy_without_repeated_bigrams_is_the_brute_force_search(seed):
   expected_ids, expected_log_probs = _reference_greedy(model, source, 12, 2)
   np.testing.assert_array_equal(result.ids.numpy(), expected_ids)
   np.testing.assert_allclose(result.log_probs.numpy(), expected_log_probs, atol=1e-4)
+
+
+@pytest.mark.slow  # XLA compiles
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_without_repeated_bigrams_under_xla_is_the_brute_force_search(seed):
+  model, source = _model(seed), random_ids(3, 5, VOCAB, seed)
+  expected_ids, _ = _reference_greedy(model, source, 12, 2)
   xla = tf.function(
     lambda s: decoding.greedy_decode(
       model, s, max_decode_length=12, no_repeat_ngram_size=2, padded_decode=True

@@ -69,6 +69,7 @@ def test_a_packed_row_gives_each_pair_the_losses_of_its_own_row(
   assert np.abs(unsegmented - packed).max() > 1e-3
 
 
+@pytest.mark.slow  # XLA compiles
 def test_packed_rows_compile_with_xla_and_match_graph_mode(tiny_model):
   source, source_segments, target_in, _, target_segments = _packed_row()
   spec = tf.TensorSpec([None, None], tf.int32)

@@ -63,6 +63,7 @@ def test_float32_gives_the_same_logits_and_the_trained_weights_are_untouched(mod
     np.testing.assert_array_equal(value, variable.numpy())
 
 
+@pytest.mark.slow  # XLA compiles
 def test_the_low_copy_decodes_in_graph_mode_and_under_xla(model):
   low = precision.for_serving(model, tfattn.Transformer, "bfloat16")
   source = tf.constant(SOURCE)
