@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import file_durations
+import pytest
 
 from train_helpers import REPO, environment
 
@@ -21,6 +22,7 @@ def test_the_parts_of_two_processes_sum_per_file_longest_first(tmp_path):
   assert file_durations.load(str(tmp_path / "none.json")) == {}
 
 
+@pytest.mark.slow  # runs pytest in a subprocess
 def test_a_recorded_run_measures_each_file_it_ran(tmp_path):
   """A real recording: two tiny files under pytest, the parts written by the conftest's hooks."""
   out = tmp_path / "out"
