@@ -49,7 +49,10 @@ _TIME = re.compile(r"^[IWE]\d{4} (\d\d):(\d\d):(\d\d\.\d+)")
 
 def _pseudo_words(rng, count, letters):
   lengths = rng.integers(2, 11, size=count)
-  return ["".join(rng.choice(letters, size=n)) for n in lengths]
+  # One draw for every letter (the same letters as one rng.choice a word, 40x faster).
+  text = "".join(np.array(letters)[rng.integers(0, len(letters), size=int(lengths.sum()))])
+  ends = np.cumsum(lengths).tolist()
+  return [text[end - n : end] for end, n in zip(ends, lengths.tolist())]
 
 
 def write_corpus(path, lines, seed, chunk=100_000):

@@ -187,13 +187,23 @@ def compare_decoders(args, preset="small", vocab=8000, lengths=(16, 64, 128), le
     np.random.default_rng(0).integers(3, vocab, [args.batch, args.source_length]), tf.int32
   )
 
-  def greedy(length, **kwargs):
-    return tf.function(
-      lambda s: decoding.greedy_decode(model, s, max_decode_length=length, **kwargs).ids,
-      input_signature=[spec],
-      jit_compile=kwargs.get("padded_decode", False),
-      autograph=False,
-    )
+  made = {}
+
+  def greedy(length, padded_decode=False):
+    # One function a (length, mode), made once: each new one traces (and under XLA compiles)
+    # again, and the sections below time the same decoders.
+    if (length, padded_decode) not in made:
+      made[length, padded_decode] = tf.function(
+        lambda s: (
+          decoding.greedy_decode(
+            model, s, max_decode_length=length, padded_decode=padded_decode
+          ).ids
+        ),
+        input_signature=[spec],
+        jit_compile=padded_decode,
+        autograph=False,
+      )
+    return made[length, padded_decode]
 
   def uncached_greedy(length):  # the reference: the decoder re-run on the whole prefix a step
     options = DecodeOptions(strategy="greedy", max_decode_length=length)

@@ -24,11 +24,14 @@ def _write_aclimdb(root):
         (folder / f"{i}_{3 if label == 0 else 8}.txt").write_text(review)
 
 
+# The trainer's attention pictures (matplotlib, seconds a run) are its own tests' business.
+QUIET = ["--extra_flag=--log_every=1", "--extra_flag=--attention_images=0"]
+SMALL_MODEL = [f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")]
 TINY = [
   "--extra_flag=--train_steps=2",
   "--extra_flag=--batch_size=8",
   "--extra_flag=--vocab_size=300",
-  "--extra_flag=--log_every=1",
+  *QUIET,
 ]
 
 
@@ -53,7 +56,13 @@ def _run_quality(tmp_path, *flags):
 
 def _quality(tmp_path, *flags):
   return _run_quality(
-    tmp_path, f"--imdb={tmp_path}/aclImdb", "--recipes=imdb_attention", *TINY, *flags
+    tmp_path,
+    f"--imdb={tmp_path}/aclImdb",
+    "--recipes=imdb_attention",
+    *TINY,
+    *SMALL_MODEL,
+    "--extra_flag=--num_heads=4",
+    *flags,
   )
 
 
@@ -140,8 +149,8 @@ def test_the_character_language_model_recipe_on_a_text_split_as_nanogpt_splits_i
     f"--tinyshakespeare={tmp_path}",
     "--recipes=shakespeare_char",
     "--extra_flag=--train_steps=2",
-    "--extra_flag=--log_every=1",
-    *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
+    *QUIET,
+    *SMALL_MODEL,
   )
   cut = int(len(text) * 0.9)
   work = tmp_path / "work"
@@ -176,7 +185,7 @@ def test_a_translation_recipe_on_multi30k_files_judged_through_its_export(tmp_pa
     "--recipes=multi30k_de_en",
     "--through_export",
     *TINY,
-    *[f"--extra_flag=--{name}" for name in ("d_model=32", "dff=64", "num_layers=1")],
+    *SMALL_MODEL,
     *("--extra_flag=--num_heads=4", "--extra_flag=--vocab_examples=100"),
   )
   work = tmp_path / "work"

@@ -48,12 +48,9 @@ def test_waste_profile_and_policies_on_a_tiny_random_model(beam):
   assert any("waste" in line for line in lines) and any("tokens/s" in line for line in lines)
 
 
-@pytest.mark.slow  # one export
-def test_exports_are_timed_side_by_side(trained_run, tmp_path):
-  from serving import export
-
-  export.export(str(trained_run), str(tmp_path / "graph"), decode="graph", version=1)
-  path = str(tmp_path / "graph" / "1")
+@pytest.mark.slow  # the session's export (made once for the suite's tests)
+def test_exports_are_timed_side_by_side(trained_run, exported, tmp_path):
+  path = str(exported[1])
   texts = tmp_path / "texts.txt"
   texts.write_text("1 2 3\n4 5\n6\n7 8 9 10\n11 12\n")
   args = _args(run_dir=str(trained_run), texts_file=str(texts), exports=[f"a={path}", f"b={path}"])
