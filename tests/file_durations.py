@@ -2,6 +2,7 @@
 first (tests/conftest.py) come from a measurement a command regenerates, not from comments.
 
   make test-durations      # the whole suite as `make test` runs it, then tests/durations.json
+  python tests/file_durations.py --by_product [FILE]   # its CPU seconds by product, a table
 
 While recording (TFATTN_DURATIONS_OUT set), every test process adds up, per test file, the CPU
 seconds of its own process and of the programs it waited for (`os.times`: user + system, the
@@ -61,8 +62,50 @@ def merge(out_dir: str, target: str = DURATIONS) -> dict:
   return ordered
 
 
+def product_of(test_file: str) -> str:
+  """The part of tfattn a test file tests, from its folder: 'serving/server/test_x.py' ->
+  'serving/server', 'tfattn/test_y.py' -> 'tfattn', 'test_cli.py' -> 'top level'."""
+  folders = test_file.split("/")[:-1]
+  if not folders:
+    return "top level"
+  return "/".join(folders[:2]) if folders[0] == "serving" else folders[0]
+
+
+def by_product(files: dict) -> list:
+  """[(product, CPU seconds, test files)], most CPU first."""
+  seconds, counts = {}, {}
+  for path, cpu in files.items():
+    product = product_of(path)
+    seconds[product] = seconds.get(product, 0.0) + cpu
+    counts[product] = counts.get(product, 0) + 1
+  return sorted(((p, s, counts[p]) for p, s in seconds.items()), key=lambda row: -row[1])
+
+
+def product_table(files: dict) -> str:
+  """A markdown table of `by_product`, with each product's share of the whole."""
+  total = sum(files.values()) or 1.0
+  lines = ["| tests of | files | CPU s | share |", "|---|---|---|---|"]
+  for product, seconds, count in by_product(files):
+    lines.append(f"| {product} | {count} | {seconds:.0f} | {100 * seconds / total:.1f}% |")
+  lines.append(f"| all | {len(files)} | {total:.0f} | 100% |")
+  return "\n".join(lines)
+
+
+USAGE = "usage: python tests/file_durations.py --merge DIR | --by_product [FILE]"
+
 if __name__ == "__main__":
-  if len(sys.argv) != 3 or sys.argv[1] != "--merge":
-    sys.exit("usage: python tests/file_durations.py --merge DIR")
-  merged = merge(sys.argv[2])
-  print(f"wrote {DURATIONS}: {len(merged)} files, {sum(merged.values()):.0f} CPU s in all")
+  if len(sys.argv) == 3 and sys.argv[1] == "--merge":
+    merged = merge(sys.argv[2])
+    print(f"wrote {DURATIONS}: {len(merged)} files, {sum(merged.values()):.0f} CPU s in all")
+  elif len(sys.argv) in (2, 3) and sys.argv[1] == "--by_product":
+    path = sys.argv[2] if len(sys.argv) == 3 else DURATIONS
+    if not os.path.exists(path):
+      print(
+        f"file_durations: error: no such file: {path} (make test-durations writes it)",
+        file=sys.stderr,
+      )
+      sys.exit(2)
+    print(product_table(load(path)))
+  else:
+    print(USAGE, file=sys.stderr)
+    sys.exit(2)

@@ -22,6 +22,25 @@ def test_the_parts_of_two_processes_sum_per_file_longest_first(tmp_path):
   assert file_durations.load(str(tmp_path / "none.json")) == {}
 
 
+def test_the_table_sums_each_products_files():
+  files = {
+    "serving/server/test_a.py": 6.0,
+    "serving/server/test_b.py": 2.0,
+    "serving/test_c.py": 1.0,
+    "tfattn/test_d.py": 3.0,
+    "test_e.py": 0.5,
+  }
+  assert file_durations.by_product(files) == [
+    ("serving/server", 8.0, 2),
+    ("tfattn", 3.0, 1),
+    ("serving", 1.0, 1),
+    ("top level", 0.5, 1),
+  ]
+  table = file_durations.product_table(files).splitlines()
+  assert table[2] == "| serving/server | 2 | 8 | 64.0% |"
+  assert table[-1] == "| all | 5 | 12 | 100% |"
+
+
 @pytest.mark.slow  # runs pytest in a subprocess
 def test_a_recorded_run_measures_each_file_it_ran(tmp_path):
   """A real recording: two tiny files under pytest, the parts written by the conftest's hooks."""
