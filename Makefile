@@ -35,13 +35,14 @@ test: venv lint
 
 # The unit tests only (no subprocess, no training run): under a minute.
 # The whole suite as `make test` runs it, recording each test file's CPU seconds into
-# tests/durations.json (the order conftest.py hands files out in).
+# tests/durations.json (the order conftest.py hands files out in), then prints them by product.
 .PHONY: test-durations
 test-durations: venv lint
 	rm -rf .durations
 	TFATTN_DURATIONS_OUT=$(CURDIR)/.durations $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder --durations=20 tests
 	$(PY) tests/file_durations.py --merge .durations
+	$(PY) tests/file_durations.py --by_product
 
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" tests
