@@ -33,7 +33,6 @@ run: venv
 test: venv lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
-# The unit tests only (no subprocess, no training run): under a minute.
 # The whole suite as `make test` runs it, recording each test file's CPU seconds into
 # tests/durations.json (the order conftest.py hands files out in), then prints them by product.
 .PHONY: test-durations
@@ -44,6 +43,7 @@ test-durations: venv lint
 	$(PY) tests/file_durations.py --merge .durations
 	$(PY) tests/file_durations.py --by_product
 
+# The unit tests only (no subprocess, training run, XLA compile or polling server).
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" tests
 
