@@ -224,21 +224,17 @@ def test_export_averages_the_last_checkpoints_and_versions_increase(trained_run,
 
 
 @pytest.fixture(scope="module")
-def graph_and_xla_exports(trained_run, tmp_path_factory):
-  """{beam size: (graph export path, xla export path)} of the same weights."""
+def graph_and_xla_exports(trained_run, exported, xla_exported, tmp_path_factory):
+  """{beam size: (graph export path, xla export path)} of the same weights. Beam size 1: the
+  session's greedy exports (a beam of one runs the greedy loop: decoding.decode)."""
   base = tmp_path_factory.mktemp("decode_modes")
-  return {
-    beam: tuple(
-      export.export(
-        str(trained_run),
-        str(base / f"{mode}-beam{beam}"),
-        options=DecodeOptions(beam_size=beam),
-        decode=mode,
-      )
-      for mode in ("graph", "xla")
+  beam4 = tuple(
+    export.export(
+      str(trained_run), str(base / f"{mode}-beam4"), options=DecodeOptions(beam_size=4), decode=mode
     )
-    for beam in (1, 4)
-  }
+    for mode in ("graph", "xla")
+  )
+  return {1: (exported[1], xla_exported[1]), 4: beam4}
 
 
 # Source lengths 1-24 tokens: both length buckets (16, 24) of the max_length-24 model.

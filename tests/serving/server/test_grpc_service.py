@@ -87,38 +87,14 @@ def _example_model(base):
   return base
 
 
-def _classifier_export(trained_run, tmp_path):
-  """<tmp_path>/models/1: a classifier export (3 classes, untrained) on trained_run's
-  vocabulary, made as `python -m train` + `serving.export` make one."""
-  import tfattn
-  from serving import export
-  from tfattn.support.run_dir import RunDir
-
-  run = RunDir(tmp_path / "run")
-  shutil.copytree(trained_run / "vocab", run.vocab)
-  config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
-  config = config.replace(num_classes=3)
-  with open(run.model_config, "w") as f:
-    f.write(config.to_json())
-  with open(run.task, "w") as f:
-    json.dump({"name": "tsv", "kind": "classification", "num_classes": 3, "truncate": "right"}, f)
-  tf.train.Checkpoint(model=tfattn.EncoderClassifier(config)).save(
-    str(tmp_path / "run" / "checkpoints" / "ckpt")
-  )
-  export.export(str(tmp_path / "run"), str(tmp_path / "models"))
-  return tmp_path / "models"
-
-
 @pytest.fixture(scope="module")
-def served(exported, trained_run, tmp_path_factory):
+def served(exported, classifier_of_trained_run, tmp_path_factory):
   """(gRPC port, REST port, core, metrics): our seq2seq export as "numbers", a classifier
   export as "classifier", the spinning model as "spin", both protocols on one ServerCore."""
   base, _ = exported
   managers = [
     ModelManager(NAME, str(base)),
-    ModelManager(
-      "classifier", str(_classifier_export(trained_run, tmp_path_factory.mktemp("classifier")))
-    ),
+    ModelManager("classifier", str(classifier_of_trained_run)),
     ModelManager("spin", str(_spin_model(tmp_path_factory.mktemp("spin")))),
     ModelManager("examples", str(_example_model(tmp_path_factory.mktemp("examples")))),
   ]

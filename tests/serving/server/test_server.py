@@ -456,12 +456,12 @@ def test_batching_parameters_file_format():
 
 
 @pytest.mark.slow
-def test_an_xla_export_serves_the_graph_exports_answers(trained_run, served, tmp_path):
+def test_an_xla_export_serves_the_graph_exports_answers(xla_exported, served):
   """The XLA export (warmed up per length bucket before it is AVAILABLE) answers REST requests
   as the graph export of the same weights does."""
   graph_client, _ = served
-  path = export.export(str(trained_run), str(tmp_path), options=GREEDY, decode="xla")
-  manager, server = _start(tmp_path)
+  base, path = xla_exported
+  manager, server = _start(base)
   client = ServingClient(NAME, port=server.server_address[1])
   try:
     client.wait_until_available()

@@ -12,7 +12,6 @@ import time
 import urllib.request
 
 import pytest
-from test_grpc_service import _classifier_export
 from test_server_conformance import _half_plus_two
 
 from serving.server import launch
@@ -123,7 +122,7 @@ def _client(*args):
   )
 
 
-def test_the_readmes_config_files_run_as_they_are(exported, trained_run, tmp_path):
+def test_the_readmes_config_files_run_as_they_are(exported, classifier_of_trained_run, tmp_path):
   """docs/serving.md's models.config (two models, labels), batching.config and monitoring.config,
   with base paths on this machine; both protocols, both models; the metrics move with traffic;
   serving.tools.client prints the same over REST and gRPC."""
@@ -132,7 +131,7 @@ def test_the_readmes_config_files_run_as_they_are(exported, trained_run, tmp_pat
   models = tmp_path / "models"
   for version in ("1", "2"):
     shutil.copytree(exported[1], models / "tfattn" / version)
-  shutil.copytree(_classifier_export(trained_run, tmp_path / "classifier"), models / "imdb")
+  shutil.copytree(classifier_of_trained_run, models / "imdb")
   for name, text in files.items():
     (models / name).write_text(text.replace('"/models/', f'"{models}/'))
   process, ports = launch.start_subprocess(

@@ -10,6 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from serving import export
 from serving.server.errors import StatusError
@@ -18,7 +19,6 @@ from serving.server.model_manager import ModelManager
 from serving.server.server_core import ServerCore
 from serving.tf_serving import warmup, xla_compilation
 from serving.tools.client import ServingClient, ServingError
-from tfattn.decode_options import DecodeOptions
 
 pytestmark = pytest.mark.slow  # exports XLA models and compiles them
 
@@ -26,16 +26,19 @@ DISABLED = "XLA compilation disabled"
 
 
 @pytest.fixture(scope="module")
-def xla_exports(trained_run, tmp_path_factory):
-  """(base path of an XLA export with its warm-up records, base path of a copy without)."""
-  base = tmp_path_factory.mktemp("xla")
-  path = export.export(
-    str(trained_run), str(base / "warm"), options=DecodeOptions(strategy="greedy"), decode="xla"
-  )
-  cold = base / "cold"
-  shutil.copytree(os.path.dirname(path), cold)
+def xla_exports(xla_exported, tmp_path_factory):
+  """(base path of an XLA export with its warm-up records (the session's), base path of a copy
+  without, base path of a copy whose warm-up file holds its first record only)."""
+  warm, path = xla_exported
+  copies = tmp_path_factory.mktemp("xla")
+  cold, first = copies / "cold", copies / "first"
+  for copy in (cold, first):
+    shutil.copytree(os.path.dirname(path), copy)
   os.remove(os.path.join(cold, "1", warmup.WARMUP_FILE))
-  return str(base / "warm"), str(cold)
+  records = tf.data.TFRecordDataset(os.path.join(path, warmup.WARMUP_FILE))
+  with tf.io.TFRecordWriter(os.path.join(first, "1", warmup.WARMUP_FILE)) as writer:
+    writer.write(next(iter(records)).numpy())
+  return str(warm), str(cold), str(first)
 
 
 @pytest.fixture
@@ -76,7 +79,7 @@ def test_the_programs_that_start_a_server_tell_an_xla_export_apart(xla_exports, 
 def test_without_a_flag_an_xla_export_fails_its_warm_up_as_tf_serving_does(
   xla_exports, exported, compilation
 ):
-  warm, cold = xla_exports
+  warm, cold, _ = xla_exports
   manager = _loaded("m", warm)
   assert not manager.is_available()
   state, status = manager.states()[1]
@@ -157,11 +160,12 @@ def test_the_server_without_a_flag_answers_internal_where_an_xla_export_compiles
   ids=["cpu-flag-warm-up", "gpu-flag-first-request"],
 )
 def test_either_flag_serves_the_xla_export(xla_exports, flag, warmed):
-  """With the CPU flag the warm-up compiles every bucket and the version loads; with the GPU
-  flag (a copy without warm-up records, to compile one program only) the first request
-  compiles and answers."""
+  """With the CPU flag the warm-up compiles and the version loads; with the GPU flag (a copy
+  without warm-up records) the first request compiles and answers. One program each: the copy
+  the CPU flag serves keeps the first warm-up record only (the replay of every bucket's record
+  is the server's own code, tested in-process: test_server.py's XLA export, and above)."""
   process, ports = start_subprocess(
-    "xla", xla_exports[0 if warmed else 1], extra_flags=[f"--{flag}=true"]
+    "xla", xla_exports[2 if warmed else 1], extra_flags=[f"--{flag}=true"]
   )
   try:
     rows = ServingClient("xla", port=ports.rest).predict(instances=["12"])["predictions"]
