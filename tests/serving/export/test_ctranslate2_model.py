@@ -38,9 +38,12 @@ def _marian_run(name):
   return make_fixture.import_marian(name, tempfile.mkdtemp(prefix="ct2-marian-"))
 
 
-def _model_and_options(case):
-  """(model, decoding options beyond the fixture's) of a case: a Marian import's run options
-  (its never-generated ids) and the case's minimum length."""
+@functools.lru_cache(maxsize=None)
+def _model_and_options(name):
+  """(model, decoding options beyond the fixture's) of the case `name`, loaded once per session
+  (the tests only read them): a Marian import's run options (its never-generated ids) and the
+  case's minimum length."""
+  case = CASES[name]
   if "marian" in case:
     run_dir = _marian_run(case["marian"])
     banned = run_decode_options(run_dir).banned_ids
@@ -74,7 +77,7 @@ RANKED_OTHERWISE = {(name, 4) for name in CASES if "min_length" in CASES[name]}
 @pytest.mark.parametrize("beam", [1, 4])
 def test_our_search_gives_the_ids_ctranslate2_gave(name, beam):
   case = CASES[name]
-  model, options = _model_and_options(case)
+  model, options = _model_and_options(name)
   ours = _our_ids(model, case["sources"], beam, **options)
   theirs = case[f"beam_{beam}"]["ids"]
   if (name, beam) in RANKED_OTHERWISE:
@@ -105,7 +108,7 @@ def test_ctranslate2_minimum_length_renormalizes_the_scores(name):
   """CTranslate2's score of each of its beam hypotheses is the model's (converted) log-prob sum
   with END taken out of the softmax before the minimum length: the whole difference."""
   case = CASES[name]
-  model, options = _model_and_options(case)
+  model, options = _model_and_options(name)
   banned = [int(i) for i in options["never_generate"].split(",")]
   found = case["beam_4"]
   for source, ids, score in zip(case["sources"], found["ids"], found["scores"]):
