@@ -153,30 +153,3 @@ def xla_exported(trained_run, tmp_path_factory):
     str(trained_run), str(base), options=DecodeOptions(strategy="greedy"), decode="xla"
   )
   return base, path
-
-
-@pytest.fixture(scope="session")
-def classifier_of_trained_run(trained_run, tmp_path_factory):
-  """The base path of a classifier export (3 classes, untrained) on `trained_run`'s vocabulary,
-  made as `python -m train` + `serving.export` make one; shared by the server tests, which only
-  read it (a test that changes it copies it)."""
-  import json
-  import shutil
-
-  from serving import export
-  from tfattn.support.run_dir import RunDir
-
-  folder = tmp_path_factory.mktemp("classifier")
-  run = RunDir(folder / "run")
-  shutil.copytree(trained_run / "vocab", run.vocab)
-  config = tfattn.TransformerConfig.from_json((trained_run / "model_config.json").read_text())
-  config = config.replace(num_classes=3)
-  with open(run.model_config, "w") as f:
-    f.write(config.to_json())
-  with open(run.task, "w") as f:
-    json.dump({"name": "tsv", "kind": "classification", "num_classes": 3, "truncate": "right"}, f)
-  tf.train.Checkpoint(model=tfattn.EncoderClassifier(config)).save(
-    str(folder / "run" / "checkpoints" / "ckpt")
-  )
-  export.export(str(folder / "run"), str(folder / "models"))
-  return folder / "models"

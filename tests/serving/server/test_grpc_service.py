@@ -35,7 +35,12 @@ from serving.server.rest_api import make_server
 from serving.server.server_core import ServerCore
 from serving.tools.client import GrpcServingClient, ServingClient
 
+import classifier_fixtures
 from train_helpers import poll_until
+
+# The session's classifier export (tests/classifier_fixtures.py), shared with the attention tests.
+classifier_run = classifier_fixtures.classifier_run
+classifier_exported = classifier_fixtures.classifier_exported
 
 NAME = "numbers"
 MAX_MESSAGE = 1 << 20
@@ -88,13 +93,13 @@ def _example_model(base):
 
 
 @pytest.fixture(scope="module")
-def served(exported, classifier_of_trained_run, tmp_path_factory):
+def served(exported, classifier_exported, tmp_path_factory):
   """(gRPC port, REST port, core, metrics): our seq2seq export as "numbers", a classifier
   export as "classifier", the spinning model as "spin", both protocols on one ServerCore."""
   base, _ = exported
   managers = [
     ModelManager(NAME, str(base)),
-    ModelManager("classifier", str(classifier_of_trained_run)),
+    ModelManager("classifier", str(classifier_exported[0])),
     ModelManager("spin", str(_spin_model(tmp_path_factory.mktemp("spin")))),
     ModelManager("examples", str(_example_model(tmp_path_factory.mktemp("examples")))),
   ]

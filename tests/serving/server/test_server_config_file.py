@@ -17,6 +17,12 @@ from test_server_conformance import _half_plus_two
 from serving.server import launch
 from serving.tools.client import GrpcServingClient, ServingClient
 
+import classifier_fixtures
+
+# The session's classifier export (tests/classifier_fixtures.py), shared with the attention tests.
+classifier_run = classifier_fixtures.classifier_run
+classifier_exported = classifier_fixtures.classifier_exported
+
 pytestmark = pytest.mark.slow  # runs the server in a subprocess
 
 MODELS = """model_config_list {{
@@ -122,7 +128,7 @@ def _client(*args):
   )
 
 
-def test_the_readmes_config_files_run_as_they_are(exported, classifier_of_trained_run, tmp_path):
+def test_the_readmes_config_files_run_as_they_are(exported, classifier_exported, tmp_path):
   """docs/serving.md's models.config (two models, labels), batching.config and monitoring.config,
   with base paths on this machine; both protocols, both models; the metrics move with traffic;
   serving.tools.client prints the same over REST and gRPC."""
@@ -131,7 +137,7 @@ def test_the_readmes_config_files_run_as_they_are(exported, classifier_of_traine
   models = tmp_path / "models"
   for version in ("1", "2"):
     shutil.copytree(exported[1], models / "tfattn" / version)
-  shutil.copytree(classifier_of_trained_run, models / "imdb")
+  shutil.copytree(classifier_exported[0], models / "imdb")
   for name, text in files.items():
     (models / name).write_text(text.replace('"/models/', f'"{models}/'))
   process, ports = launch.start_subprocess(
