@@ -29,7 +29,11 @@ def test_a_small_sentencepiece_vocabulary_says_which_characters_become_unk(tmp_p
   unknown = tokenizer.unknown_characters(text.load_tokenizer(path), _counts())
   assert sorted(c for c, _ in unknown) == sorted("Z$&3X")  # below 512: no byte fallback
   assert all(n == 1 for _, n in unknown)
-  warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  # Our warnings only: TensorFlow's own (a retracing notice, after other tests in this process
+  # built tokenizers) are not ours to judge.
+  warned = [
+    r.getMessage() for r in caplog.records if r.name == "absl" and r.levelno == logging.WARNING
+  ]
   total = sum(_counts().values())
   assert len(warned) == 1 and f"5 of the {total:,} characters of the learning text" in warned[0]
   assert "'Z' x1" in warned[0] and "--character_coverage=1" in warned[0]
@@ -69,7 +73,11 @@ def test_a_character_vocabulary_keeps_the_commonest_and_counts_the_rest(tmp_path
   assert tok.vocab_size == len(text.RESERVED_TOKENS) + room
   unknown = tokenizer.unknown_characters(tok, _counts())
   assert sorted(c for c, _ in unknown) == sorted(set("Zebra X$&3") - set(COMMON))
-  warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  # Our warnings only: TensorFlow's own (a retracing notice, after other tests in this process
+  # built tokenizers) are not ours to judge.
+  warned = [
+    r.getMessage() for r in caplog.records if r.name == "absl" and r.levelno == logging.WARNING
+  ]
   assert (
     len(warned) == 1 and f"map to [UNK] ({len(unknown)} of {len(_counts())} distinct" in (warned[0])
   )
