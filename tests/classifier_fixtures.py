@@ -7,6 +7,7 @@ import os
 
 import pytest
 import tensorflow as tf
+from built_once import built_once
 
 import tfattn
 
@@ -15,17 +16,13 @@ CLASSIFIER_TEXTS = [
 ]
 
 
-# Built once a session, whichever test module asks first.
-_BUILT = {}
-
-
 @pytest.fixture(scope="session")
 def classifier_run(tmp_path_factory):
   """A run directory as `python -m train` leaves it for a tiny, untrained classifier with two
   encoder layers (a SentencePiece vocabulary, configs, a checkpoint)."""
-  if "run" not in _BUILT:
-    _BUILT["run"] = _make_classifier_run(tmp_path_factory)
-  return _BUILT["run"]
+  return built_once(
+    tmp_path_factory, "classifier_run", lambda: _make_classifier_run(tmp_path_factory)
+  )
 
 
 def _make_classifier_run(tmp_path_factory):
@@ -71,7 +68,8 @@ def classifier_exported(classifier_run, tmp_path_factory):
   """(base path, `<base>/1`) exported from `classifier_run`."""
   from serving import export
 
-  if "export" not in _BUILT:
+  def build():
     base = tmp_path_factory.mktemp("classifier_models")
-    _BUILT["export"] = base, export.export(str(classifier_run), str(base))
-  return _BUILT["export"]
+    return base, export.export(str(classifier_run), str(base))
+
+  return built_once(tmp_path_factory, "classifier_exported", build)

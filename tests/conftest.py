@@ -19,6 +19,7 @@ cli.start_tensorflow_quietly()  # each test process (xdist worker) starts Tensor
 import file_durations  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from built_once import built_once  # noqa: E402
 
 import tfattn  # noqa: E402
 
@@ -39,15 +40,28 @@ tf.config.experimental.enable_tensor_float_32_execution(False)
 LONG_FILE_SECONDS = 9.0
 
 
+# The tests marked slow here, not in their file: they run no program, training or XLA compile,
+# but took half a CPU second or more in the last recording (tests/durations.json's slow_unit_tests,
+# which `make test-durations` rewrites), so `make test-fast` leaves them to `make test`.
+_measured_slow = set()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
 def pytest_collection_modifyitems(config, items):
   tests = os.path.dirname(os.path.abspath(__file__))
   seconds = file_durations.load()
   long_files = [name for name, s in seconds.items() if s >= LONG_FILE_SECONDS]
   rank = {os.path.join(tests, name): i for i, name in enumerate(long_files)}
   items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: files stay whole
+  slow_unit_tests = file_durations.load_slow_unit_tests()
+  for item in items:
+    if item.nodeid in slow_unit_tests and item.get_closest_marker("slow") is None:
+      item.add_marker(pytest.mark.slow)
+      _measured_slow.add(item.nodeid)
 
 
 _cpu_by_file = {}
+_slow_unit_tests = {}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -58,15 +72,19 @@ def pytest_runtest_protocol(item, nextitem):
     return
   start = file_durations.cpu_seconds()
   yield
+  seconds = file_durations.cpu_seconds() - start
   name = os.path.relpath(str(item.path), os.path.dirname(os.path.abspath(__file__)))
-  _cpu_by_file[name] = _cpu_by_file.get(name, 0.0) + file_durations.cpu_seconds() - start
+  _cpu_by_file[name] = _cpu_by_file.get(name, 0.0) + seconds
+  unit_test = item.nodeid in _measured_slow or item.get_closest_marker("slow") is None
+  if unit_test and seconds >= file_durations.FAST_TEST_LIMIT:
+    _slow_unit_tests[item.nodeid] = seconds
 
 
 def pytest_sessionfinish(session):
   out = os.environ.get(file_durations.OUT_VARIABLE)
   if out and _cpu_by_file:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    file_durations.write_part(out, worker, _cpu_by_file)
+    file_durations.write_part(out, worker, _cpu_by_file, _slow_unit_tests)
 
 
 @pytest.fixture
@@ -90,6 +108,10 @@ def random_ids(batch, length, vocab, seed, low=3):
 def trained_run(tmp_path_factory):
   """A run directory as `python -m train` leaves it (vocab, configs, a checkpoint) for a tiny,
   untrained numbers model: enough to export and serve quickly."""
+  return built_once(tmp_path_factory, "trained_run", lambda: _make_trained_run(tmp_path_factory))
+
+
+def _make_trained_run(tmp_path_factory):
   import json
 
   from tfattn import text
@@ -135,21 +157,26 @@ def exported(trained_run, tmp_path_factory):
   from serving import export
   from tfattn.decode_options import DecodeOptions
 
-  base = tmp_path_factory.mktemp("models")
-  path = export.export(str(trained_run), str(base), options=DecodeOptions(strategy="greedy"))
-  return base, path
+  def build():
+    base = tmp_path_factory.mktemp("models")
+    return base, export.export(
+      str(trained_run), str(base), options=DecodeOptions(strategy="greedy")
+    )
+
+  return built_once(tmp_path_factory, "exported", build)
 
 
 @pytest.fixture(scope="session")
 def xla_exported(trained_run, tmp_path_factory):
   """`<base>/1` exported from `trained_run` with greedy decoding in XLA mode (compiled, its
-  warm-up records cover every length bucket): built once per test process and shared by the
+  warm-up records cover every length bucket): built once per session and shared by the
   export, server and XLA-flag tests, which only read it (a test that changes it copies it)."""
   from serving import export
   from tfattn.decode_options import DecodeOptions
 
-  base = tmp_path_factory.mktemp("xla_models")
-  path = export.export(
-    str(trained_run), str(base), options=DecodeOptions(strategy="greedy"), decode="xla"
-  )
-  return base, path
+  def build():
+    base = tmp_path_factory.mktemp("xla_models")
+    greedy = DecodeOptions(strategy="greedy")
+    return base, export.export(str(trained_run), str(base), options=greedy, decode="xla")
+
+  return built_once(tmp_path_factory, "xla_exported", build)

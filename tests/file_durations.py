@@ -1,5 +1,7 @@
 """Each test file's CPU seconds, measured by the suite itself, so the files `make test` hands out
-first (tests/conftest.py) come from a measurement a command regenerates, not from comments.
+first (tests/conftest.py) come from a measurement a command regenerates, not from comments;
+and the tests not marked slow that took half a CPU second or more (`FAST_TEST_LIMIT`), which
+the conftest marks slow so that `make test-fast` stays a quick loop.
 
   make test-durations      # the whole suite as `make test` runs it, then tests/durations.json
   python tests/file_durations.py --by_product [FILE]   # its CPU seconds by product, a table
@@ -17,6 +19,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 DURATIONS = os.path.join(HERE, "durations.json")
 OUT_VARIABLE = "TFATTN_DURATIONS_OUT"
+# A test that is not slow by nature (no program, training run, XLA compile or polling server)
+# but took this many CPU seconds or more, its setup included, runs in `make test` only.
+FAST_TEST_LIMIT = 0.5
 
 
 def cpu_seconds() -> float:
@@ -32,27 +37,44 @@ def load(path: str = DURATIONS) -> dict:
     return json.load(f)["files"]
 
 
-def write_part(out_dir: str, worker: str, seconds: dict) -> None:
+def load_slow_unit_tests(path: str = DURATIONS) -> dict:
+  """{test id: CPU seconds} of the tests not marked slow that took FAST_TEST_LIMIT or more in
+  the last recording ({} without one)."""
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f).get("slow_unit_tests", {})
+
+
+def write_part(
+  out_dir: str, worker: str, seconds: dict, slow_unit_tests: dict | None = None
+) -> None:
+  """One test process's record: {test file: CPU s} and {slow unit test id: CPU s}."""
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, f"part-{worker}.json"), "w") as f:
-    json.dump(seconds, f)
+    json.dump({"files": seconds, "slow_unit_tests": slow_unit_tests or {}}, f)
 
 
 def merge(out_dir: str, target: str = DURATIONS) -> dict:
   """Sums every part in `out_dir` into `target` (tests/durations.json); returns the files'
   seconds, longest first."""
-  files = {}
+  files, slow_unit_tests = {}, {}
   for name in sorted(os.listdir(out_dir)):
     if name.startswith("part-") and name.endswith(".json"):
       with open(os.path.join(out_dir, name)) as f:
-        for path, seconds in json.load(f).items():
-          files[path] = files.get(path, 0.0) + seconds
+        part = json.load(f)
+      for path, seconds in part["files"].items():
+        files[path] = files.get(path, 0.0) + seconds
+      slow_unit_tests.update(part["slow_unit_tests"])
   ordered = dict(sorted(((p, round(s, 1)) for p, s in files.items()), key=lambda x: -x[1]))
   record = {
     "what": "CPU seconds of each test file in one `make test-durations` run (the test process's "
-    "and the programs it waited for); tests/conftest.py hands the longest out first",
+    "and the programs it waited for); tests/conftest.py hands the longest out first. "
+    f"slow_unit_tests: the tests not marked slow that took {FAST_TEST_LIMIT} CPU s or more "
+    "(setup included); tests/conftest.py marks them slow, so `make test-fast` leaves them out",
     "machine": os.uname().machine + ", " + str(os.cpu_count()) + " cores",
     "files": ordered,
+    "slow_unit_tests": dict(sorted((t, round(s, 1)) for t, s in slow_unit_tests.items())),
   }
   temp = target + ".tmp"
   with open(temp, "w") as f:

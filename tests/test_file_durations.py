@@ -13,13 +13,28 @@ from train_helpers import REPO, environment
 
 
 def test_the_parts_of_two_processes_sum_per_file_longest_first(tmp_path):
-  file_durations.write_part(str(tmp_path / "out"), "gw0", {"a/test_x.py": 3.0, "b/test_y.py": 1.5})
-  file_durations.write_part(str(tmp_path / "out"), "gw1", {"a/test_x.py": 2.0, "c/test_z.py": 9.0})
+  out = str(tmp_path / "out")
+  file_durations.write_part(out, "gw0", {"a/test_x.py": 3.0, "b/test_y.py": 1.5})
+  file_durations.write_part(
+    out, "gw1", {"a/test_x.py": 2.0, "c/test_z.py": 9.0}, {"c/test_z.py::test_heavy": 1.34}
+  )
   target = str(tmp_path / "durations.json")
-  merged = file_durations.merge(str(tmp_path / "out"), target)
+  merged = file_durations.merge(out, target)
   assert list(merged.items()) == [("c/test_z.py", 9.0), ("a/test_x.py", 5.0), ("b/test_y.py", 1.5)]
   assert file_durations.load(target) == merged
+  assert file_durations.load_slow_unit_tests(target) == {"c/test_z.py::test_heavy": 1.3}
   assert file_durations.load(str(tmp_path / "none.json")) == {}
+  assert file_durations.load_slow_unit_tests(str(tmp_path / "none.json")) == {}
+
+
+def test_the_recorded_slow_unit_tests_are_marked_slow(request):
+  """The conftest marks the tests the record names slow (`make test-fast` deselects them); under
+  -m "not slow" none of them is left in the session."""
+  recorded = file_durations.load_slow_unit_tests()
+  assert recorded and min(recorded.values()) >= file_durations.FAST_TEST_LIMIT
+  for item in request.session.items:
+    if item.nodeid in recorded:
+      assert item.get_closest_marker("slow") is not None, item.nodeid
 
 
 def test_the_table_sums_each_products_files():
@@ -57,5 +72,6 @@ def test_a_recorded_run_measures_each_file_it_ran(tmp_path):
   assert result.returncode == 0, result.stdout[-2000:]
   (part,) = os.listdir(out)
   with open(out / part) as f:
-    seconds = json.load(f)
-  assert list(seconds) == ["test_settings.py"] and seconds["test_settings.py"] > 0
+    part = json.load(f)
+  assert list(part["files"]) == ["test_settings.py"] and part["files"]["test_settings.py"] > 0
+  assert isinstance(part["slow_unit_tests"], dict)
