@@ -161,8 +161,10 @@ class RestServer:
   """
 
   # How often waitress looks for connections past the read timeout: a connection is closed
-  # at most this (plus one loop turn) after its timeout, not up to a timeout later.
-  MAINTENANCE_SECONDS = 0.5
+  # at most this (plus one loop turn) after its timeout, not up to a timeout later. Whole
+  # seconds: waitress casts both settings with int(), and 0.5 became 0, a loop that polled
+  # without waiting and kept a core busy while the server idled.
+  MAINTENANCE_SECONDS = 1
 
   def __init__(
     self,

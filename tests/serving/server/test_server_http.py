@@ -194,6 +194,25 @@ def test_a_request_that_arrives_in_time_is_answered_however_it_is_split(serve):
       assert _read_response(sock).startswith(b"HTTP/1.1 200 OK")
 
 
+def test_an_idle_server_waits_in_its_poll_rather_than_spinning(core):
+  """waitress takes its loop timeout in whole seconds (its Adjustments cast it with int): 0.5
+  became 0, a loop that polled without waiting and kept a core busy while the server idled,
+  with or without a connection open."""
+  server = make_server(core, "127.0.0.1", 0, read_timeout_seconds=READ_TIMEOUT)
+  loop = threading.Thread(target=server.serve_forever, daemon=True)
+  loop.start()
+  try:
+    with socket.create_connection(server.server_address, timeout=10):  # an idle keep-alive one
+      _accepted(server, 1)
+      clock = time.pthread_getcpuclockid(loop.ident)
+      started = time.clock_gettime(clock)
+      time.sleep(0.5)
+      used = time.clock_gettime(clock) - started
+  finally:
+    server.shutdown(0)
+  assert used < 0.05, f"the loop thread used {used:.2f} CPU s of 0.5 s idle"
+
+
 def test_the_waitress_attributes_the_adapter_names_exist_in_the_pinned_version(core):
   assert importlib.metadata.version("waitress") == http_server.CHECKED_WAITRESS
   for name in "execute set_close_on_finish write".split():  # (the rest: set per task)
