@@ -43,7 +43,8 @@ test-durations: venv lint
 	$(PY) tests/file_durations.py --merge .durations
 	$(PY) tests/file_durations.py --by_product
 
-# The unit tests only (no subprocess, training run, XLA compile or polling server).
+# The unit tests only: no subprocess, training run, XLA compile or polling server, and none that
+# took half a CPU second or more in the last `make test-durations` (tests/durations.json).
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" tests
 
