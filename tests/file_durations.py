@@ -29,21 +29,24 @@ def cpu_seconds() -> float:
   return times.user + times.system + times.children_user + times.children_system
 
 
-def load(path: str = DURATIONS) -> dict:
-  """{test file relative to tests/: CPU seconds} of the last recording ({} without one)."""
+def _record(path: str) -> dict:
+  """The recording at `path` ({} without one)."""
   if not os.path.exists(path):
     return {}
   with open(path) as f:
-    return json.load(f)["files"]
+    return json.load(f)
+
+
+def load(path: str = DURATIONS) -> dict:
+  """{test file relative to tests/: CPU seconds} of the last recording ({} without one)."""
+  record = _record(path)
+  return record["files"] if record else {}
 
 
 def load_slow_unit_tests(path: str = DURATIONS) -> dict:
   """{test id: CPU seconds} of the tests not marked slow that took FAST_TEST_LIMIT or more in
   the last recording ({} without one)."""
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return json.load(f).get("slow_unit_tests", {})
+  return _record(path).get("slow_unit_tests", {})
 
 
 def write_part(

@@ -374,7 +374,10 @@ def test_new_versions_are_picked_up_and_half_written_ones_ignored(trained_run, e
         # A trickle while the export beside it shares this process's cores (a stream every
         # 20 ms made the export cost 3x its own CPU time: 13 vs 4 s); from when version 2 is
         # written, across its load and the switch, a steady stream, not a flood.
-        stop.wait(0.02) if written.is_set() else written.wait(0.5)
+        if written.is_set():
+          stop.wait(0.02)
+        else:
+          written.wait(0.5)
 
     threads = [threading.Thread(target=hammer) for _ in range(3)]
     for thread in threads:
