@@ -7,14 +7,17 @@ the conftest marks slow so that `make test-fast` stays a quick loop.
   python tests/file_durations.py --by_product [FILE]   # its CPU seconds by product, a table
 
 While recording (TFATTN_DURATIONS_OUT set), every test process adds up, per test file, the CPU
-seconds of its own process and of the programs it waited for (`os.times`: user + system, the
-children's included) over each test's setup, call and teardown, and writes them beside
+seconds of its own process, of the programs it waited for (`os.times`: user + system, the
+children's included) and of its warm start's server and programs (tests/warm_start.py) over
+each test's setup, call and teardown, and writes them beside
 TFATTN_DURATIONS_OUT at its end; `python tests/file_durations.py --merge DIR` sums the
 processes' files into tests/durations.json."""
 
 import json
 import os
 import sys
+
+import warm_start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DURATIONS = os.path.join(HERE, "durations.json")
@@ -25,8 +28,10 @@ FAST_TEST_LIMIT = 0.5
 
 
 def cpu_seconds() -> float:
+  """This test process's CPU seconds, its waited children's and its warm-started programs'."""
   times = os.times()
-  return times.user + times.system + times.children_user + times.children_system
+  own = times.user + times.system + times.children_user + times.children_system
+  return own + warm_start.cpu_seconds()
 
 
 def _record(path: str) -> dict:

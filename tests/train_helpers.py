@@ -14,6 +14,8 @@ import tensorflow as tf
 
 from train.run_config import RunConfig
 
+import warm_start
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A model and task small enough that a run takes seconds.
 SMALL_RUN = [
@@ -59,20 +61,24 @@ SMALL_CONFIG = RunConfig.of(
 )
 
 
-def train_command(run_dir, *flags):
-  return [sys.executable, "-m", "train", f"--run_dir={run_dir}", *SMALL_RUN, *flags]
+def train_command(run_dir, *flags, python=None):
+  """`python -m train` on the small run; warm started (tests/warm_start.py) unless `python`
+  names the interpreter command."""
+  python = python or warm_start.python()
+  return [*python, "-m", "train", f"--run_dir={run_dir}", *SMALL_RUN, *flags]
 
 
-def environment(**extra):
-  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  env.pop("TF_CONFIG", None)
-  env.update(extra)
-  return env
+environment = warm_start.environment
 
 
-def run_train(run_dir, *flags, timeout=300, **env):
+# A cold start: the real interpreter, for runs compared with each other for equal results (a
+# warm start's programs share one hash seed: see tests/warm_start.py).
+COLD = (sys.executable,)
+
+
+def run_train(run_dir, *flags, timeout=300, python=None, **env):
   result = subprocess.run(
-    train_command(run_dir, *flags),
+    train_command(run_dir, *flags, python=python),
     cwd=REPO,
     env=environment(**env),
     capture_output=True,
@@ -83,9 +89,9 @@ def run_train(run_dir, *flags, timeout=300, **env):
   return result
 
 
-def start_train(run_dir, *flags, **env):
+def start_train(run_dir, *flags, python=None, **env):
   return subprocess.Popen(
-    train_command(run_dir, *flags),
+    train_command(run_dir, *flags, python=python),
     cwd=REPO,
     env=environment(**env),
     stdout=subprocess.PIPE,

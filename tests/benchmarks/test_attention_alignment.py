@@ -3,11 +3,11 @@ a small export and test files the test writes."""
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 import attention_alignment as alignment  # benchmarks/ is on pytest's pythonpath
+import warm_start
 from train_helpers import REPO, environment
 
 
@@ -29,7 +29,7 @@ def test_the_check_runs_on_an_export(exported, tmp_path):
   (tmp_path / "test_2016_flickr.en").write_text("A man sleeps.\nA dog.\n")
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       os.path.join("benchmarks", "attention_alignment.py"),
       f"--model_base_path={base}",
       f"--multi30k={tmp_path}",

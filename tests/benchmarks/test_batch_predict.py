@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import warm_start
 from train_helpers import REPO, environment
 
 pytestmark = pytest.mark.slow  # a server, a Beam pipeline and predict runs in subprocesses
@@ -18,7 +19,7 @@ def test_every_mode_prints_its_rate_and_the_ratios(tmp_path):
   fixtures = os.path.join(REPO, "tests", "fixtures", "fda25e5")
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       os.path.join("benchmarks", "batch_predict.py"),
       f"--model={os.path.join(fixtures, 'export_seq2seq')}",
       f"--input={os.path.join(fixtures, 'seq2seq.tsv')}",

@@ -4,10 +4,10 @@ size, and the side-by-side table of peak RSS, vocabulary seconds, first step and
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
+import warm_start
 from train_helpers import REPO, environment
 
 pytestmark = pytest.mark.slow  # trains twice in subprocesses
@@ -37,7 +37,7 @@ def test_corpus_is_seeded_and_shaped_like_wmt(tmp_path):
 def test_two_sizes_print_side_by_side(tmp_path):
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       os.path.join("benchmarks", "data_scale.py"),
       "--lines=300,600",
       "--train_steps=3",

@@ -4,10 +4,10 @@ process, the steps that need a GPU say so, and both reports are written."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
+import warm_start
 from train_helpers import REPO, environment
 
 pytestmark = pytest.mark.slow  # trains the default task twice in subprocesses
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # trains the default task twice in subprocesses
 def test_quick_pass_on_the_cpu_writes_both_reports(tmp_path):
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       os.path.join("benchmarks", "gpu_pass.py"),
       "--quick",
       f"--out_dir={tmp_path}",

@@ -16,6 +16,7 @@ from serving.server.model_manager import ModelManager
 from serving.server.rest_api import make_server
 from serving.server.server_core import ServerCore
 
+import warm_start
 from train_helpers import REPO, environment
 
 pytestmark = pytest.mark.slow  # runs the benchmark programs
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow  # runs the benchmark programs
 def test_dropout_cost_times_every_variant_with_and_without_xla():
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       "benchmarks/dropout_cost.py",
       *("--rows=8", "--width=8", "--rounds=1", "--repeats=1"),
     ],

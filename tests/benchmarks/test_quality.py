@@ -4,10 +4,10 @@ CLI trains each seed, and the report gives validation and test over the seeds.""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
+import warm_start
 from train_helpers import REPO, environment
 
 pytestmark = pytest.mark.slow  # trains twice in subprocesses
@@ -39,7 +39,7 @@ def _run_quality(tmp_path, *flags):
   """benchmarks/quality.py with `flags`, its work under tmp_path/work; returns its stdout."""
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       os.path.join("benchmarks", "quality.py"),
       f"--work_dir={tmp_path}/work",
       *flags,

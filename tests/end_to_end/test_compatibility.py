@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -21,6 +20,7 @@ from serving.tools.client import ServingClient
 from tfattn.decode_options import DecodeOptions
 from train.run_config import RunConfig
 
+import warm_start
 from train_helpers import REPO, environment
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "fda25e5")
@@ -61,7 +61,7 @@ def test_old_run_configurations_load_with_what_they_evaluated():
 def test_old_runs_resume_and_export(old_runs, tmp_path):
   processes = [
     subprocess.Popen(
-      [sys.executable, "-m", "train", f"--run_dir={run}", "--train_steps=40"],
+      [*warm_start.python(), "-m", "train", f"--run_dir={run}", "--train_steps=40"],
       cwd=REPO,
       env=environment(),
       stdout=subprocess.PIPE,

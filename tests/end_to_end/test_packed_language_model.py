@@ -5,7 +5,6 @@ validation file (none dropped, only the last block padded) and reports the real-
 import json
 import math
 import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -13,6 +12,7 @@ import tensorflow as tf
 from tfattn import text
 from train import streams
 
+import warm_start
 from train_helpers import REPO, environment, tiny_text_run
 
 pytestmark = pytest.mark.slow  # a training subprocess
@@ -27,7 +27,7 @@ def test_a_packed_language_model_trains_and_judges_every_validation_token(tmp_pa
   args = [f"--{name}={config.flat()[name]}" for name in fields]
   args += ["--text_packing=documents", "--train_steps=6", "--warmup_steps=2", "--log_every=3"]
   result = subprocess.run(
-    [sys.executable, "-m", "train", *args],
+    [*warm_start.python(), "-m", "train", *args],
     cwd=REPO,
     env=environment(),
     capture_output=True,

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -23,6 +22,7 @@ from serving.server.server_core import ServerCore
 from serving.tools.client import GrpcServingClient, ServingClient
 from train.trainer import Trainer, prepare
 
+import warm_start
 from train_helpers import REPO, environment, logged_steps, tiny_text_run
 
 pytestmark = pytest.mark.slow  # trains, exports and serves
@@ -62,7 +62,13 @@ def test_a_windowed_language_model_trains_resumes_exports_and_serves(tmp_path):
   # The picture command draws a language model's only attention, and refuses another in a line.
   drawn, refused = (
     subprocess.run(
-      [sys.executable, "-m", "serving.tools.attention_maps", f"--model_base_path={path}", *more],
+      [
+        *warm_start.python(),
+        "-m",
+        "serving.tools.attention_maps",
+        f"--model_base_path={path}",
+        *more,
+      ],
       cwd=REPO,
       env=environment(),
       capture_output=True,

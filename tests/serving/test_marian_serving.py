@@ -6,7 +6,6 @@ transformers' tokenizer.batch_decode(model.generate(...)) for the committed fixt
 import json
 import os
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -20,6 +19,7 @@ from serving.server.server_core import ServerCore
 from serving.tools.client import GrpcServingClient, ServingClient
 from train.import_marian import import_checkpoint
 
+import warm_start
 from train_helpers import REPO, environment
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def imported(tmp_path_factory):
 
 def _run(*args, timeout=300):
   result = subprocess.run(
-    [sys.executable, "-m", *args],
+    [*warm_start.python(), "-m", *args],
     cwd=REPO,
     env=environment(),
     capture_output=True,

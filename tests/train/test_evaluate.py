@@ -4,12 +4,12 @@ language model trained a few steps, kept best by nats per character (issue 41)."
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from train.trainer import Trainer, prepare
 
+import warm_start
 from train_helpers import REPO, environment, own_lines, run_recording_imports, tiny_text_run
 
 pytestmark = pytest.mark.slow  # trains, then starts the program
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # trains, then starts the program
 
 def _evaluate(*flags):
   return subprocess.run(
-    [sys.executable, "-m", "train.evaluate", *flags],
+    [*warm_start.python(), "-m", "train.evaluate", *flags],
     cwd=REPO,
     env=environment(),
     capture_output=True,

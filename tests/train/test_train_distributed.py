@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from train_helpers import (
+  COLD,
   REPO,
   assert_same_variables,
   environment,
@@ -43,9 +44,10 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
   # A save costs ~0.7 CPU s at these sizes (the data pipeline's state): every 10 steps, not 5.
   common = [f"--train_steps={total}", "--checkpoint_every=10", "--dropout=0.1", "--deterministic"]
   straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-  reference = start_train(straight, *common)  # side by side with the interrupted run
+  # Cold starts: three processes with their own hash seeds, as users' runs have.
+  reference = start_train(straight, *common, python=COLD)  # beside the interrupted run
 
-  process = start_train(interrupted, *common)
+  process = start_train(interrupted, *common, python=COLD)
   wait_for_step(interrupted, 11, process)
   # SIGKILL: no chance to save; resume from the newest checkpoint (step 10 or a later one). The
   # kill comes 37 steps before the end: a run that got there first fails here, not later.
@@ -57,7 +59,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
   )
   assert 10 <= saved_step < total and saved_step % 10 == 0, (checkpoint, saved_step)
 
-  resumed = run_train(interrupted, *common)
+  resumed = run_train(interrupted, *common, python=COLD)
   assert f"at step {saved_step}" in resumed.stdout + resumed.stderr
   assert any(
     "resumed from" in line and line.endswith(f"ckpt-{checkpoint} at step {saved_step}")

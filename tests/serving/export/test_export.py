@@ -24,6 +24,7 @@ from serving.tf_serving import warmup
 from serving.tools.client import ServingClient
 from tfattn.decode_options import DecodeOptions
 
+import warm_start
 from train_helpers import REPO, assert_same_answers_but_a_near_tie, run_without_tfattn
 
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
@@ -301,7 +302,8 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
   assert check.must_compile_functions(xla)
   result = subprocess.run(
     # --nowarmup: the replay would compile every program (tested on a graph export below).
-    [sys.executable, "-m", "serving.export.check", "--nowarmup", xla],
+    [*warm_start.python(), "-m", "serving.export.check", "--nowarmup", xla],
+    env=warm_start.environment(),
     capture_output=True,
     text=True,
     timeout=300,
@@ -432,7 +434,7 @@ def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_ru
 
 def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path):
   run_dir = _run_configured(trained_run, tmp_path / "run", {"eval_beam_size": 4, "eval_alpha": 0.8})
-  command = [sys.executable, "-m", "serving.export", f"--run_dir={run_dir}"]
+  command = [*warm_start.python(), "-m", "serving.export", f"--run_dir={run_dir}"]
   flags = {  # (the XLA export also prints the server flag it needs)
     "exported": [
       *("--decode_strategy=sample", "--top_k=3", "--sample_seed=5", "--decode=xla"),

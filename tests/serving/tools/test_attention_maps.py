@@ -9,7 +9,6 @@ import base64
 import html.parser
 import os
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -24,6 +23,7 @@ from tfattn.kinds import MODEL_KINDS
 from tfattn.support import attention_plot
 
 import classifier_fixtures
+import warm_start
 from train_helpers import REPO, free_ports
 
 # The session's classifier run and export, shared by the attention tests.
@@ -48,12 +48,12 @@ def classifier_url(classifier_exported):
 
 def _run_all(commands, tmp_path):
   """Runs `python -m serving.tools.attention_maps ARGS` for each argument list, two at a time."""
-  env = dict(os.environ, TMPDIR=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+  env = warm_start.environment()
   results = []
   for start in range(0, len(commands), 2):
     processes = [
       subprocess.Popen(
-        [sys.executable, "-m", "serving.tools.attention_maps", *args],
+        [*warm_start.python(), "-m", "serving.tools.attention_maps", *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

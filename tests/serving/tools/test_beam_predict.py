@@ -4,12 +4,12 @@ file:line, or leaves an empty line in its place."""
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from serving.tools import batch_files, batch_model, beam_predict
 
+import warm_start
 from train_helpers import REPO, environment, own_lines
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines over a real export
@@ -86,7 +86,7 @@ def test_the_program_says_a_bad_line_in_one_line(tmp_path):
   source.write_bytes(b"1 2\n\xff\n")
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       "-m",
       "serving.tools.beam_predict",
       f"--model={EXPORT}",

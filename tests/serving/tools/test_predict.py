@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import warm_start
 from train_helpers import REPO, environment, run_recording_imports
 
 pytestmark = pytest.mark.slow  # runs the program in subprocesses
@@ -18,9 +19,10 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures", "fda25e5")
 MODEL = os.path.join(FIXTURES, "export_seq2seq")
 
 
-def _command(*flags):
+def _command(*flags, python=None):
+  """The program's command, warm started (tests/warm_start.py) unless `python` is given."""
   return [
-    sys.executable,
+    *(python or warm_start.python()),
     "-m",
     "serving.tools.predict",
     f"--model={MODEL}",
@@ -76,8 +78,14 @@ def test_a_killed_run_resumes_with_nothing_lost_or_doubled(tmp_path):
   source.write_text("".join(line.split("\t")[0] + "\n" for line in open_lines(pairs)))
   output, parts = tmp_path / "out.txt", tmp_path / "out.txt.parts"
   flags = (f"--input={source}", f"--output={output}", "--window=4", "--batch_size=4")
+  # Cold: a SIGKILL ends a real process at once (a warm one a moment after its launcher), and the
+  # runs compared here have their own hash seeds, as users' runs have.
   process = subprocess.Popen(
-    _command(*flags), cwd=REPO, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    _command(*flags, python=[sys.executable]),
+    cwd=REPO,
+    env=environment(),
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.PIPE,
   )
   deadline = time.time() + 120
   while len(_chunks(parts)) < 3:  # polls the folder: the run's own progress, not a clock
@@ -158,7 +166,8 @@ def test_progress_counts_batches_and_a_first_window_failure_keeps_no_chunk_folde
   ids=["glob", "resume_stdout", "model"],
 )
 def test_a_mistake_is_told_in_one_line_before_tensorflow_loads(tmp_path, flags, message):
-  result, imported = run_recording_imports(_command(*[f.format(tmp=tmp_path) for f in flags])[1:])
+  command = _command(*[f.format(tmp=tmp_path) for f in flags], python=[sys.executable])
+  result, imported = run_recording_imports(command[1:])
   assert result.returncode == 2
   assert "cli" in imported and "tensorflow" not in imported
   last = result.stderr.strip().splitlines()[-1]

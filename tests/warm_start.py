@@ -1,0 +1,78 @@
+"""Programs started warm: `[*warm_start.python(), "-m", "train", ...]` runs like
+`[sys.executable, "-m", "train", ...]` (the same process interface: pipes, status, signals,
+timeouts) without paying `import tensorflow` (3-4 CPU s, most of a tiny program's start) each
+time. Each test process starts one warm_start_server.py, which has imported TensorFlow the way
+`cli.start_tensorflow_quietly` does and forks a child per program; warm_start_launcher.py is the
+process the test sees. Where a fork could differ from a real start (an import-time environment
+variable that differs from `train_helpers.environment()`'s, interpreter options, TensorFlow
+printing at start), the launcher runs the real interpreter instead.
+
+What a warm start does not give a program, so tests of it use `sys.executable`: its own
+`import tensorflow` (tests of what a program imports, or prints while TensorFlow starts) and its
+own hash seed (children share the server's, so two runs compared for equal output are started
+cold when set or dict order could be the difference).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+_SERVER = os.path.join(TESTS, "warm_start_server.py")
+_LAUNCHER = os.path.join(TESTS, "warm_start_launcher.py")
+
+_started = {}  # "socket", "cpu_file", "process" of this test process's server
+
+
+def environment(**extra):
+  """The environment the server starts in, and so the one a warm start needs: the test
+  process's, with the repository on PYTHONPATH, TensorFlow's C++ log at warnings and above,
+  and no GPU (CLI tests run on the CPU: see conftest's TF32 note); no TF_CONFIG."""
+  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+  env.pop("TF_CONFIG", None)
+  env.update(extra)
+  return env
+
+
+def python():
+  """The command that stands for `python` (sys.executable) in a test's program command
+  (TFATTN_WARM_START=0: sys.executable itself, to compare or to rule the warm start out)."""
+  if os.environ.get("TFATTN_WARM_START") == "0":
+    return [sys.executable]
+  if "socket" not in _started:
+    _start_server()
+  return [sys.executable, "-S", "-E", _LAUNCHER, _started["socket"]]
+
+
+def _start_server():
+  directory = tempfile.mkdtemp(prefix="tfattn-warm-start-")
+  socket_path = os.path.join(directory, "socket")
+  cpu_file = os.path.join(directory, "cpu_seconds")
+  with open(os.path.join(directory, "server.log"), "wb") as log:
+    process = subprocess.Popen(
+      [sys.executable, _SERVER, socket_path, cpu_file],
+      cwd=REPO,
+      env=environment(),
+      stdin=subprocess.PIPE,  # its lifeline: it ends when this process does
+      stdout=log,
+      stderr=log,
+    )
+  deadline = time.monotonic() + 30
+  while not os.path.exists(socket_path):  # bound before it imports TensorFlow: milliseconds
+    if process.poll() is not None or time.monotonic() > deadline:
+      break  # no server: every launcher runs the real interpreter
+    time.sleep(0.01)
+  _started.update(socket=socket_path, cpu_file=cpu_file, process=process)
+
+
+def cpu_seconds():
+  """CPU seconds of this test process's server and of the programs it has run and reaped (they
+  are its children, not the test process's: file_durations adds them)."""
+  path = _started.get("cpu_file")
+  if not path or not os.path.exists(path):
+    return 0.0
+  with open(path) as f:
+    return float(f.read() or 0)

@@ -1,0 +1,207 @@
+"""A warm start for the programs the tests run: one process per test process imports
+TensorFlow once (`cli.start_tensorflow_quietly`, 3-4 CPU s), then forks a child for each
+`python -m PROGRAM ...` a test starts through `warm_start.PYTHON`. The child takes the test's
+stdin/stdout/stderr, working directory, environment and arguments, and runs the program as
+`python` would (`__main__`, sys.argv, sys.path[0], exit status, atexit). See warm_start.py.
+
+It forks only when a real start would have left the process in the state it forks from: the
+request's import-time environment (TF_*, XLA_*, PYTHON*, locale, TMPDIR, HOME: see
+IMPORT_TIME_PREFIXES) equals its own, the command is `-m MODULE`, `-c CODE` or `SCRIPT.py`
+without interpreter options, and TensorFlow's start printed nothing. Otherwise it answers
+"exec" and the launcher runs the real interpreter.
+
+Single-threaded: it forks from its one thread (children start with a consistent interpreter),
+watches each child through a pidfd and its launcher's connection, and SIGKILLs a child whose
+launcher died (a test's timeout or SIGKILL), reaping it before it serves the next request.
+
+    python tests/warm_start_server.py SOCKET CPU_FILE   (its stdin: the lifeline; EOF ends it)
+"""
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import tempfile
+
+# Environment variables read when Python, TensorFlow, Keras, NumPy or matplotlib start (or that
+# `tempfile` caches): a child inherits this process's start, so they must match.
+IMPORT_TIME_PREFIXES = (
+  "TF_",
+  "XLA_",
+  "CUDA_",
+  "PYTHON",
+  "LD_",
+  "OMP_",
+  "MKL",
+  "KMP_",
+  "OPENBLAS",
+  "KERAS",
+  "MPL",
+  "HOME",
+  "LANG",
+  "LC_",
+  "TZ",
+  "TMPDIR",
+  "TEMP",
+  "TMP",
+)
+# Read when a program runs, not when TensorFlow starts (MultiWorkerMirroredStrategy's cluster).
+RUNTIME_VARIABLES = {"TF_CONFIG"}
+
+
+def import_time_environment(environment):
+  return {
+    key: value
+    for key, value in environment.items()
+    if key.startswith(IMPORT_TIME_PREFIXES) and key not in RUNTIME_VARIABLES
+  }
+
+
+def supported(args):
+  """`-m MODULE ...`, `-c CODE ...` or `SCRIPT.py ...`: the forms a child can run as python."""
+  if len(args) >= 2 and args[0] in ("-m", "-c"):
+    return True
+  return bool(args) and not args[0].startswith("-") and args[0].endswith(".py")
+
+
+def _start_tensorflow():
+  """`cli.start_tensorflow_quietly()` with stderr captured: True if it printed nothing."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      import cli
+
+      cli.start_tensorflow_quietly()
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+    captured.seek(0)
+    printed = captured.read()
+  return not printed.strip()
+
+
+def _receive(connection):
+  """(request, [stdin, stdout, stderr] fds) sent by warm_start_launcher.py."""
+  header, fds, _, _ = socket.recv_fds(connection, 8, 3)
+  if len(header) < 8:
+    raise ConnectionError("short header")
+  size = int.from_bytes(header, "big")
+  body = b""
+  while len(body) < size:
+    chunk = connection.recv(size - len(body))
+    if not chunk:
+      raise ConnectionError("short request")
+    body += chunk
+  return json.loads(body), fds
+
+
+def _run_child(request, fds, own_fds):
+  """In the forked child: becomes the program and never returns."""
+  for fd in own_fds:
+    os.close(fd)
+  for target, fd in enumerate(fds):
+    os.dup2(fd, target)
+  for fd in fds:
+    if fd > 2:
+      os.close(fd)
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  os.chdir(request["cwd"])
+  os.environ.clear()
+  os.environ.update(request["env"])
+  import warm_start_child
+
+  warm_start_child.run_as_main(request["args"])
+
+
+def write_cpu_seconds(path):
+  """This process's CPU seconds and its reaped programs', for the tests' CPU accounting."""
+  times = os.times()
+  seconds = times.user + times.system + times.children_user + times.children_system
+  with open(path + ".tmp", "w") as f:
+    f.write(f"{seconds:.3f}\n")
+  os.replace(path + ".tmp", path)
+
+
+class _Child:
+  def __init__(self, pid, connection):
+    self.pid = pid
+    self.connection = connection
+    self.pidfd = os.pidfd_open(pid)
+
+
+def serve(path, cpu_file):
+  listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+  listener.bind(path)
+  listener.listen(64)
+  warm = _start_tensorflow()
+  own_environment = import_time_environment(os.environ)
+  children = {}  # fd (pidfd or connection) -> _Child
+  write_cpu_seconds(cpu_file)
+
+  def reap(child, kill):
+    if kill:
+      os.kill(child.pid, signal.SIGKILL)
+    _, status = os.waitpid(child.pid, 0)
+    write_cpu_seconds(cpu_file)
+    if not kill:
+      with contextlib.suppress(OSError):  # its launcher is gone
+        child.connection.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+    del children[child.pidfd], children[child.connection.fileno()]
+    os.close(child.pidfd)
+    child.connection.close()
+
+  while True:
+    readable, _, _ = select.select([0, listener, *children], [], [])
+    if 0 in readable and not os.read(0, 1):  # the test process is gone
+      for child in set(children.values()):
+        reap(child, kill=True)
+      return
+    # Exits and dead launchers first: a killed program is gone before the next one starts.
+    for fd in readable:
+      child = children.get(fd)
+      if child is None:
+        continue
+      if fd == child.pidfd:
+        reap(child, kill=False)
+      elif not child.connection.recv(1, socket.MSG_PEEK):  # its launcher died
+        reap(child, kill=True)
+    if listener not in readable:
+      continue
+    connection, _ = listener.accept()
+    try:
+      request, fds = _receive(connection)
+    except (ConnectionError, OSError, ValueError):
+      connection.close()
+      continue
+    if not (
+      warm
+      and supported(request["args"])
+      and import_time_environment(request["env"]) == own_environment
+    ):
+      for fd in fds:
+        os.close(fd)
+      connection.sendall(b"exec\n")
+      connection.close()
+      continue
+    sys.stdout.flush()
+    sys.stderr.flush()
+    own_fds = [listener.fileno(), connection.fileno(), *children]
+    pid = os.fork()
+    if pid == 0:
+      _run_child(request, fds, own_fds)
+    for fd in fds:
+      os.close(fd)
+    child = _Child(pid, connection)
+    children[child.pidfd] = children[connection.fileno()] = child
+    connection.sendall(f"pid {pid}\n".encode())
+
+
+if __name__ == "__main__":
+  serve(sys.argv[1], sys.argv[2])
