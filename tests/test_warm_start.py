@@ -116,3 +116,14 @@ def test_killing_it_kills_the_program(tmp_path):
     return False
 
   poll_until(gone, "the program killed with its launcher", timeout=30)
+
+
+def test_a_program_it_starts_with_sys_executable_starts_warm_too(tmp_path):
+  inner = "import sys; print('tensorflow' in sys.modules); sys.exit(5)"
+  outer = (
+    "import subprocess, sys\n"
+    f"done = subprocess.run([sys.executable, '-c', {inner!r}], capture_output=True, text=True)\n"
+    "print(done.stdout.strip(), done.returncode)"
+  )
+  assert _run(warm_start.python(), ["-c", outer], tmp_path)[1] == "True 5\n"
+  assert _run([sys.executable], ["-c", outer], tmp_path)[1] == "False 5\n"

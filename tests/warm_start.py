@@ -5,7 +5,9 @@ time. Each test process starts one warm_start_server.py, which has imported Tens
 `cli.start_tensorflow_quietly` does and forks a child per program; warm_start_launcher.py is the
 process the test sees. Where a fork could differ from a real start (an import-time environment
 variable that differs from `train_helpers.environment()`'s, interpreter options, TensorFlow
-printing at start), the launcher runs the real interpreter instead.
+printing at start), the launcher runs the real interpreter instead. The programs a warm program
+starts as `[sys.executable, ...]` (train's export, a benchmark's runs and servers) start warm
+the same way.
 
 What a warm start does not give a program, so tests of it use `sys.executable`: its own
 `import tensorflow` (tests of what a program imports, or prints while TensorFlow starts) and its

@@ -9,6 +9,7 @@ import contextlib
 import os
 import runpy
 import signal
+import subprocess
 import sys
 import threading
 import types
@@ -50,7 +51,24 @@ def _print_exception():
   sys.excepthook(kind, error, frames)
 
 
-def run_as_main(args):
+def _start_programs_warm(python):
+  """The programs this one starts as `[sys.executable, ...]` (train's export, a benchmark's
+  runs and servers) start warm too: `python` takes sys.executable's place in their command."""
+  original = subprocess.Popen.__init__
+
+  def __init__(self, args, *more, **options):
+    python_command = isinstance(args, (list, tuple)) and args and args[0] == sys.executable
+    if python_command and options.get("executable") is None:
+      args = [*python, *args[1:]]
+    original(self, args, *more, **options)
+
+  subprocess.Popen.__init__ = __init__
+
+
+def run_as_main(args, python):
+  """Runs `python ARGS` in this process and ends it; the programs it starts with
+  sys.executable run as `PYTHON ARGS` (the warm launcher)."""
+  _start_programs_warm(python)
   interrupted = False
   try:
     _run(args)

@@ -101,7 +101,7 @@ def _receive(connection):
   return json.loads(body), fds
 
 
-def _run_child(request, fds, own_fds):
+def _run_child(request, fds, own_fds, socket_path):
   """In the forked child: becomes the program and never returns."""
   for fd in own_fds:
     os.close(fd)
@@ -117,7 +117,8 @@ def _run_child(request, fds, own_fds):
   os.environ.update(request["env"])
   import warm_start_child
 
-  warm_start_child.run_as_main(request["args"])
+  launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_start_launcher.py")
+  warm_start_child.run_as_main(request["args"], [sys.executable, "-S", "-E", launcher, socket_path])
 
 
 def write_cpu_seconds(path):
@@ -195,7 +196,7 @@ def serve(path, cpu_file):
     own_fds = [listener.fileno(), connection.fileno(), *children]
     pid = os.fork()
     if pid == 0:
-      _run_child(request, fds, own_fds)
+      _run_child(request, fds, own_fds, path)
     for fd in fds:
       os.close(fd)
     child = _Child(pid, connection)

@@ -36,11 +36,18 @@ class _LogTail:
 
 
 def server_command(
-  model_name=None, model_base_path=None, rest_port=0, grpc_port=0, port_file=None, extra_flags=()
+  model_name=None,
+  model_base_path=None,
+  rest_port=0,
+  grpc_port=0,
+  port_file=None,
+  extra_flags=(),
+  python=None,
 ):
   """The command line of a server on the given ports (0: free ones); with no model, the
-  models come from a --model_config_file in extra_flags."""
-  command = [sys.executable, "-m", "serving.server", f"--rest_api_port={rest_port}"]
+  models come from a --model_config_file in extra_flags. `python`: the interpreter's command
+  (a list; this one's, sys.executable, by default)."""
+  command = [*(python or [sys.executable]), "-m", "serving.server", f"--rest_api_port={rest_port}"]
   if grpc_port is not None:  # None: a server from before gRPC (benchmarks' old trees)
     command.append(f"--port={grpc_port}")
   if model_name is not None:
@@ -61,6 +68,7 @@ def start_subprocess(
   timeout=180,
   cwd=REPO_ROOT,
   env=None,
+  python=None,
 ):
   """Starts a server child; returns (process, Ports(rest, grpc)) once both ports listen. The
   tail of its log is in the RuntimeError raised if it exits or does not start in time (with
@@ -70,7 +78,9 @@ def start_subprocess(
   port_file = os.path.join(work_dir, "ports.json")
   try:
     process = subprocess.Popen(
-      server_command(model_name, model_base_path, rest_port, grpc_port, port_file, extra_flags),
+      server_command(
+        model_name, model_base_path, rest_port, grpc_port, port_file, extra_flags, python
+      ),
       cwd=cwd,
       env=env,
       stdout=subprocess.PIPE,

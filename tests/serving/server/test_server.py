@@ -22,6 +22,7 @@ from serving.server.server_core import ServerCore
 from serving.tools.client import ServingClient, ServingError
 from tfattn.decode_options import DecodeOptions
 
+import warm_start
 from train_helpers import assert_same_answers_but_a_near_tie, poll_until, server_has_read
 
 NAME = "numbers"
@@ -497,7 +498,11 @@ def test_server_command_line_and_sigterm_lets_requests_in_flight_finish(exported
     "num_batch_threads { value: 1 }\n"
   )
   process, ports = start_subprocess(
-    NAME, str(base), extra_flags=["--enable_batching", f"--batching_parameters_file={config}"]
+    NAME,
+    str(base),
+    extra_flags=["--enable_batching", f"--batching_parameters_file={config}"],
+    python=warm_start.python(),
+    env=warm_start.environment(),
   )
   port = ports.rest
   try:

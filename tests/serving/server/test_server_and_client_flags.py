@@ -16,6 +16,7 @@ from test_server_conformance import _half_plus_two
 from serving.server.launch import start_subprocess
 from serving.tools.client import GrpcServingClient, ServingClient, ServingError
 
+import warm_start
 from train_helpers import REPO, environment, poll_until
 
 pytestmark = pytest.mark.slow  # runs the server and the client as programs
@@ -45,7 +46,9 @@ def server(tmp_path_factory):
     "--model_version_policy=all",
     "--version_labels=stable=123,canary=124",
   ]
-  process, ports = start_subprocess(NAME, str(base), extra_flags=flags)
+  process, ports = start_subprocess(
+    NAME, str(base), extra_flags=flags, python=warm_start.python(), env=warm_start.environment()
+  )
   try:
     yield base, socket_path, ports, process
   finally:

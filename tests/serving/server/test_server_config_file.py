@@ -18,6 +18,7 @@ from serving.server import launch
 from serving.tools.client import GrpcServingClient, ServingClient
 
 import classifier_fixtures
+import warm_start
 
 # The session's classifier export (tests/classifier_fixtures.py), shared with the attention tests.
 classifier_run = classifier_fixtures.classifier_run
@@ -64,7 +65,9 @@ def test_models_config_grpc_metrics_and_cors_in_one_server(tmp_path):
       "--model_config_file_poll_wait_seconds=0.5",
       f"--monitoring_config_file={tmp_path / 'monitoring.config'}",
       "--rest_api_enable_cors_support",
-    ]
+    ],
+    python=warm_start.python(),
+    env=warm_start.environment(),
   )
   try:
     rest = ServingClient("first", port=ports.rest)
@@ -147,7 +150,9 @@ def test_the_readmes_config_files_run_as_they_are(exported, classifier_exported,
       "--enable_batching",
       f"--batching_parameters_file={models / 'batching.config'}",
       f"--monitoring_config_file={models / 'monitoring.config'}",
-    ]
+    ],
+    python=warm_start.python(),
+    env=warm_start.environment(),
   )
   try:
     page = f"http://127.0.0.1:{ports.rest}/monitoring/prometheus/metrics"

@@ -19,6 +19,8 @@ from serving.server.rest_api import make_server
 from serving.server.server_core import ServerCore
 from serving.tools.client import GrpcServingClient, ServingClient
 
+import warm_start
+
 NAME = "half_plus_two"
 # 3 SIGINT, 3 SIGTERM: each signal stops a server under load more than once. (Was 12: each
 # stop is a server start, ~3.3 CPU s; with the EBADF race's cause put back, sockets closed
@@ -42,7 +44,11 @@ def _our_error(line):
 def _stop_under_load(base, signum):
   """Starts a server, loads it over REST and gRPC, sends `signum`; (exit status, log)."""
   process, ports = launch.start_subprocess(
-    NAME, str(base), extra_flags=["--shutdown_grace_seconds=5"]
+    NAME,
+    str(base),
+    extra_flags=["--shutdown_grace_seconds=5"],
+    python=warm_start.python(),
+    env=warm_start.environment(),
   )
   answered, stop = [0], threading.Event()
 

@@ -20,6 +20,8 @@ from serving.server.server_core import ServerCore
 from serving.tf_serving import warmup, xla_compilation
 from serving.tools.client import ServingClient, ServingError
 
+import warm_start
+
 pytestmark = pytest.mark.slow  # exports XLA models and compiles them
 
 DISABLED = "XLA compilation disabled"
@@ -115,7 +117,7 @@ def test_with_compilation_on_the_xla_export_compiles_and_answers(xla_exports, co
 @pytest.mark.slow  # a server subprocess
 def test_the_server_without_a_flag_does_not_start_on_an_xla_export_with_warm_up(xla_exports):
   with pytest.raises(RuntimeError) as failed:
-    start_subprocess("m", xla_exports[0])
+    start_subprocess("m", xla_exports[0], python=warm_start.python(), env=warm_start.environment())
   assert failed.value.returncode == 255  # tensorflow_model_server's main.cc returns -1
   assert (
     "serving.server: error: Failed to start server. Error: UNKNOWN: 1 servable(s) did not "
@@ -141,7 +143,11 @@ def test_the_server_without_a_flag_answers_internal_where_an_xla_export_compiles
   xla_exports, exported, tmp_path
 ):
   config = _config_file(tmp_path / "models.config", {"graph": exported[0], "xla": xla_exports[1]})
-  process, ports = start_subprocess(extra_flags=[f"--model_config_file={config}"])
+  process, ports = start_subprocess(
+    extra_flags=[f"--model_config_file={config}"],
+    python=warm_start.python(),
+    env=warm_start.environment(),
+  )
   try:
     xla = ServingClient("xla", port=ports.rest)
     xla.wait_until_available()
@@ -165,7 +171,11 @@ def test_either_flag_serves_the_xla_export(xla_exports, flag, warmed):
   the CPU flag serves keeps the first warm-up record only (the replay of every bucket's record
   is the server's own code, tested in-process: test_server.py's XLA export, and above)."""
   process, ports = start_subprocess(
-    "xla", xla_exports[2 if warmed else 1], extra_flags=[f"--{flag}=true"]
+    "xla",
+    xla_exports[2 if warmed else 1],
+    extra_flags=[f"--{flag}=true"],
+    python=warm_start.python(),
+    env=warm_start.environment(),
   )
   try:
     rows = ServingClient("xla", port=ports.rest).predict(instances=["12"])["predictions"]
