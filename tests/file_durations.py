@@ -7,7 +7,7 @@ the conftest marks slow so that `make test-fast` stays a quick loop.
   python tests/file_durations.py --by_product [FILE]   # its CPU seconds by product, a table
 
 While recording (TFATTN_DURATIONS_OUT set), every test process adds up, per test file, the CPU
-seconds of its own process, of the programs it waited for (`os.times`: user + system, the
+seconds of its own process, of the programs it waited for (`getrusage`: user + system, the
 children's included) and of its warm start's server and programs (tests/warm_start.py) over
 each test's setup, call and teardown, and writes them beside
 TFATTN_DURATIONS_OUT at its end; `python tests/file_durations.py --merge DIR` sums the
@@ -15,6 +15,7 @@ processes' files into tests/durations.json."""
 
 import json
 import os
+import resource
 import sys
 
 import warm_start
@@ -28,9 +29,15 @@ FAST_TEST_LIMIT = 0.5
 
 
 def cpu_seconds() -> float:
-  """This test process's CPU seconds, its waited children's and its warm-started programs'."""
-  times = os.times()
-  own = times.user + times.system + times.children_user + times.children_system
+  """This test process's CPU seconds, its waited children's and its warm-started programs'
+  (getrusage: microseconds, where os.times counts 10 ms ticks and a quick test's could be 0)."""
+  own = sum(
+    usage.ru_utime + usage.ru_stime
+    for usage in (
+      resource.getrusage(resource.RUSAGE_SELF),
+      resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+  )
   return own + warm_start.cpu_seconds()
 
 

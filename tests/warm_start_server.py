@@ -20,6 +20,7 @@ launcher died (a test's timeout or SIGKILL), reaping it before it serves the nex
 import contextlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -123,8 +124,13 @@ def _run_child(request, fds, own_fds, socket_path):
 
 def write_cpu_seconds(path):
   """This process's CPU seconds and its reaped programs', for the tests' CPU accounting."""
-  times = os.times()
-  seconds = times.user + times.system + times.children_user + times.children_system
+  seconds = sum(
+    usage.ru_utime + usage.ru_stime
+    for usage in (
+      resource.getrusage(resource.RUSAGE_SELF),
+      resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+  )
   with open(path + ".tmp", "w") as f:
     f.write(f"{seconds:.3f}\n")
   os.replace(path + ".tmp", path)
