@@ -17,7 +17,10 @@ pytestmark = pytest.mark.slow  # runs programs
 PROGRAM = textwrap.dedent(
   """
   import atexit, os, sys
-  atexit.register(lambda: print("atexit ran", flush=True))
+  main = sys.modules["__main__"]
+  atexit.register(
+    lambda: print("atexit ran", os.path.basename(sys.argv[0]), "__file__" in dir(main))
+  )
   print("argv", sys.argv[1:], "cwd", os.path.basename(os.getcwd()), "path0", repr(sys.path[0]))
   print("variable", os.environ.get("WARM_START_TEST"))
   print("stdin", sys.stdin.read().strip())
@@ -26,6 +29,8 @@ PROGRAM = textwrap.dedent(
     raise ValueError("failed as asked")
   if sys.argv[1:] == ["interrupt"]:
     raise KeyboardInterrupt
+  if sys.argv[1:] == ["killed"]:
+    os.kill(os.getpid(), 9)
   sys.exit(int(sys.argv[1]) if sys.argv[1:] and sys.argv[1].isdigit() else None)
   """
 )
@@ -53,12 +58,13 @@ def script(tmp_path):
   return path
 
 
-@pytest.mark.parametrize("arguments", [[], ["3"], ["fail"], ["interrupt"]])
+@pytest.mark.parametrize("arguments", [[], ["3"], ["fail"], ["interrupt"], ["killed"]])
 def test_a_script_runs_as_python_runs_it(script, tmp_path, arguments):
   real = _run([sys.executable], [str(script), *arguments], tmp_path)
   warm = _run(warm_start.python(), [str(script), *arguments], tmp_path)
   assert warm == real
-  assert "atexit ran" in real[1] and "variable seen" in real[1] and "stdin input line" in real[1]
+  assert "variable seen" in real[1] and "stdin input line" in real[1]
+  assert ("atexit ran program.py" in real[1]) == (arguments != ["killed"])
 
 
 def test_a_module_and_code_run_as_python_runs_them(script, tmp_path):
@@ -127,3 +133,11 @@ def test_a_program_it_starts_with_sys_executable_starts_warm_too(tmp_path):
   )
   assert _run(warm_start.python(), ["-c", outer], tmp_path)[1] == "True 5\n"
   assert _run([sys.executable], ["-c", outer], tmp_path)[1] == "False 5\n"
+
+
+def test_threads_asking_at_once_share_one_server():
+  import concurrent.futures
+
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    commands = list(pool.map(lambda _: warm_start.python(), range(4)))
+  assert all(command == commands[0] for command in commands)

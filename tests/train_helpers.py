@@ -100,11 +100,11 @@ def start_train(run_dir, *flags, python=None, **env):
   )
 
 
-def run_trains(*runs, timeout=300):
+def run_trains(*runs, timeout=300, python=None):
   """Runs `(run_dir, flags...)` trainings side by side (a run keeps about one core busy, and
   runs are separate processes, so two at a time roughly halve a test's wall time); asserts
   each succeeded and returns their outputs (stdout and stderr together)."""
-  processes = [start_train(run_dir, *flags) for run_dir, *flags in runs]
+  processes = [start_train(run_dir, *flags, python=python) for run_dir, *flags in runs]
   outputs = [process.communicate(timeout=timeout)[0] for process in processes]
   for process, output in zip(processes, outputs):
     assert process.returncode == 0, output[-4000:]

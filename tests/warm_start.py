@@ -1,13 +1,15 @@
 """Programs started warm: `[*warm_start.python(), "-m", "train", ...]` runs like
-`[sys.executable, "-m", "train", ...]` (the same process interface: pipes, status, signals,
-timeouts) without paying `import tensorflow` (3-4 CPU s, most of a tiny program's start) each
-time. Each test process starts one warm_start_server.py, which has imported TensorFlow the way
-`cli.start_tensorflow_quietly` does and forks a child per program; warm_start_launcher.py is the
-process the test sees. Where a fork could differ from a real start (an import-time environment
-variable that differs from `train_helpers.environment()`'s, interpreter options, TensorFlow
-printing at start), the launcher runs the real interpreter instead. The programs a warm program
-starts as `[sys.executable, ...]` (train's export, a benchmark's runs and servers) start warm
-the same way.
+`[sys.executable, "-m", "train", ...]` (to the test: its pipes, exit status or signal, the
+signals it forwards, kill and timeouts) without paying `import tensorflow` (3-4 CPU s, most of
+a tiny program's start) each time. Each test process starts one warm_start_server.py, which has
+imported TensorFlow the way `cli.start_tensorflow_quietly` does and forks a child per program;
+warm_start_launcher.py is the process the test sees. Where a fork could differ from a real
+start (an import-time environment variable that differs from `environment()`'s, interpreter
+options, an older tree's own `cli.py`, TensorFlow printing at start), the launcher runs the real
+interpreter instead. The programs a warm program starts as `[sys.executable, ...]` (train's
+export, a benchmark's runs and servers) start warm the same way, unless their environment has
+TFATTN_WARM_START=0 (a benchmark that reads its child's own rusage: the launcher's is not the
+program's).
 
 What a warm start does not give a program, so tests of it use `sys.executable`: its own
 `import tensorflow` (tests of what a program imports, or prints while TensorFlow starts) and its
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -27,6 +30,7 @@ _SERVER = os.path.join(TESTS, "warm_start_server.py")
 _LAUNCHER = os.path.join(TESTS, "warm_start_launcher.py")
 
 _started = {}  # "socket", "cpu_file", "process" of this test process's server
+_starting = threading.Lock()  # tests call python() from several threads at once
 
 
 def environment(**extra):
@@ -44,8 +48,9 @@ def python():
   (TFATTN_WARM_START=0: sys.executable itself, to compare or to rule the warm start out)."""
   if os.environ.get("TFATTN_WARM_START") == "0":
     return [sys.executable]
-  if "socket" not in _started:
-    _start_server()
+  with _starting:
+    if "socket" not in _started:
+      _start_server()
   return [sys.executable, "-S", "-E", _LAUNCHER, _started["socket"]]
 
 
@@ -61,6 +66,7 @@ def _start_server():
       stdin=subprocess.PIPE,  # its lifeline: it ends when this process does
       stdout=log,
       stderr=log,
+      start_new_session=True,  # a terminal's Ctrl-C reaches programs through their launchers only
     )
   deadline = time.monotonic() + 30
   while not os.path.exists(socket_path):  # bound before it imports TensorFlow: milliseconds

@@ -1,6 +1,6 @@
 """A warm start for the programs the tests run: one process per test process imports
 TensorFlow once (`cli.start_tensorflow_quietly`, 3-4 CPU s), then forks a child for each
-`python -m PROGRAM ...` a test starts through `warm_start.PYTHON`. The child takes the test's
+`python -m PROGRAM ...` a test starts through `warm_start.python()`. The child takes the test's
 stdin/stdout/stderr, working directory, environment and arguments, and runs the program as
 `python` would (`__main__`, sys.argv, sys.path[0], exit status, atexit). See warm_start.py.
 
@@ -10,9 +10,11 @@ IMPORT_TIME_PREFIXES) equals its own, the command is `-m MODULE`, `-c CODE` or `
 without interpreter options, and TensorFlow's start printed nothing. Otherwise it answers
 "exec" and the launcher runs the real interpreter.
 
-Single-threaded: it forks from its one thread (children start with a consistent interpreter),
-watches each child through a pidfd and its launcher's connection, and SIGKILLs a child whose
-launcher died (a test's timeout or SIGKILL), reaping it before it serves the next request.
+One Python thread: it forks from it (a child starts with a consistent interpreter; the one
+native thread beside it, OpenBLAS's, has its own fork handler), watches each child through a
+pidfd and its launcher's connection, and SIGKILLs a child whose launcher died (a test's timeout
+or SIGKILL), reaping it before it serves the next request. A launcher that dies at any moment
+costs only its own program; children die with the server (PR_SET_PDEATHSIG).
 
     python tests/warm_start_server.py SOCKET CPU_FILE   (its stdin: the lifeline; EOF ends it)
 """
@@ -48,7 +50,19 @@ IMPORT_TIME_PREFIXES = (
   "TMPDIR",
   "TEMP",
   "TMP",
+  "XDG_",  # matplotlib's config and cache folders
+  "PROTOCOL_BUFFERS",
+  "NPY_",
+  "NUMPY_",
+  "GOTO_",
+  "MALLOC_",
+  "GLIBC_",
 )
+# The signals a launcher forwards: blocked from the fork until the child runs its program, so
+# that none lands in this module's code in the child.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(_HERE)
 # Read when a program runs, not when TensorFlow starts (MultiWorkerMirroredStrategy's cluster).
 RUNTIME_VARIABLES = {"TF_CONFIG"}
 
@@ -61,11 +75,19 @@ def import_time_environment(environment):
   }
 
 
-def supported(args):
-  """`-m MODULE ...`, `-c CODE ...` or `SCRIPT.py ...`: the forms a child can run as python."""
+def supported(args, cwd):
+  """`-m MODULE ...`, `-c CODE ...` or `SCRIPT.py ...` (the forms a child can run as python),
+  unless the folder python would put first on sys.path has its own `cli.py` or `settings.py`
+  (an older tree: this process has already imported the repository's)."""
   if len(args) >= 2 and args[0] in ("-m", "-c"):
+    first = cwd if args[0] == "-m" else None
+  elif args and not args[0].startswith("-") and args[0].endswith(".py"):
+    first = os.path.dirname(os.path.realpath(os.path.join(cwd, args[0])))
+  else:
+    return False
+  if first is None or os.path.realpath(first) == os.path.realpath(_REPO):
     return True
-  return bool(args) and not args[0].startswith("-") and args[0].endswith(".py")
+  return not any(os.path.exists(os.path.join(first, name)) for name in ("cli.py", "settings.py"))
 
 
 def _start_tensorflow():
@@ -88,38 +110,63 @@ def _start_tensorflow():
 
 
 def _receive(connection):
-  """(request, [stdin, stdout, stderr] fds) sent by warm_start_launcher.py."""
+  """(request, [stdin, stdout, stderr] fds) sent by warm_start_launcher.py; the fds are closed
+  if the request is cut short or malformed."""
+  connection.settimeout(30)  # a stalled launcher must not hold up the others
   header, fds, _, _ = socket.recv_fds(connection, 8, 3)
-  if len(header) < 8:
-    raise ConnectionError("short header")
-  size = int.from_bytes(header, "big")
-  body = b""
-  while len(body) < size:
-    chunk = connection.recv(size - len(body))
-    if not chunk:
-      raise ConnectionError("short request")
-    body += chunk
-  return json.loads(body), fds
+  try:
+    if len(header) < 8 or len(fds) != 3:
+      raise ConnectionError("short header")
+    size = int.from_bytes(header, "big")
+    body = b""
+    while len(body) < size:
+      chunk = connection.recv(size - len(body))
+      if not chunk:
+        raise ConnectionError("short request")
+      body += chunk
+    request = json.loads(body)
+  except BaseException:
+    for fd in fds:
+      os.close(fd)
+    raise
+  connection.settimeout(None)
+  return request, fds
 
 
 def _run_child(request, fds, own_fds, socket_path):
-  """In the forked child: becomes the program and never returns."""
-  for fd in own_fds:
-    os.close(fd)
-  for target, fd in enumerate(fds):
-    os.dup2(fd, target)
-  for fd in fds:
-    if fd > 2:
+  """In the forked child (FORWARDED signals blocked): becomes the program, never returns."""
+  try:
+    _die_with_parent()
+    for fd in own_fds:
       os.close(fd)
-  signal.signal(signal.SIGINT, signal.default_int_handler)
-  signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  os.chdir(request["cwd"])
-  os.environ.clear()
-  os.environ.update(request["env"])
-  import warm_start_child
+    for target, fd in enumerate(fds):
+      os.dup2(fd, target)
+    for fd in fds:
+      if fd > 2:
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in FORWARDED[1:]:
+      signal.signal(signum, signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    import warm_start_child
 
-  launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_start_launcher.py")
-  warm_start_child.run_as_main(request["args"], [sys.executable, "-S", "-E", launcher, socket_path])
+    launcher = os.path.join(_HERE, "warm_start_launcher.py")
+    python = [sys.executable, "-S", "-E", launcher, socket_path]
+  except BaseException as error:  # never back into the server's loop
+    with contextlib.suppress(BaseException):
+      os.write(2, f"warm start: {type(error).__name__}: {error}\n".encode())
+    os._exit(1)
+  warm_start_child.run_as_main(request["args"], python, unblock=FORWARDED)
+
+
+def _die_with_parent():
+  """PR_SET_PDEATHSIG: the kernel SIGKILLs this child if the server dies first."""
+  import ctypes
+
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
 
 
 def write_cpu_seconds(path):
@@ -134,6 +181,16 @@ def write_cpu_seconds(path):
   with open(path + ".tmp", "w") as f:
     f.write(f"{seconds:.3f}\n")
   os.replace(path + ".tmp", path)
+
+
+def _alive(connection):
+  """Whether a launcher's connection is still open (it sends nothing after its request)."""
+  try:
+    return bool(connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+  except BlockingIOError:
+    return True
+  except OSError:  # ECONNRESET: it died with our "pid" line unread
+    return False
 
 
 class _Child:
@@ -154,7 +211,7 @@ def serve(path, cpu_file):
 
   def reap(child, kill):
     if kill:
-      os.kill(child.pid, signal.SIGKILL)
+      os.kill(child.pid, signal.SIGKILL)  # a zombie takes it harmlessly
     _, status = os.waitpid(child.pid, 0)
     write_cpu_seconds(cpu_file)
     if not kill:
@@ -177,7 +234,7 @@ def serve(path, cpu_file):
         continue
       if fd == child.pidfd:
         reap(child, kill=False)
-      elif not child.connection.recv(1, socket.MSG_PEEK):  # its launcher died
+      elif not _alive(child.connection):  # its launcher died
         reap(child, kill=True)
     if listener not in readable:
       continue
@@ -189,26 +246,33 @@ def serve(path, cpu_file):
       continue
     if not (
       warm
-      and supported(request["args"])
+      and supported(request["args"], request["cwd"])
       and import_time_environment(request["env"]) == own_environment
     ):
       for fd in fds:
         os.close(fd)
-      connection.sendall(b"exec\n")
+      with contextlib.suppress(OSError):  # its launcher is gone
+        connection.sendall(b"exec\n")
       connection.close()
       continue
     sys.stdout.flush()
     sys.stderr.flush()
     own_fds = [listener.fileno(), connection.fileno(), *children]
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     pid = os.fork()
     if pid == 0:
       _run_child(request, fds, own_fds, path)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     for fd in fds:
       os.close(fd)
     child = _Child(pid, connection)
     children[child.pidfd] = children[connection.fileno()] = child
-    connection.sendall(f"pid {pid}\n".encode())
+    try:  # the pidfd too: the launcher signals the program through it
+      socket.send_fds(connection, [f"pid {pid}\n".encode()], [child.pidfd])
+    except OSError:  # its launcher died before it learned the pid
+      reap(child, kill=True)
 
 
 if __name__ == "__main__":
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the programs' to take
   serve(sys.argv[1], sys.argv[2])

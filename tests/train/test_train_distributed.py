@@ -29,9 +29,10 @@ pytestmark = pytest.mark.slow  # trains, exports or runs programs
 
 def test_two_mirrored_replicas_match_one_replica(tmp_path):
   one, two = tmp_path / "one", tmp_path / "two"
-  run_trains(
+  run_trains(  # cold: compared runs have their own hash seeds, as users' runs have
     (one, "--train_steps=6", "--strategy=one_device", "--deterministic"),
     (two, "--train_steps=6", "--strategy=mirrored", "--cpu_replicas=2", "--deterministic"),
+    python=COLD,
   )
   losses_one = [r["loss"] for r in logged_steps(one)]
   losses_two = [r["loss"] for r in logged_steps(two)]

@@ -449,6 +449,7 @@ def test_export_flags_override_the_runs_options_one_by_one(trained_run, tmp_path
       stderr=subprocess.PIPE,
       text=True,
       cwd=REPO,
+      env=warm_start.environment(),
     )
     for name, more in flags.items()
   }

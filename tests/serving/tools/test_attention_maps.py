@@ -46,7 +46,7 @@ def classifier_url(classifier_exported):
   manager.stop()
 
 
-def _run_all(commands, tmp_path):
+def _run_all(commands):
   """Runs `python -m serving.tools.attention_maps ARGS` for each argument list, two at a time."""
   env = warm_start.environment()
   results = []
@@ -135,7 +135,6 @@ def test_pictures_of_a_local_seq2seq_export_and_a_served_classifier(
         f"--out={out['c.html']}",
       ],
     ],
-    tmp_path,
   )
   for returncode, stdout, stderr in results:
     assert returncode == 0, stderr[-3000:]
@@ -212,7 +211,7 @@ def test_mistakes_are_one_line_and_exit_2(exported, classifier_url, tmp_path):
       "give --layer=N or --all_layers, not both",
     ),
   ]
-  results = _run_all([args for args, _ in cases], tmp_path)
+  results = _run_all([args for args, _ in cases])
   for (args, message), (returncode, stdout, stderr) in zip(cases, results):
     lines = stderr.strip().splitlines()
     assert returncode == 2, (args, stderr[-2000:])

@@ -5,13 +5,12 @@ against a reference, and mistakes told in one line before TensorFlow loads."""
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 import warm_start
-from train_helpers import REPO, environment, run_recording_imports
+from train_helpers import COLD, REPO, environment, run_recording_imports
 
 pytestmark = pytest.mark.slow  # runs the program in subprocesses
 
@@ -31,9 +30,14 @@ def _command(*flags, python=None):
   ]
 
 
-def _run(*flags, check=True):
+def _run(*flags, check=True, python=None):
   result = subprocess.run(
-    _command(*flags), cwd=REPO, env=environment(), capture_output=True, text=True, timeout=300
+    _command(*flags, python=python),
+    cwd=REPO,
+    env=environment(),
+    capture_output=True,
+    text=True,
+    timeout=300,
   )
   if check:
     assert result.returncode == 0, result.stderr[-3000:]
@@ -62,7 +66,9 @@ def test_a_killed_run_resumes_with_nothing_lost_or_doubled(tmp_path):
   # The whole file at once, as a pipe: stdin, its first column, stdout, scored on stderr.
   with open(pairs, encoding="utf-8") as stdin:
     piped = subprocess.run(
-      _command("--input=-", "--column=1", f"--reference={pairs}", "--reference_column=2"),
+      _command(
+        "--input=-", "--column=1", f"--reference={pairs}", "--reference_column=2", python=COLD
+      ),
       stdin=stdin,
       cwd=REPO,
       env=environment(),
@@ -78,10 +84,10 @@ def test_a_killed_run_resumes_with_nothing_lost_or_doubled(tmp_path):
   source.write_text("".join(line.split("\t")[0] + "\n" for line in open_lines(pairs)))
   output, parts = tmp_path / "out.txt", tmp_path / "out.txt.parts"
   flags = (f"--input={source}", f"--output={output}", "--window=4", "--batch_size=4")
-  # Cold: a SIGKILL ends a real process at once (a warm one a moment after its launcher), and the
-  # runs compared here have their own hash seeds, as users' runs have.
+  # Cold, the runs compared here: a SIGKILL ends a real process at once (a warm one a moment
+  # after its launcher), and each run has its own hash seed, as users' runs have.
   process = subprocess.Popen(
-    _command(*flags, python=[sys.executable]),
+    _command(*flags, python=COLD),
     cwd=REPO,
     env=environment(),
     stdout=subprocess.DEVNULL,
@@ -101,7 +107,7 @@ def test_a_killed_run_resumes_with_nothing_lost_or_doubled(tmp_path):
   assert again.returncode == 2 and "add --resume to continue it" in again.stderr
   other = _run(*flags[:2], "--window=8", "--resume", check=False)
   assert other.returncode == 2 and "other settings" in other.stderr and "(window)" in other.stderr
-  resumed = _run(*flags, "--resume")
+  resumed = _run(*flags, "--resume", python=COLD)
   assert f"600 lines ({600 - 4 * done:,} in this run)" in resumed.stderr
   assert output.read_text() == piped.stdout  # other windows and batches, the same answers
   assert len(piped.stdout.splitlines()) == 600
@@ -166,7 +172,7 @@ def test_progress_counts_batches_and_a_first_window_failure_keeps_no_chunk_folde
   ids=["glob", "resume_stdout", "model"],
 )
 def test_a_mistake_is_told_in_one_line_before_tensorflow_loads(tmp_path, flags, message):
-  command = _command(*[f.format(tmp=tmp_path) for f in flags], python=[sys.executable])
+  command = _command(*[f.format(tmp=tmp_path) for f in flags], python=COLD)
   result, imported = run_recording_imports(command[1:])
   assert result.returncode == 2
   assert "cli" in imported and "tensorflow" not in imported
