@@ -15,7 +15,6 @@ processes' files into tests/durations.json."""
 
 import json
 import os
-import resource
 import sys
 
 import warm_start
@@ -29,16 +28,8 @@ FAST_TEST_LIMIT = 0.5
 
 
 def cpu_seconds() -> float:
-  """This test process's CPU seconds, its waited children's and its warm-started programs'
-  (getrusage: microseconds, where os.times counts 10 ms ticks and a quick test's could be 0)."""
-  own = sum(
-    usage.ru_utime + usage.ru_stime
-    for usage in (
-      resource.getrusage(resource.RUSAGE_SELF),
-      resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-  )
-  return own + warm_start.cpu_seconds()
+  """This test process's CPU seconds, its waited children's and its warm-started programs'."""
+  return warm_start.process_cpu_seconds() + warm_start.cpu_seconds()
 
 
 def _record(path: str) -> dict:

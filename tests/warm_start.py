@@ -18,6 +18,7 @@ cold when set or dict order could be the difference).
 """
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,12 @@ def python():
   with _starting:
     if "socket" not in _started:
       _start_server()
-  return [sys.executable, "-S", "-E", _LAUNCHER, _started["socket"]]
+  return launcher_command(_started["socket"])
+
+
+def launcher_command(socket_path):
+  """`python` as the launcher of the server listening at `socket_path` (`-S -E`: milliseconds)."""
+  return [sys.executable, "-S", "-E", _LAUNCHER, socket_path]
 
 
 def _start_server():
@@ -74,6 +80,18 @@ def _start_server():
       break  # no server: every launcher runs the real interpreter
     time.sleep(0.01)
   _started.update(socket=socket_path, cpu_file=cpu_file, process=process)
+
+
+def process_cpu_seconds():
+  """This process's CPU seconds and those of the children it has reaped (getrusage:
+  microseconds, where os.times counts 10 ms ticks and a quick test's could be 0)."""
+  return sum(
+    usage.ru_utime + usage.ru_stime
+    for usage in (
+      resource.getrusage(resource.RUSAGE_SELF),
+      resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+  )
 
 
 def cpu_seconds():

@@ -77,8 +77,8 @@ def main():
     if not more:
       break
     received += more
-  last = received.decode().split("exit ", 1)[-1].split()
-  _die_as(int(last[0]) if "exit " in received.decode() and last else 1)
+  _, found, status = received.decode().partition("exit ")
+  _die_as(int(status.split()[0]) if found and status.split() else 1)
 
 
 if __name__ == "__main__":

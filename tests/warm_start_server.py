@@ -22,12 +22,14 @@ costs only its own program; children die with the server (PR_SET_PDEATHSIG).
 import contextlib
 import json
 import os
-import resource
 import select
 import signal
 import socket
 import sys
 import tempfile
+
+import warm_start
+from warm_start_launcher import FORWARDED
 
 # Environment variables read when Python, TensorFlow, Keras, NumPy or matplotlib start (or that
 # `tempfile` caches): a child inherits this process's start, so they must match.
@@ -58,11 +60,8 @@ IMPORT_TIME_PREFIXES = (
   "MALLOC_",
   "GLIBC_",
 )
-# The signals a launcher forwards: blocked from the fork until the child runs its program, so
-# that none lands in this module's code in the child.
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(_HERE)
+# The signals a launcher forwards (FORWARDED) are blocked from the fork until the child runs its
+# program, so that none lands in this module's code in the child.
 # Read when a program runs, not when TensorFlow starts (MultiWorkerMirroredStrategy's cluster).
 RUNTIME_VARIABLES = {"TF_CONFIG"}
 
@@ -85,7 +84,7 @@ def supported(args, cwd):
     first = os.path.dirname(os.path.realpath(os.path.join(cwd, args[0])))
   else:
     return False
-  if first is None or os.path.realpath(first) == os.path.realpath(_REPO):
+  if first is None or os.path.realpath(first) == os.path.realpath(warm_start.REPO):
     return True
   return not any(os.path.exists(os.path.join(first, name)) for name in ("cli.py", "settings.py"))
 
@@ -152,8 +151,7 @@ def _run_child(request, fds, own_fds, socket_path):
     os.environ.update(request["env"])
     import warm_start_child
 
-    launcher = os.path.join(_HERE, "warm_start_launcher.py")
-    python = [sys.executable, "-S", "-E", launcher, socket_path]
+    python = warm_start.launcher_command(socket_path)
   except BaseException as error:  # never back into the server's loop
     with contextlib.suppress(BaseException):
       os.write(2, f"warm start: {type(error).__name__}: {error}\n".encode())
@@ -171,15 +169,8 @@ def _die_with_parent():
 
 def write_cpu_seconds(path):
   """This process's CPU seconds and its reaped programs', for the tests' CPU accounting."""
-  seconds = sum(
-    usage.ru_utime + usage.ru_stime
-    for usage in (
-      resource.getrusage(resource.RUSAGE_SELF),
-      resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-  )
   with open(path + ".tmp", "w") as f:
-    f.write(f"{seconds:.3f}\n")
+    f.write(f"{warm_start.process_cpu_seconds():.3f}\n")
   os.replace(path + ".tmp", path)
 
 
