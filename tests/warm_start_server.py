@@ -20,6 +20,7 @@ costs only its own program; children die with the server (PR_SET_PDEATHSIG).
 """
 
 import contextlib
+import importlib
 import json
 import os
 import select
@@ -59,7 +60,14 @@ IMPORT_TIME_PREFIXES = (
   "GOTO_",
   "MALLOC_",
   "GLIBC_",
+  "SACREBLEU",
 )
+# Other projects' libraries the programs import after TensorFlow, imported once here too
+# (~0.5 CPU s a program, most of it TF-Text's op libraries): never a module of ours, which each
+# program imports in its child as python would. A program that forgot to import TF-Text before
+# loading an export would pass warm: the cold starts (the server's command-line tests, the
+# export's "process without tfattn", the user-mistake runs) keep that honest.
+PRELOADED = ("tensorflow_text", "sacrebleu", "sentencepiece", "tensorboard.summary")
 # The signals a launcher forwards (FORWARDED) are blocked from the fork until the child runs its
 # program, so that none lands in this module's code in the child.
 # Read when a program runs, not when TensorFlow starts (MultiWorkerMirroredStrategy's cluster).
@@ -90,7 +98,8 @@ def supported(args, cwd):
 
 
 def _start_tensorflow():
-  """`cli.start_tensorflow_quietly()` with stderr captured: True if it printed nothing."""
+  """`cli.start_tensorflow_quietly()`, then PRELOADED, with stderr captured: True if they
+  printed nothing."""
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as captured:
@@ -99,6 +108,8 @@ def _start_tensorflow():
       import cli
 
       cli.start_tensorflow_quietly()
+      for name in PRELOADED:
+        importlib.import_module(name)
     finally:
       sys.stderr.flush()
       os.dup2(saved, 2)

@@ -4,7 +4,6 @@ and prints what it promises (no timed assertions)."""
 import json
 import re
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -99,7 +98,7 @@ def test_rest_latency_load_process_prints_one_json_line(echo_servers):
   rest_port, _ = echo_servers[False]
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       "benchmarks/rest_latency.py",
       f"--load=rest,{rest_port},3",
       *("--model=echo", "--seconds=0.2", "--concurrency=2"),

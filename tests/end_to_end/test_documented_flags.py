@@ -15,11 +15,11 @@ import glob
 import os
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+import warm_start
 from train_helpers import REPO, environment
 
 pytestmark = pytest.mark.slow  # starts each documented program once (--helpxml)
@@ -75,8 +75,8 @@ FLAG = re.compile(r"(?<![\w-])--(?:\[no\])?([a-z][a-z0-9_]*)")
 
 
 def _programs():
-  """{name as the docs write it: command that runs it}, found in the source tree."""
-  programs = {"train": [sys.executable, "-m", "train"]}
+  """{name as the docs write it: python's arguments that run it}, found in the source tree."""
+  programs = {"train": ["-m", "train"]}
   paths = glob.glob(os.path.join(REPO, "serving", "**", "*.py"), recursive=True)
   paths += glob.glob(os.path.join(REPO, "train", "*.py"))  # python -m train.evaluate
   for path in sorted(paths):
@@ -84,11 +84,11 @@ def _programs():
       if 'if __name__ == "__main__"' in f.read() or path.endswith("__main__.py"):
         relative = os.path.relpath(path, REPO)[: -len(".py")]
         module = relative.replace(os.sep, ".").removesuffix(".__main__")
-        programs[module] = [sys.executable, "-m", module]
+        programs[module] = ["-m", module]
   for path in sorted(glob.glob(os.path.join(REPO, "benchmarks", "*.py"))):
     with open(path) as f:
       if 'if __name__ == "__main__"' in f.read():
-        programs["benchmarks/" + os.path.basename(path)] = [sys.executable, path]
+        programs["benchmarks/" + os.path.basename(path)] = [path]
   return programs
 
 
@@ -224,7 +224,7 @@ def documented_flags():
 
 def _flags_of(program):
   result = subprocess.run(
-    [*PROGRAMS[program], "--helpxml"],
+    [*warm_start.python(), *PROGRAMS[program], "--helpxml"],
     cwd=REPO,
     env=environment(),
     capture_output=True,

@@ -190,8 +190,8 @@ def test_tsv_errors_name_file_and_line(tmp_path, content, kind, message):
 @pytest.mark.slow
 def test_train_cli_without_tfds_data_offline_is_one_line_and_exit_2(tmp_path):
   import subprocess
-  import sys
 
+  import warm_start
   from train_helpers import REPO, environment
 
   if tfds_tasks.reachable(*tfds_tasks.DATASETS["imdb_reviews"].download_host):
@@ -199,7 +199,7 @@ def test_train_cli_without_tfds_data_offline_is_one_line_and_exit_2(tmp_path):
   started = time.time()
   result = subprocess.run(
     [
-      sys.executable,
+      *warm_start.python(),
       "-m",
       "train",
       "--task=imdb_reviews",

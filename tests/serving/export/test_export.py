@@ -1,6 +1,7 @@
 """Export: TF Serving layout, warm-up file, atomic versions, op preflight, reuse elsewhere."""
 
 import collections
+import functools
 import json
 import os
 import shutil
@@ -26,6 +27,10 @@ from tfattn.decode_options import DecodeOptions
 
 import warm_start
 from train_helpers import REPO, assert_same_answers_but_a_near_tie, run_without_tfattn
+
+# The session's and this module's exports, loaded once per test process: these tests only call
+# their signatures, and a second load would trace (and for XLA, compile) them again.
+_load = functools.cache(tf.saved_model.load)
 
 pytestmark = pytest.mark.slow  # trains, exports or runs programs
 GREEDY = DecodeOptions(strategy="greedy")
@@ -60,7 +65,7 @@ def test_warmup_records_round_trip():
 
 def test_signatures_have_batch_dimension_and_names(exported):
   _, path = exported
-  loaded = tf.saved_model.load(path)
+  loaded = _load(path)
   assert set(loaded.signatures) == {
     "serving_default",
     "translate_nbest",
@@ -165,7 +170,7 @@ def test_reusable_in_a_process_without_tfattn(exported):
 def test_tf1_session_loader_gives_the_same_outputs(exported):
   _, path = exported
   texts = ["12", "345", ""]
-  expected = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))
+  expected = _load(path).signatures["serving_default"](text=tf.constant(texts))
   with tf.Graph().as_default(), tf.compat.v1.Session() as session:
     meta_graph = tf.compat.v1.saved_model.load(session, ["serve"], path)
     signature = meta_graph.signature_def["serving_default"]
@@ -178,7 +183,7 @@ def test_tf1_session_loader_gives_the_same_outputs(exported):
 
 def test_invalid_utf8_is_rejected_by_the_signature(exported):
   _, path = exported
-  serving = tf.saved_model.load(path).signatures["serving_default"]
+  serving = _load(path).signatures["serving_default"]
   with pytest.raises(tf.errors.InvalidArgumentError):
     serving(text=tf.constant([b"\xff\xfe"]))
 
@@ -244,7 +249,7 @@ _TEXTS = ["7", "12", "345", "", "4213", "123456", " ".join(["999"] * 5), " ".joi
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_xla_export_answers_like_the_graph_export(graph_and_xla_exports, beam):
-  graph, xla = (tf.saved_model.load(path) for path in graph_and_xla_exports[beam])
+  graph, xla = (_load(path) for path in graph_and_xla_exports[beam])
   texts = tf.constant(_TEXTS)
   lengths = graph.source_tokenizer.tokenize(texts).row_lengths().numpy()
   assert lengths.min() <= 16 < lengths.max(), lengths  # both buckets are exercised
@@ -271,7 +276,7 @@ def test_xla_export_warms_up_every_length_bucket(graph_and_xla_exports, tmp_path
   with open(os.path.join(path, export.EXPORT_INFO_FILE)) as f:
     info = json.load(f)
   assert info["decode"] == "xla" and info["length_buckets"] == [16, 24]
-  loaded = tf.saved_model.load(path)
+  loaded = _load(path)
   warmed = {}
   for signature, inputs in warmup.read_warmup_file(os.path.join(path, warmup.WARMUP_FILE)):
     lengths = loaded.source_tokenizer.tokenize(tf.constant(inputs["text"])).row_lengths()
@@ -326,7 +331,7 @@ def test_check_reports_must_compile_functions_and_the_tf_serving_flag(graph_and_
 
 @pytest.mark.parametrize("decode", ["graph", "xla"])
 def test_token_signatures_reject_ids_outside_the_vocabulary(graph_and_xla_exports, decode):
-  loaded = tf.saved_model.load(graph_and_xla_exports[4][decode == "xla"])
+  loaded = _load(graph_and_xla_exports[4][decode == "xla"])
   translate = loaded.signatures["translate_ids"]
   translate(source_ids=tf.constant([[5, 6]]))  # in range: answers
   for bad, reason in (
@@ -353,16 +358,20 @@ def test_check_prints_one_line_per_version_and_the_whole_dump_with_verbose(expor
   no_scripts = dict(
     os.environ, PATH="/usr/bin:/bin", PYTHONPATH=os.pathsep.join(site.getsitepackages())
   )
+  # The short run needs no saved_model_cli: it starts warm; the verbose one from that bin/.
   runs = [
     subprocess.Popen(
-      [str(python), "-m", "serving.export.check", *extra, str(base)],
+      [*command, "-m", "serving.export.check", *extra, str(base)],
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
       text=True,
       cwd=REPO,
-      env=no_scripts,
+      env=env,
     )
-    for extra in ([], ["--verbose"])
+    for command, extra, env in (
+      (warm_start.python(), [], warm_start.environment()),
+      ([str(python)], ["--verbose"], no_scripts),
+    )
   ]
   (short, short_err), (verbose, verbose_err) = [run.communicate(timeout=300) for run in runs]
   assert [run.returncode for run in runs] == [0, 0], short_err[-2000:] + verbose_err[-2000:]
@@ -653,9 +662,7 @@ def test_score_is_the_models_teacher_forced_log_probability(trained_run, exporte
   source = tf.constant([[5, 6, 7, 0], [8, 9, 10, 11]], tf.int32)
   target = tf.constant([[12, 9, 30, 2, 0], [4, 2, 0, 0, 0]], tf.int32)  # END = 2, then padding
   scored = (
-    tf.saved_model.load(exported[1])
-    .signatures["score"](source_ids=source, target_ids=target)["log_prob"]
-    .numpy()
+    _load(exported[1]).signatures["score"](source_ids=source, target_ids=target)["log_prob"].numpy()
   )
   decoder_input = tf.concat([tf.fill([2, 1], model.config.bos_id), target[:, :-1]], axis=1)
   log_probs = tf.nn.log_softmax(model(source, decoder_input)).numpy()

@@ -46,17 +46,16 @@ def test_a_bfloat16_export_stores_bfloat16_weights_and_answers_like_float32(trai
   assert variable_bytes(low) < 0.6 * variable_bytes(full)  # the bulk is kernels and tables
 
   texts = tf.constant(["1 2 3", "40 5", "", "7 7 7 7"])
+  loaded = {"low": tf.saved_model.load(low), "full": tf.saved_model.load(full)}
   answers = {
-    name: tf.saved_model.load(path).signatures["translate_ids"](
-      source_ids=tf.constant([[5, 6, 7], [8, 9, 0]])
-    )
-    for name, path in (("low", low), ("full", full))
+    name: model.signatures["translate_ids"](source_ids=tf.constant([[5, 6, 7], [8, 9, 0]]))
+    for name, model in loaded.items()
   }
   assert answers["low"]["ids"].shape == answers["full"]["ids"].shape
   np.testing.assert_allclose(
     answers["low"]["log_prob"].numpy(), answers["full"]["log_prob"].numpy(), rtol=0.1, atol=0.5
   )
-  served = tf.saved_model.load(low).signatures["serving_default"](text=texts)
+  served = loaded["low"].signatures["serving_default"](text=texts)
   assert served["translation"].shape == (4,)
 
 

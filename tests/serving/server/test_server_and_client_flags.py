@@ -5,7 +5,6 @@ outside (the in-process keyword arguments are tested elsewhere; this is the flag
 import json
 import shutil
 import subprocess
-import sys
 
 import grpc
 import numpy as np
@@ -100,7 +99,7 @@ def test_client_host_and_version_label_flags(server):
 
   def client(*flags):
     return subprocess.Popen(
-      [sys.executable, "-m", "serving.tools.client", f"--model={NAME}", "--metadata", *flags],
+      [*warm_start.python(), "-m", "serving.tools.client", f"--model={NAME}", "--metadata", *flags],
       cwd=REPO,
       env=environment(),
       stdout=subprocess.PIPE,

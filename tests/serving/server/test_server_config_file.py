@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -123,8 +122,9 @@ def _readme_files():
 
 def _client(*args):
   return subprocess.Popen(
-    [sys.executable, "-m", "serving.tools.client", *args],
+    [*warm_start.python(), "-m", "serving.tools.client", *args],
     cwd=launch.REPO_ROOT,
+    env=warm_start.environment(),
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
