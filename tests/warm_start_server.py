@@ -1,5 +1,6 @@
 """A warm start for the programs the tests run: one process per test process imports
-TensorFlow once (`cli.start_tensorflow_quietly`, 3-4 CPU s), then forks a child for each
+TensorFlow once (`cli.start_tensorflow_quietly`, 3-4 CPU s; then PRELOADED, the other projects'
+libraries the programs import), then forks a child for each
 `python -m PROGRAM ...` a test starts through `warm_start.python()`. The child takes the test's
 stdin/stdout/stderr, working directory, environment and arguments, and runs the program as
 `python` would (`__main__`, sys.argv, sys.path[0], exit status, atexit). See warm_start.py.
