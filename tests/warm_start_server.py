@@ -21,6 +21,7 @@ costs only its own program; children die with the server (PR_SET_PDEATHSIG).
 """
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -208,6 +209,10 @@ def serve(path, cpu_file):
   listener.bind(path)
   listener.listen(64)
   warm = _start_tensorflow()
+  # What TensorFlow's import left is never garbage: out of the collector's sight, a child's
+  # collections (and the one at its exit) skip it, and do not copy its pages on write
+  # (a tiny warm train run: 4.56 -> 4.30 CPU s, 12 runs each).
+  gc.freeze()
   own_environment = import_time_environment(os.environ)
   children = {}  # fd (pidfd or connection) -> _Child
   write_cpu_seconds(cpu_file)
