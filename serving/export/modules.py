@@ -132,51 +132,72 @@ class _DecodingExport(_Exportable):
       self.up_to_options = options.replace(max_decode_length=up_to_length)
     # A beam export's best hypothesis is the n-best search's first: one search, one program.
     self._best_is_first_beam = options.strategy == BEAM and options.beam_size > 1
-    if decode == "xla":  # only then: a graph export holds no must-compile function
+    # Each search is one function that every signature running it calls: traced and saved once
+    # (a greedy seq2seq export's serving_default, translate_ids and attention share one loop).
+    # decode="xla" compiles them, over length buckets; only then does an export hold a
+    # must-compile function.
+    if decode == "xla":
       self.length_buckets = tuple(shapes.length_buckets(self.max_length, SMALLEST_SOURCE_BUCKET))
-      self._nbest_padded = self._compiled(self._search_nbest_padded, [IDS])
+    self._nbest_search = self._search_function(self._search_nbest, [IDS])
+    if not self._best_is_first_beam:
+      self._best_search = self._search_function(self._search_best, [IDS, SEEDS])
+    if self.up_to_options is not None:
+      self._nbest_up_to_search = self._search_function(self._search_nbest_up_to, [IDS, NEW_TOKENS])
       if not self._best_is_first_beam:
-        self._best_padded = self._compiled(self._search_best_padded, [IDS, SEEDS])
-      if self.up_to_options is not None:
-        self._nbest_up_to_padded = self._compiled(self._search_nbest_up_to, [IDS, NEW_TOKENS])
-        if not self._best_is_first_beam:
-          self._best_up_to_padded = self._compiled(
-            self._search_best_up_to, [IDS, SEEDS, NEW_TOKENS]
-          )
+        self._best_up_to_search = self._search_function(
+          self._search_best_up_to, [IDS, SEEDS, NEW_TOKENS]
+        )
     if options.strategy == SAMPLE:  # the signature exists only where it samples
       self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS], autograph=False)
 
-  @staticmethod
-  def _compiled(search, signature):
-    return tf.function(search, input_signature=signature, jit_compile=True, autograph=False)
+  def _search_function(self, search, signature):
+    """`search` as the one function of its signature, compiled with XLA in an XLA export."""
+    jit_compile = True if self.decode_mode == "xla" else None
+    return tf.function(search, input_signature=signature, jit_compile=jit_compile, autograph=False)
 
-  # --- The searches ---
+  # --- The searches: in an XLA export the input is padded to its length bucket, and every
+  # shape inside is static for a given (batch, bucket) ---
 
-  def _search_best_padded(self, ids, seeds):
-    """The best hypothesis a row of a bucket-padded `[batch, bucket]` input, compiled with XLA
-    as `_best_padded`: every shape inside is static for a given (batch, bucket)."""
-    return decoding.decode(self.model, ids, self.options, seeds=seeds, padded_decode=True)
+  @property
+  def _padded_decode(self):
+    return self.decode_mode == "xla"
 
-  def _search_nbest_padded(self, ids):
-    """Every beam of a bucket-padded input, compiled with XLA as `_nbest_padded`."""
-    return decoding.nbest(self.model, ids, self.options, padded_decode=True)
+  def _search_best(self, ids, seeds):
+    """The best hypothesis a row (`_best_search`), sampling with `seeds` where it samples."""
+    return decoding.decode(
+      self.model, ids, self.options, seeds=seeds, padded_decode=self._padded_decode
+    )
+
+  def _search_nbest(self, ids):
+    """Every beam (`_nbest_search`)."""
+    return decoding.nbest(self.model, ids, self.options, padded_decode=self._padded_decode)
 
   def _search_best_up_to(self, ids, seeds, max_new_tokens):
-    """`_search_best_padded` with a length per row (`_best_up_to_padded`)."""
+    """`_search_best` with a length per row (`_best_up_to_search`)."""
     return decoding.decode(
       self.model,
       ids,
       self.up_to_options,
       seeds=seeds,
-      padded_decode=True,
+      padded_decode=self._padded_decode,
       max_new_tokens=max_new_tokens,
     )
 
   def _search_nbest_up_to(self, ids, max_new_tokens):
-    """`_search_nbest_padded` with a length per row (`_nbest_up_to_padded`)."""
+    """`_search_nbest` with a length per row (`_nbest_up_to_search`)."""
     return decoding.nbest(
-      self.model, ids, self.up_to_options, padded_decode=True, max_new_tokens=max_new_tokens
+      self.model,
+      ids,
+      self.up_to_options,
+      padded_decode=self._padded_decode,
+      max_new_tokens=max_new_tokens,
     )
+
+  def _run(self, search, ids, *args) -> decoding.Hypotheses:
+    """One of the searches on `ids`: as it comes in graph mode, padded to its bucket in XLA."""
+    if self.decode_mode == "xla":
+      return self._padded(search, ids, *args)
+    return search(ids, *args)
 
   def _padded(self, search, ids, *args) -> decoding.Hypotheses:
     """Runs `search` on the input padded to its length bucket, then `_trimmed`."""
@@ -196,12 +217,8 @@ class _DecodingExport(_Exportable):
     log_probs `[batch, beam]`, best first. With `max_new_tokens` (int32 `[batch]`), the
     `up_to_options` search, each row cut to its own length."""
     if max_new_tokens is None:
-      if self.decode_mode == "xla":
-        return self._padded(self._nbest_padded, ids)
-      return decoding.nbest(self.model, ids, self.options)
-    if self.decode_mode == "xla":
-      return self._padded(self._nbest_up_to_padded, ids, max_new_tokens)
-    return decoding.nbest(self.model, ids, self.up_to_options, max_new_tokens=max_new_tokens)
+      return self._run(self._nbest_search, ids)
+    return self._run(self._nbest_up_to_search, ids, max_new_tokens)
 
   def _best(self, ids, seeds=None, max_new_tokens=None) -> decoding.Hypotheses:
     """int32 `[batch, length]` -> the best hypothesis a row as the options say: ids
@@ -213,13 +230,11 @@ class _DecodingExport(_Exportable):
     options = self.options if max_new_tokens is None else self.up_to_options
     if seeds is None:
       seeds = decoding.source_seeds(ids, options, self.model.config.pad_id)
-    if self.decode_mode == "graph":
-      return decoding.decode(self.model, ids, options, seeds=seeds, max_new_tokens=max_new_tokens)
-    if seeds is None:  # the compiled search takes seeds whether it samples or not
+    if seeds is None:  # the search takes seeds whether it samples or not
       seeds = tf.zeros([tf.shape(ids)[0]], tf.int64)
     if max_new_tokens is None:
-      return self._padded(self._best_padded, ids, seeds)
-    return self._padded(self._best_up_to_padded, ids, seeds, max_new_tokens)
+      return self._run(self._best_search, ids, seeds)
+    return self._run(self._best_up_to_search, ids, seeds, max_new_tokens)
 
   def _answers(self, found: decoding.Hypotheses) -> dict:
     raise NotImplementedError
