@@ -16,12 +16,18 @@ os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 cli.start_tensorflow_quietly()  # each test process (xdist worker) starts TensorFlow quietly
 
+import gc  # noqa: E402
+
 import file_durations  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from built_once import built_once  # noqa: E402
 
 import tfattn  # noqa: E402
+
+# What the imports left (TensorFlow, Keras, the model library) lives as long as the test process:
+# out of the collector's sight, the process's collections skip it.
+gc.freeze()
 
 # On Ampere and later GPUs TensorFlow runs float32 matmuls in TF32 (10-bit mantissa, ~1e-3
 # relative error); tests compare float32 computations with float32 or float64 references at
