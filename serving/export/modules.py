@@ -150,27 +150,26 @@ class _DecodingExport(_Exportable):
     if options.strategy == SAMPLE:  # the signature exists only where it samples
       self.sample = tf.function(self._sample, input_signature=[TEXT, SEEDS], autograph=False)
 
+  @property
+  def _compiled(self):
+    """Whether the searches compile with XLA: then their input is padded to its length bucket,
+    and every shape inside is static for a given (batch, bucket)."""
+    return self.decode_mode == "xla"
+
   def _search_function(self, search, signature):
     """`search` as the one function of its signature, compiled with XLA in an XLA export."""
-    jit_compile = True if self.decode_mode == "xla" else None
+    jit_compile = True if self._compiled else None
     return tf.function(search, input_signature=signature, jit_compile=jit_compile, autograph=False)
 
-  # --- The searches: in an XLA export the input is padded to its length bucket, and every
-  # shape inside is static for a given (batch, bucket) ---
-
-  @property
-  def _padded_decode(self):
-    return self.decode_mode == "xla"
+  # --- The searches ---
 
   def _search_best(self, ids, seeds):
     """The best hypothesis a row (`_best_search`), sampling with `seeds` where it samples."""
-    return decoding.decode(
-      self.model, ids, self.options, seeds=seeds, padded_decode=self._padded_decode
-    )
+    return decoding.decode(self.model, ids, self.options, seeds=seeds, padded_decode=self._compiled)
 
   def _search_nbest(self, ids):
     """Every beam (`_nbest_search`)."""
-    return decoding.nbest(self.model, ids, self.options, padded_decode=self._padded_decode)
+    return decoding.nbest(self.model, ids, self.options, padded_decode=self._compiled)
 
   def _search_best_up_to(self, ids, seeds, max_new_tokens):
     """`_search_best` with a length per row (`_best_up_to_search`)."""
@@ -179,7 +178,7 @@ class _DecodingExport(_Exportable):
       ids,
       self.up_to_options,
       seeds=seeds,
-      padded_decode=self._padded_decode,
+      padded_decode=self._compiled,
       max_new_tokens=max_new_tokens,
     )
 
@@ -189,13 +188,13 @@ class _DecodingExport(_Exportable):
       self.model,
       ids,
       self.up_to_options,
-      padded_decode=self._padded_decode,
+      padded_decode=self._compiled,
       max_new_tokens=max_new_tokens,
     )
 
   def _run(self, search, ids, *args) -> decoding.Hypotheses:
     """One of the searches on `ids`: as it comes in graph mode, padded to its bucket in XLA."""
-    if self.decode_mode == "xla":
+    if self._compiled:
       return self._padded(search, ids, *args)
     return search(ids, *args)
 
