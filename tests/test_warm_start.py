@@ -1,6 +1,7 @@
 """The warm start (tests/warm_start.py) is python to the test that starts it: each case runs the
 same command with the real interpreter and warm, and expects the same status and output."""
 
+import functools
 import os
 import signal
 import subprocess
@@ -91,7 +92,13 @@ def test_a_signal_to_it_reaches_the_program(tmp_path, signum):
   outcomes = []
   for python in ([sys.executable], warm_start.python()):
     process = subprocess.Popen(
-      [*python, "-c", code], env=warm_start.environment(), stderr=subprocess.PIPE, text=True
+      [*python, "-c", code],
+      env=warm_start.environment(),
+      stderr=subprocess.PIPE,
+      text=True,
+      # As from a terminal: a suite started in the background (`make test &`) ignores SIGINT,
+      # and a python started with it ignored never takes Ctrl-C.
+      preexec_fn=functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL),
     )
     poll_until(ready.exists, "the program started")
     ready.unlink()
