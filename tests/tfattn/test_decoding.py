@@ -18,7 +18,7 @@ from train_helpers import assert_same_answers_but_a_near_tie
 VOCAB = 24
 
 
-def _model(seed, eos_boost=2.5):
+def _model(seed, eos_boost=2.5, max_length=64):
   """A random model that sometimes says EOS and never says padding, so outputs end clearly."""
   config = tfattn.TransformerConfig.preset(
     "tiny",
@@ -26,7 +26,7 @@ def _model(seed, eos_boost=2.5):
     target_vocab_size=VOCAB,
     tie_output_embedding=False,
     seed=seed,
-    max_length=64,
+    max_length=max_length,
   )
   model = tfattn.Transformer(config)
   bias = np.zeros([VOCAB], np.float32)
@@ -169,7 +169,7 @@ def test_batch_entries_are_independent():
 
 
 def test_default_length_follows_the_source_and_the_config_cap():
-  model = _model(7)
+  model = _model(7, max_length=16)  # a short cap: the capped search runs eagerly, step by step
   source = random_ids(1, 5, VOCAB, 7)
   ids = decoding.greedy_decode(model, source, extra_decode_length=4).ids
   assert ids.shape[1] == 9

@@ -114,17 +114,17 @@ def test_a_prompt_at_the_position_limit_and_an_empty_one_decode_together_as_alon
   max_length: `indices = 16 is not in [0, 16)`), and each row answers as alone."""
   model = _model(5, max_length=16, **changes)
   prompts = tf.constant([[7] * 15, [0] * 15, [9, 4] + [0] * 13])
+  widths = [max(1, int(tf.reduce_sum(tf.cast(row > 0, tf.int32)))) for row in prompts]
   for options in (
     DecodeOptions(strategy="greedy", max_decode_length=16),
     DecodeOptions(strategy="beam", beam_size=2, max_decode_length=16),
   ):
+    alone = [decoding.decode(model, prompts[r : r + 1, : widths[r]], options) for r in range(3)]
     for padded_decode in (False, True):
       together = decoding.decode(model, prompts, options, padded_decode=padded_decode)
       for row in range(3):
-        width = max(1, int(tf.reduce_sum(tf.cast(prompts[row] > 0, tf.int32))))
-        alone = decoding.decode(model, prompts[row : row + 1, :width], options)
-        np.testing.assert_array_equal(together.ids[row], alone.ids[0])
-        np.testing.assert_allclose(together.log_probs[row], alone.log_probs[0], atol=1e-4)
+        np.testing.assert_array_equal(together.ids[row], alone[row].ids[0])
+        np.testing.assert_allclose(together.log_probs[row], alone[row].log_probs[0], atol=1e-4)
 
 
 def test_each_row_generates_up_to_its_own_max_new_tokens_as_if_that_were_its_limit():
@@ -139,6 +139,15 @@ def test_each_row_generates_up_to_its_own_max_new_tokens_as_if_that_were_its_lim
     DecodeOptions(strategy="beam", beam_size=2, max_decode_length=8),
     DecodeOptions(strategy="sample", top_k=6, max_decode_length=8),
   ):
+    alone = [
+      decoding.decode(
+        model,
+        PROMPTS[row : row + 1],
+        options.replace(max_decode_length=n),
+        seeds=seeds[row : row + 1],
+      )
+      for row, n in enumerate(wanted)
+    ]
     for padded_decode in (False, True):
       found = decoding.decode(
         model,
@@ -150,16 +159,10 @@ def test_each_row_generates_up_to_its_own_max_new_tokens_as_if_that_were_its_lim
       )
       assert found.ids.shape == (4, 8)
       for row, n in enumerate(wanted):
-        alone = decoding.decode(
-          model,
-          PROMPTS[row : row + 1],
-          options.replace(max_decode_length=n),
-          seeds=seeds[row : row + 1],
-        )
-        np.testing.assert_array_equal(found.ids[row, :n], alone.ids[0])
+        np.testing.assert_array_equal(found.ids[row, :n], alone[row].ids[0])
         assert (found.ids.numpy()[row, n:] == 0).all()
-        np.testing.assert_allclose(found.log_probs[row], alone.log_probs[0], atol=1e-4)
-        np.testing.assert_allclose(found.scores[row], alone.scores[0], atol=1e-4)
+        np.testing.assert_allclose(found.log_probs[row], alone[row].log_probs[0], atol=1e-4)
+        np.testing.assert_allclose(found.scores[row], alone[row].scores[0], atol=1e-4)
 
 
 def test_beams_are_scored_by_the_model_itself():

@@ -2,6 +2,8 @@
 (`decoding.banned_by_ngrams`), checked against brute force, in every search; the reported
 log-probabilities stay the model's."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -75,6 +77,14 @@ def _reference_greedy(model, source, length, n):
   return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
 
 
+@functools.cache
+def _bigram_case(seed):
+  """(model, source, brute-force greedy ids and log-probs without repeated bigrams): one
+  reference per seed for the graph and the XLA test (each is 36 eager forward passes)."""
+  model, source = _model(seed), random_ids(3, 5, VOCAB, seed)
+  return model, source, _reference_greedy(model, source, 12, 2)
+
+
 def _has_repeat(row_ids, start, n, eos):
   tokens = [start, *row_ids]
   if eos in row_ids:
@@ -85,11 +95,10 @@ def _has_repeat(row_ids, start, n, eos):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_greedy_without_repeated_bigrams_is_the_brute_force_search(seed):
-  model, source = _model(seed), random_ids(3, 5, VOCAB, seed)
+  model, source, (expected_ids, expected_log_probs) = _bigram_case(seed)
   plain = decoding.greedy_decode(model, source, max_decode_length=12)
   assert any(_has_repeat(row, 1, 2, 2) for row in plain.ids.numpy().tolist())  # it would repeat
   result = decoding.greedy_decode(model, source, max_decode_length=12, no_repeat_ngram_size=2)
-  expected_ids, expected_log_probs = _reference_greedy(model, source, 12, 2)
   np.testing.assert_array_equal(result.ids.numpy(), expected_ids)
   np.testing.assert_allclose(result.log_probs.numpy(), expected_log_probs, atol=1e-4)
 
@@ -97,8 +106,7 @@ def test_greedy_without_repeated_bigrams_is_the_brute_force_search(seed):
 @pytest.mark.slow  # XLA compiles
 @pytest.mark.parametrize("seed", [0, 1])
 def test_greedy_without_repeated_bigrams_under_xla_is_the_brute_force_search(seed):
-  model, source = _model(seed), random_ids(3, 5, VOCAB, seed)
-  expected_ids, _ = _reference_greedy(model, source, 12, 2)
+  model, source, (expected_ids, _) = _bigram_case(seed)
   xla = tf.function(
     lambda s: decoding.greedy_decode(
       model, s, max_decode_length=12, no_repeat_ngram_size=2, padded_decode=True
