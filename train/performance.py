@@ -105,11 +105,26 @@ class Meter:
     return self.tokens / elapsed, reached / self.peak_flops
 
 
+# The highest peak this process has measured for each (device, dtype): Trainers built one after
+# another in one process (a sweep, a notebook, the tests) time their device once, not each
+# (~0.4 CPU s a Trainer on a CPU).
+_peaks = {}
+
+
+def _peak(device: str, dtype: str, again: bool = False) -> float:
+  """The peak of `dtype` matmuls on `device`: measured the first time (or `again`), else the
+  highest measured so far in this process."""
+  key = (device, dtype)
+  if again or key not in _peaks:
+    _peaks[key] = max(_peaks.get(key, 0.0), measure_matmul_peak(device, dtype))
+  return _peaks[key]
+
+
 def meter_for(strategy: tf.distribute.Strategy, compute_dtype: str) -> Meter:
   """A Meter whose peak is the matmul peak measured on the first training device (times the
   local GPUs; split CPU "replicas" share one CPU, and so do logical GPUs of one card)."""
   device = strategy.extended.worker_devices[0]
-  peak = measure_matmul_peak(device, compute_dtype)
+  peak = _peak(device, compute_dtype)
   devices = 1
   if "GPU" in device.upper():
     devices = len({_physical_gpu(d) for d in strategy.extended.worker_devices})
@@ -120,7 +135,7 @@ def meter_for(strategy: tf.distribute.Strategy, compute_dtype: str) -> Meter:
     format_flops(peak),
     devices,
   )
-  return Meter(peak * devices, lambda: measure_matmul_peak(device, compute_dtype) * devices)
+  return Meter(peak * devices, lambda: _peak(device, compute_dtype, again=True) * devices)
 
 
 def _physical_gpu(logical_device: str) -> str:

@@ -1,5 +1,6 @@
-"""train.performance: the matmul peak (a median, never 0), a peak measured low measured again and
-MFU never clamped, and MFU printed with digits enough for a small model."""
+"""train.performance: the matmul peak (a median, never 0, measured once a process and device), a
+peak measured low measured again and MFU never clamped, and MFU printed with digits enough for a
+small model."""
 
 import pytest
 import tensorflow as tf
@@ -32,6 +33,27 @@ def test_a_peak_measured_low_is_measured_again_and_mfu_is_never_clamped_to_1():
   meter = performance.Meter(peak_flops=1e30)
   meter.add(tokens=100, step_flops=1.0)
   assert 0 < meter.read()[1] < 1 and meter.peak_flops == 1e30
+
+
+def test_meters_of_one_device_share_its_peak_and_a_new_measurement_raises_it(monkeypatch):
+  """Trainers built one after another in a process time their device once; a measurement made
+  again (MFU above 1) raises the peak that later meters start from, never lowers it."""
+  timings = iter([3e9, 5e9, 1e9, 2e9])
+  dtypes = []
+
+  def measure(device, dtype):
+    dtypes.append(dtype)
+    return next(timings)
+
+  monkeypatch.setattr(performance, "measure_matmul_peak", measure)
+  monkeypatch.setattr(performance, "_peaks", {})
+  strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+  first, second = (performance.meter_for(strategy, "float32") for _ in range(2))
+  assert first.peak_flops == second.peak_flops == 3e9 and dtypes == ["float32"]
+  assert first.remeasure() == 5e9 and performance.meter_for(strategy, "float32").peak_flops == 5e9
+  assert second.remeasure() == 5e9  # measured 1e9 under load: the peak stays the highest
+  assert performance.meter_for(strategy, "bfloat16").peak_flops == 2e9  # its own peak
+  assert dtypes == ["float32"] * 3 + ["bfloat16"]
 
 
 def test_mfu_is_printed_with_significant_digits():
