@@ -14,6 +14,9 @@ returns (`_exit_now`): no interpreter teardown, no atexit handler after it.
     ...
     if __name__ == "__main__":
       cli.run(main)
+
+A script that imports TensorFlow at its top defines its flags and calls `check_flags_now()`
+above that import, so a mistake costs no TensorFlow start there either.
 """
 
 import contextlib
@@ -89,7 +92,7 @@ def run(main, arguments: str = "") -> None:
 
   def _guarded(argv):
     if len(argv) > 1 and not arguments:
-      fail(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
+      _refuse_arguments(argv)
     try:
       _check_declared()
       sys.exit(main(argv))
@@ -109,6 +112,26 @@ def run(main, arguments: str = "") -> None:
   # --help lists the main module's flags; ours belongs there too.
   flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS["verbose_errors"])
   app.run(guarded, flags_parser=_parse_flags)
+
+
+def _refuse_arguments(argv) -> None:
+  fail(f"unexpected arguments {argv[1:]}: every option is a --flag (see --help)")
+
+
+def check_flags_now() -> None:
+  """For a script that imports TensorFlow at the top of its file, called above that import with
+  its flags defined: parses and checks them as `run` will, so a mistake is told in one line at
+  once, not after TensorFlow's start (~3 CPU s). `run` parses them again; asking for help is
+  left to it."""
+  if any(arg in _HELP_FLAGS for arg in sys.argv[1:]):
+    return
+  rest = _parse_flags(sys.argv)
+  if len(rest) > 1:
+    _refuse_arguments(rest)
+  try:
+    _check_declared()
+  except UsageError as error:
+    fail(str(error), 2)
 
 
 def _exit_now(code) -> None:

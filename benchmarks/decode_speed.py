@@ -11,6 +11,8 @@ run decodes exactly the requested number of tokens. The export part decodes real
 a line in --texts_file, else random vocabulary pieces) with the run's trained weights.
 """
 
+# ruff: noqa: E402 (TensorFlow is imported below the flag check, so a mistake costs no start)
+
 import cli
 import common
 
@@ -23,7 +25,31 @@ import numpy as np
 
 from settings import setting
 
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSpeedFlags:
+  """The flags of `benchmarks/decode_speed.py`."""
+
+  batch: int = setting(8, "Rows per decoded batch.", minimum=1)
+  source_length: int = setting(32, "Source pieces per row.", minimum=1)
+  rounds: int = setting(5, "Interleaved rounds (the median is reported).", minimum=1)
+  run_dir: Optional[str] = setting(None, "Also compare the graph and XLA exports of this run.")
+  texts_file: Optional[str] = setting(
+    None, "Inputs for the export comparison, one a line (TSV: the first column)."
+  )
+  beam: int = setting(4, "Export beam size.", minimum=1)
+  seconds: float = setting(20.0, "Export comparison: seconds per batch size.", minimum=0)
+  skip_model: bool = setting(False, "Only the export comparison.")
+
+
+def _define_flags():
+
+  cli.define_flags(DecodeSpeedFlags)
+
+
 if __name__ == "__main__":
+  _define_flags()
+  cli.check_flags_now()  # a mistake is one line before TensorFlow's start
   cli.start_tensorflow_quietly()  # before TensorFlow is imported below
 
 import tensorflow as tf
@@ -135,27 +161,6 @@ def compare_exports(args, batch_sizes=(1, 32)):
     )
     results[batch] = summary
   return results
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeSpeedFlags:
-  """The flags of `benchmarks/decode_speed.py`."""
-
-  batch: int = setting(8, "Rows per decoded batch.", minimum=1)
-  source_length: int = setting(32, "Source pieces per row.", minimum=1)
-  rounds: int = setting(5, "Interleaved rounds (the median is reported).", minimum=1)
-  run_dir: Optional[str] = setting(None, "Also compare the graph and XLA exports of this run.")
-  texts_file: Optional[str] = setting(
-    None, "Inputs for the export comparison, one a line (TSV: the first column)."
-  )
-  beam: int = setting(4, "Export beam size.", minimum=1)
-  seconds: float = setting(20.0, "Export comparison: seconds per batch size.", minimum=0)
-  skip_model: bool = setting(False, "Only the export comparison.")
-
-
-def _define_flags():
-
-  cli.define_flags(DecodeSpeedFlags)
 
 
 def main(argv):
@@ -302,5 +307,4 @@ def compare_sampling(args, model, source, greedy, xla_greedy, length):
 
 
 if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.run(main)  # its flags defined above

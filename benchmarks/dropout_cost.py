@@ -9,6 +9,8 @@ ThreeFry (XLA only) and with Philox named explicitly. Prints seconds per call an
 ratio to the first.
 """
 
+# ruff: noqa: E402 (TensorFlow is imported below the flag check, so a mistake costs no start)
+
 import cli
 import common
 
@@ -16,7 +18,25 @@ import dataclasses
 
 from settings import setting
 
+
+@dataclasses.dataclass(frozen=True)
+class DropoutCostFlags:
+  """The flags of `benchmarks/dropout_cost.py`."""
+
+  rows: int = setting(4096, "Rows of the input.", minimum=1)
+  width: int = setting(1024, "Columns of the input.", minimum=1)
+  rounds: int = setting(5, "Interleaved rounds (the median is reported).", minimum=1)
+  repeats: int = setting(5, "Calls timed per round.", minimum=1)
+
+
+def _define_flags():
+
+  cli.define_flags(DropoutCostFlags)
+
+
 if __name__ == "__main__":
+  _define_flags()
+  cli.check_flags_now()  # a mistake is one line before TensorFlow's start
   cli.start_tensorflow_quietly()  # before TensorFlow is imported below
 
 import tensorflow as tf
@@ -43,21 +63,6 @@ VARIANTS = {
   "where, threefry": where_mask("threefry"),
   "where, philox": where_mask("philox"),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class DropoutCostFlags:
-  """The flags of `benchmarks/dropout_cost.py`."""
-
-  rows: int = setting(4096, "Rows of the input.", minimum=1)
-  width: int = setting(1024, "Columns of the input.", minimum=1)
-  rounds: int = setting(5, "Interleaved rounds (the median is reported).", minimum=1)
-  repeats: int = setting(5, "Calls timed per round.", minimum=1)
-
-
-def _define_flags():
-
-  cli.define_flags(DropoutCostFlags)
 
 
 def main(argv):
@@ -99,5 +104,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.run(main)  # its flags defined above

@@ -290,6 +290,7 @@ def export_table(args, rows, log=print):
 
 def main(argv):
   del argv
+  cli.start_tensorflow_quietly()  # the flags are good: now TensorFlow, quietly
   import tensorflow as tf
 
   args = flags.FLAGS
@@ -313,5 +314,4 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  cli.start_tensorflow_quietly()
   cli.run(main)

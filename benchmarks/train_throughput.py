@@ -21,6 +21,8 @@ chooses from the data) and packed_full (rows of `--length`), side by side. It pr
 sides), pairs a row, the row length and the ratios.
 """
 
+# ruff: noqa: E402 (TensorFlow is imported below the flag check, so a mistake costs no start)
+
 import cli
 import common
 
@@ -33,7 +35,48 @@ from typing import List, Optional
 
 from settings import setting
 
+CONFIGS = {
+  "tiny": dict(d_model=32, num_heads=4, dff=64, num_layers=1, vocab=200),  # checks, not figures
+  "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),
+  "base": dict(d_model=512, num_heads=8, dff=2048, num_layers=6, vocab=32000),
+}
+
+MODELS = ("tfattn", "tfattn_ffd", "keras_mha")
+XLA_MODES = ("off", "on")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainThroughputFlags:
+  """The flags of `benchmarks/train_throughput.py`."""
+
+  config: str = setting("small", "Model size.", choices=tuple(sorted(CONFIGS)))
+  dtype: str = setting("float32", "Compute dtype.", choices=("float32", "bfloat16"))
+  steps: int = setting(3, "Timed steps per round.", minimum=1)
+  rounds: int = setting(3, "Interleaved rounds (the median is reported).", minimum=1)
+  batch: int = setting(64, "Batch size.", minimum=1)
+  length: int = setting(64, "Source and target length.", minimum=1)
+  models: List[str] = setting(
+    tuple(MODELS),
+    "Models to measure, a comma list: tfattn, tfattn_ffd (+ dropout on the feed-forward hidden "
+    "layer), keras_mha (the peer). Each model and XLA mode is one compile: ask only for what "
+    "you need.",
+  )
+  xla: List[str] = setting(tuple(XLA_MODES), "XLA modes, a comma list: off, on.")
+  pairs_file: Optional[str] = setting(
+    None,
+    "A source<TAB>target file: measure packed against unpacked training batches of its pairs "
+    "(real target tokens/s) instead of the models on full random rows.",
+  )
+
+
+def _define_flags():
+
+  cli.define_flags(TrainThroughputFlags)
+
+
 if __name__ == "__main__":
+  _define_flags()
+  cli.check_flags_now()  # a mistake is one line before TensorFlow's start
   cli.start_tensorflow_quietly()  # before TensorFlow (and Keras, which imports it) below
 
 import keras
@@ -43,12 +86,6 @@ import tensorflow as tf
 import tfattn
 from tfattn import flops, losses, text
 from train import data, kinds, packing, performance, tokenizer
-
-CONFIGS = {
-  "tiny": dict(d_model=32, num_heads=4, dff=64, num_layers=1, vocab=200),  # checks, not figures
-  "small": dict(d_model=256, num_heads=8, dff=1024, num_layers=4, vocab=8000),
-  "base": dict(d_model=512, num_heads=8, dff=2048, num_layers=6, vocab=32000),
-}
 
 
 # --- The peer: the TF tutorial's Transformer, with keras.layers.MultiHeadAttention ----------
@@ -206,39 +243,6 @@ def make_step(model_fn, variables, optimizer, jit):
     return loss
 
   return step
-
-
-MODELS = ("tfattn", "tfattn_ffd", "keras_mha")
-XLA_MODES = ("off", "on")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainThroughputFlags:
-  """The flags of `benchmarks/train_throughput.py`."""
-
-  config: str = setting("small", "Model size.", choices=tuple(sorted(CONFIGS)))
-  dtype: str = setting("float32", "Compute dtype.", choices=("float32", "bfloat16"))
-  steps: int = setting(3, "Timed steps per round.", minimum=1)
-  rounds: int = setting(3, "Interleaved rounds (the median is reported).", minimum=1)
-  batch: int = setting(64, "Batch size.", minimum=1)
-  length: int = setting(64, "Source and target length.", minimum=1)
-  models: List[str] = setting(
-    tuple(MODELS),
-    "Models to measure, a comma list: tfattn, tfattn_ffd (+ dropout on the feed-forward hidden "
-    "layer), keras_mha (the peer). Each model and XLA mode is one compile: ask only for what "
-    "you need.",
-  )
-  xla: List[str] = setting(tuple(XLA_MODES), "XLA modes, a comma list: off, on.")
-  pairs_file: Optional[str] = setting(
-    None,
-    "A source<TAB>target file: measure packed against unpacked training batches of its pairs "
-    "(real target tokens/s) instead of the models on full random rows.",
-  )
-
-
-def _define_flags():
-
-  cli.define_flags(TrainThroughputFlags)
 
 
 def measure(
@@ -600,5 +604,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.run(main)  # its flags defined above
