@@ -53,14 +53,14 @@ class SearchProfileFlags:
   size: str = setting("base", "The random model's size.", choices=("base", "tiny"))
   vocab_size: int = setting(32000, "The random model's vocabulary.")
   source_lengths: List[str] = setting(("5", "40"), "The random sentences' lengths, low,high.")
-  sentences: int = setting(256, "How many sentences.")
-  batch: int = setting(32, "Sentences a batch.")
-  beam: int = setting(4, "Beam size (1: greedy).")
+  sentences: int = setting(256, "How many sentences.", minimum=1)
+  batch: int = setting(32, "Sentences a batch.", minimum=1)
+  beam: int = setting(4, "Beam size (1: greedy).", minimum=1)
   order: List[str] = setting(("sorted", "unsorted"), "Batch orders to time.")
   policies: List[str] = setting(POLICIES, "compact_at values (never: no compaction).")
   exports: List[str] = setting((), "name=SavedModel dir pairs to time (--mode=exports).")
-  rounds: int = setting(3, "Timed rounds (best of).")
-  threads: int = setting(2, "Intra- and inter-op threads.")
+  rounds: int = setting(3, "Timed rounds (best of).", minimum=1)
+  threads: int = setting(2, "Intra- and inter-op threads (0: TensorFlow's choice).", minimum=0)
 
 
 def _define_flags():
