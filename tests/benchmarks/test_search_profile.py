@@ -63,6 +63,7 @@ def test_exports_are_timed_side_by_side(trained_run, exported, tmp_path):
   assert len(lines) == 4
 
 
+@pytest.mark.slow  # starts the program three times
 def test_a_count_below_its_minimum_is_one_line_before_tensorflow():
   """--rounds=0 was accepted and ran the whole profile (301 CPU s on the 2-core CPU); a count
   below its minimum is one line now, told before TensorFlow starts."""
