@@ -53,7 +53,7 @@ class BatchPredictFlags:
   input: Optional[str] = setting(None, "A text file, one input a line (a TSV: its first column).")
   modes: List[str] = setting(tuple(MODES), f"Which to measure, of {', '.join(MODES)}.")
   lines: int = setting(1000, "Lines to predict (the input cut or repeated).", minimum=1)
-  batch_size: int = setting(64, "Lines per signature call (command and Beam).")
+  batch_size: int = setting(64, "Lines per signature call (command and Beam).", minimum=1)
   window: int = setting(2048, "The command's window.", minimum=1)
   clients: int = setting(8, "Concurrent REST clients, one line a request.", minimum=1)
   beam_workers: int = setting(2, "Beam worker processes (1: Beam's in-process mode).", minimum=1)

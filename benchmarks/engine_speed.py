@@ -130,7 +130,9 @@ class EngineSpeedFlags:
   batch: int = setting(32, "Sentences a batch (CTranslate2's max_batch_size).", minimum=1)
   beam: int = setting(4, "Beam size.", minimum=1)
   runs: int = setting(
-    0, "Timed passes over every batch, the best kept (0: 3 on a CPU, 5 on a GPU as the protocol)."
+    0,
+    "Timed passes over every batch, the best kept (0: 3 on a CPU, 5 on a GPU as the protocol).",
+    minimum=0,
   )
   latency_sentences: int = setting(
     32, "Sentences translated one at a time for the batch-1 latency (0: none).", minimum=0

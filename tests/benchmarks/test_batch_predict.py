@@ -58,13 +58,17 @@ def test_every_mode_prints_its_rate_and_the_ratios(tmp_path):
   assert (tmp_path / "input.txt").read_text().count("\n") == 24
 
 
-def test_an_unknown_mode_is_a_usage_error():
+@pytest.mark.parametrize(
+  "flag, message",
+  [("--modes=fast", "--modes: unknown ['fast']"), ("--batch_size=0", "--batch_size must be >= 1")],
+)
+def test_a_flag_mistake_is_a_usage_error(flag, message):
   result = subprocess.run(
-    [sys.executable, os.path.join("benchmarks", "batch_predict.py"), "--modes=fast"],
+    [sys.executable, os.path.join("benchmarks", "batch_predict.py"), flag],
     cwd=REPO,
     env=environment(),
     capture_output=True,
     text=True,
     timeout=60,
   )
-  assert result.returncode == 2 and "--modes: unknown ['fast']" in result.stderr
+  assert result.returncode == 2 and message in result.stderr

@@ -141,6 +141,7 @@ def test_without_a_marian_checkpoint_the_transformers_row_says_why(tmp_path):
     (["--marian_dir=/nonexistent"], "--marian_dir: /nonexistent holds no config.json"),
     (["--reference_python=/nonexistent"], "--reference_python: /nonexistent does not exist"),
     (["--run_dir=/nonexistent"], "is not a training run directory"),
+    (["--runs=-1"], "--runs must be >= 0, got -1"),
   ],
 )
 def test_a_flag_mistake_is_one_line(flags, message):
