@@ -7,6 +7,8 @@ import types
 import pytest
 import search_profile
 
+from train_helpers import own_lines, run_recording_imports
+
 
 def _args(**changes):
   values = dict(
@@ -67,24 +69,12 @@ def test_exports_are_timed_side_by_side(trained_run, exported, tmp_path):
 def test_a_count_below_its_minimum_is_one_line_before_tensorflow():
   """--rounds=0 was accepted and ran the whole profile (301 CPU s on the 2-core CPU); a count
   below its minimum is one line now, told before TensorFlow starts."""
-  import subprocess
-  import sys
-
-  from train_helpers import REPO, environment
-
   for flag, message in (
     ("--rounds=0", "--rounds must be >= 1, got 0"),
     ("--batch=0", "--batch must be >= 1, got 0"),
     ("--threads=-1", "--threads must be >= 0, got -1"),
   ):
-    result = subprocess.run(
-      [sys.executable, "-X", "importtime", "benchmarks/search_profile.py", flag],
-      cwd=REPO,
-      env=environment(),
-      capture_output=True,
-      text=True,
-      timeout=60,
-    )
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and lines[-1] == f"search_profile.py: error: {message}"
-    assert not any(line.endswith(" tensorflow") for line in lines)  # -X importtime's lines
+    result, imported = run_recording_imports(["benchmarks/search_profile.py", flag])
+    assert result.returncode == 2
+    assert "cli" in imported and "tensorflow" not in imported
+    assert own_lines(result.stderr)[-1] == f"search_profile.py: error: {message}"
