@@ -155,16 +155,21 @@ class MarianTokenizer(tf.Module):
     pieces = self._sentencepiece.tokenize(rest)  # ragged [chunks, (pieces)] strings
     piece_ids = tf.ragged.map_flat_values(self._piece_ids.lookup, pieces)
     code_ids = tf.RaggedTensor.from_row_lengths(
-      tf.boolean_mask(self._piece_ids.lookup(code), has_code), tf.cast(has_code, tf.int64)
+      tf.boolean_mask(self._piece_ids.lookup(code), has_code),
+      tf.cast(has_code, tf.int64),
+      validate=False,
     )
     normal = tf.concat([code_ids, piece_ids], axis=1)  # [chunks, (ids)]
     keep = tf.repeat(tf.logical_not(special), normal.row_lengths())
     normal = tf.RaggedTensor.from_row_lengths(
       tf.boolean_mask(normal.flat_values, keep),
       tf.where(special, tf.zeros_like(normal.row_lengths()), normal.row_lengths()),
+      validate=False,
     )
     special_ids = tf.RaggedTensor.from_row_lengths(
-      tf.boolean_mask(self._piece_ids.lookup(chunks), special), tf.cast(special, tf.int64)
+      tf.boolean_mask(self._piece_ids.lookup(chunks), special),
+      tf.cast(special, tf.int64),
+      validate=False,
     )
     return tf.concat([normal, special_ids], axis=1)  # one of the two is empty in each row
 
@@ -175,8 +180,12 @@ class MarianTokenizer(tf.Module):
     if self._special_pattern:
       chunks = text.regex_split(strings, self._special_pattern, self._special_pattern)
     else:
-      chunks = tf.RaggedTensor.from_row_lengths(strings, tf.ones_like(strings, tf.int64))
-    ids = tf.RaggedTensor.from_row_splits(self._chunk_ids(chunks.flat_values), chunks.row_splits)
+      chunks = tf.RaggedTensor.from_row_lengths(
+        strings, tf.ones_like(strings, tf.int64), validate=False
+      )
+    ids = tf.RaggedTensor.from_row_splits(
+      self._chunk_ids(chunks.flat_values), chunks.row_splits, validate=False
+    )
     ids = ids.merge_dims(1, 2)  # [batch, (ids)]
     if not self.appends_end:
       return ids
