@@ -418,9 +418,10 @@ def _export_info(path):
     return json.load(f)
 
 
-def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(trained_run, tmp_path):
-  run_dir = _run_configured(trained_run, tmp_path / "run", {"decode": SAMPLING.to_dict()})
-  path = export.export(str(run_dir), str(tmp_path / "models"))
+def test_an_export_decodes_as_its_run_evaluated_unless_told_otherwise(
+  trained_run, sampling_exports, tmp_path
+):
+  path = os.path.join(sampling_exports["graph"], "1")  # exported without options
   info = _export_info(path)
   assert info["decode_options"] == SAMPLING.to_dict()
   assert info["signatures"] == [
@@ -506,13 +507,16 @@ def test_translate_nbest_over_rest(exported):
 
 @pytest.fixture(scope="module")
 def sampling_exports(trained_run, tmp_path_factory):
-  """{decode mode: base path} of the same weights exported to sample, in graph and XLA mode."""
+  """{decode mode: base path} of the same weights exported to sample, in graph and XLA mode.
+  The graph export is of a copy of the run whose saved configuration decodes with SAMPLING,
+  exported without options: it decodes as its run evaluated (the test of that reads it)."""
   base = tmp_path_factory.mktemp("sampling")
+  run_dir = _run_configured(trained_run, base / "run", {"decode": SAMPLING.to_dict()})
   return {
-    mode: os.path.dirname(
-      export.export(str(trained_run), str(base / mode), options=SAMPLING, decode=mode)
-    )
-    for mode in ("graph", "xla")
+    "graph": os.path.dirname(export.export(str(run_dir), str(base / "graph"))),
+    "xla": os.path.dirname(
+      export.export(str(trained_run), str(base / "xla"), options=SAMPLING, decode="xla")
+    ),
   }
 
 

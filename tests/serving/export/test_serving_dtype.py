@@ -13,17 +13,17 @@ from serving import export
 from serving.export import check
 from tfattn.decode_options import DecodeOptions
 
-pytestmark = pytest.mark.slow  # two exports
+pytestmark = pytest.mark.slow  # exports (each test makes its own bfloat16 one)
 
 
-def test_a_bfloat16_export_stores_bfloat16_weights_and_answers_like_float32(trained_run, tmp_path):
+def test_a_bfloat16_export_stores_bfloat16_weights_and_answers_like_float32(
+  trained_run, exported, tmp_path
+):
   options = DecodeOptions(strategy="greedy")
   low = export.export(
     str(trained_run), str(tmp_path / "bf16"), options=options, serving_dtype="bfloat16"
   )
-  full = export.export(
-    str(trained_run), str(tmp_path / "f32"), options=options, serving_dtype="float32"
-  )
+  _, full = exported  # the same run and options in the run's float32 (the session's export)
   with open(os.path.join(low, export.EXPORT_INFO_FILE)) as f:
     info = json.load(f)
   assert info["compute_dtype"] == info["weights_dtype"] == "bfloat16"
