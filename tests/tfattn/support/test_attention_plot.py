@@ -70,6 +70,22 @@ def test_long_inputs_stop_growing_and_label_every_nth_piece(monkeypatch):
   assert drawn["y"] == drawn["x"]
 
 
+@pytest.mark.parametrize("piece_length", [1, 12, 40])
+def test_labels_and_titles_stay_inside_the_picture(piece_length):
+  """The margins come from the labels' measured sizes: however long the pieces, nothing is cut
+  at the picture's edges (its outer pixels stay background) and the panels are drawn."""
+  pieces = [f"{i}" + "w" * (piece_length - 1) for i in range(6)]
+  image = _image(
+    attention_plot.render_png(
+      _weights(2, 3, 6, 6), pieces, pieces, title="a title", layer_names=["a", "b"]
+    )
+  )[..., :3]
+  edges = [image[:2], image[-2:], image[:, :2], image[:, -2:]]
+  assert all((edge == 255).all() for edge in edges)
+  colored = image.astype(int).std(axis=-1) > 30  # heat maps; labels and frames are gray
+  assert colored.mean() > 0.05
+
+
 def test_labels_are_checked_against_the_weights():
   with pytest.raises(ValueError, match="5 x 5 but there are 4 query and 5 key labels"):
     attention_plot.render_png(_weights(1, 5, 5), SOURCE, TARGET[:4])
