@@ -37,10 +37,16 @@ GAP_INCHES = 0.15
 MIN_DRAWN_PANEL_INCHES = 0.5
 
 
+_SHOWN_AS = {" ": "\u2581", "\n": r"\n", "\r": r"\r", "\t": r"\t", "$": r"\$"}
+
+
 def display_piece(piece: str) -> str:
   """A piece as a tick label: spaces as "▁" (SentencePiece's word marker, so " a" and "a" differ
-  visibly), "$" escaped (matplotlib reads $...$ as mathematics)."""
-  return piece.replace(" ", "\u2581").replace("$", r"\$") or "\u2205"
+  visibly), line breaks and tabs as `\\n`, `\\r`, `\\t` (a character model's pieces), "$"
+  escaped (matplotlib reads $...$ as mathematics)."""
+  for character, shown in _SHOWN_AS.items():
+    piece = piece.replace(character, shown)
+  return piece or "\u2205"
 
 
 def _panel_inches(count: int) -> float:
@@ -105,7 +111,8 @@ def render_png(
     )
   layer_names = list(layer_names or [f"layer {i}" for i in range(layers)])
   with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Glyph .* missing")  # e.g. CJK in a Latin font
+    # e.g. CJK in a Latin font ((?s): the glyph's own character may be a line break)
+    warnings.filterwarnings("ignore", message="(?s)Glyph .* missing")
     return _draw(weights, x_labels, y_labels, title, layer_names)
 
 

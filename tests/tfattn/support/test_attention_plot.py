@@ -94,3 +94,16 @@ def test_labels_are_checked_against_the_weights():
 def test_display_piece_shows_spaces_and_escapes_mathematics():
   assert attention_plot.display_piece(" $5") == "\u2581\\$5"
   assert attention_plot.display_piece("") == "\u2205"
+  assert (
+    attention_plot.display_piece("\n") == "\\n" and attention_plot.display_piece("a\tb") == "a\\tb"
+  )
+
+
+def test_a_character_models_line_break_piece_draws_without_warnings():
+  import warnings
+
+  pieces = ["a", "\n", " ", "b"]
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    png = attention_plot.render_png(_weights(1, 4, 4), pieces, pieces)
+  assert _image(png).shape[:2] == attention_plot.figure_pixels(1, 1, pieces, pieces)[::-1]
