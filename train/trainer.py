@@ -593,26 +593,26 @@ class Trainer:
         self.best.offer(metrics, self.step)
     return metrics
 
-  def _choose_final_weights(self, writer) -> Dict:
+  def _choose_final_weights(self, writer) -> Tuple[Dict, Optional[Dict]]:
     """Loads the weights the run ends with into the model: the mean of the last
     `average_checkpoints` kept checkpoints, or the best on validation, or the last ones.
-    Returns {"checkpoints": names under checkpoints/, "chosen_by": how}."""
+    Returns ({"checkpoints": names under checkpoints/, "chosen_by": how}, their validation
+    metrics where this call has just measured them, else None)."""
     last = os.path.basename(self.manager.latest_checkpoint)
     if self.best is not None:
-      self._validate(writer)  # the last weights compete too
+      last_metrics = self._validate(writer)  # the last weights compete too
       prefix = self.best.restore()
-      logging.info(
-        "final weights: the best %s on validation, step %d",
-        self.best.metric,
-        self.best.record["step"],
-      )
-      return {
+      best_step = self.best.record["step"]
+      logging.info("final weights: the best %s on validation, step %d", self.best.metric, best_step)
+      weights = {
         "checkpoints": [os.path.relpath(prefix, self.run_dir.checkpoints)],
         "chosen_by": f"best {self.best.metric} on validation",
       }
+      # The last weights won: they were judged on validation a moment ago.
+      return weights, (last_metrics if best_step == self.step else None)
     wanted = self.loop.average_checkpoints
     if wanted <= 1 or not self.is_chief:
-      return {"checkpoints": [last], "chosen_by": "last"}
+      return {"checkpoints": [last], "chosen_by": "last"}, None
     kept = len(self.manager.checkpoints)
     if kept < wanted:  # a run shorter than the averaging window
       logging.warning(
@@ -630,18 +630,23 @@ class Trainer:
     return {
       "checkpoints": [os.path.basename(p) for p in chosen],
       "chosen_by": f"average of the last {len(chosen)}" if len(chosen) > 1 else "last",
-    }
+    }, None
 
   def _final_evaluation(self, writer) -> Dict:
-    """Validation, then test (judged once, whole) on the final weights; eval.json."""
-    weights = self._choose_final_weights(writer)
+    """Validation, then test (judged once, whole) on the final weights; eval.json. Weights
+    validated a moment ago (the best are the last) are not judged on validation again."""
+    weights, validation = self._choose_final_weights(writer)
     note = self.kind.evaluation_note(self.decoding)
-    logging.info(
-      "final evaluation on up to %d validation examples%s", self.loop.eval_examples, note
-    )
-    result = {"step": self.step, "weights": weights, "validation": self.evaluate()}
-    self._report(writer, "validation", result["validation"], label="final validation")
-    self._attention_images(writer)
+    if validation is None:
+      logging.info(
+        "final evaluation on up to %d validation examples%s", self.loop.eval_examples, note
+      )
+      validation = self.evaluate()
+      self._report(writer, "validation", validation, label="final validation")
+      self._attention_images(writer)
+    else:
+      logging.info("final validation: the weights judged above at step %d", self.step)
+    result = {"step": self.step, "weights": weights, "validation": validation}
     if self.test_dataset is not None:
       logging.info("judging the test set, once%s", note)
       result["test"] = self.evaluate(self.test_dataset, max_examples=self.loop.test_examples)
