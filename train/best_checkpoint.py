@@ -57,10 +57,15 @@ class BestCheckpoint:
     logging.info("best validation %s so far: %.4f at step %d (kept)", self.metric, value, step)
     return True
 
-  def restore(self) -> str:
-    """Loads the best weights into the model; returns their checkpoint prefix."""
+  @property
+  def prefix(self) -> str:
+    """The best weights' checkpoint prefix."""
     if self.record is None:
       raise ValueError(f"no best checkpoint by {self.metric} in {self.directory}")
-    prefix = os.path.join(self.directory, self.record["checkpoint"])
+    return os.path.join(self.directory, self.record["checkpoint"])
+
+  def restore(self) -> str:
+    """Loads the best weights into the model; returns their checkpoint prefix."""
+    prefix = self.prefix
     self._checkpoint.read(prefix).expect_partial().assert_existing_objects_matched()
     return prefix

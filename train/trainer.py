@@ -601,15 +601,15 @@ class Trainer:
     last = os.path.basename(self.manager.latest_checkpoint)
     if self.best is not None:
       last_metrics = self._validate(writer)  # the last weights compete too
-      prefix = self.best.restore()
       best_step = self.best.record["step"]
+      last_won = best_step == self.step  # the model holds them, judged on validation just now
+      prefix = self.best.prefix if last_won else self.best.restore()
       logging.info("final weights: the best %s on validation, step %d", self.best.metric, best_step)
       weights = {
         "checkpoints": [os.path.relpath(prefix, self.run_dir.checkpoints)],
         "chosen_by": f"best {self.best.metric} on validation",
       }
-      # The last weights won: they were judged on validation a moment ago.
-      return weights, (last_metrics if best_step == self.step else None)
+      return weights, (last_metrics if last_won else None)
     wanted = self.loop.average_checkpoints
     if wanted <= 1 or not self.is_chief:
       return {"checkpoints": [last], "chosen_by": "last"}, None
