@@ -59,7 +59,9 @@ class BatchPredictFlags:
   beam_workers: int = setting(2, "Beam worker processes (1: Beam's in-process mode).", minimum=1)
   memory_factor: int = setting(10, "The larger memory file is this many times --lines.", minimum=2)
   rounds: int = setting(3, "Sorted and unsorted passes, in turn (median).", minimum=1)
-  work_dir: Optional[str] = setting(None, "Where files are written (default: a temporary folder).")
+  work_dir: Optional[str] = setting(
+    None, "Where files are written and kept (default: a temporary folder, removed at the end)."
+  )
 
 
 cli.define_flags(BatchPredictFlags)
@@ -163,8 +165,17 @@ def main(argv):
   except ValueError as error:
     raise cli.UsageError(str(error)) from None
   lines = input_lines(f.input, f.lines)
-  work_dir = f.work_dir or tempfile.mkdtemp(prefix="batch-predict-")
-  os.makedirs(work_dir, exist_ok=True)
+  if f.work_dir:
+    os.makedirs(f.work_dir, exist_ok=True)
+    measure(f, export_dir, lines, f.work_dir)
+  else:
+    with tempfile.TemporaryDirectory(prefix="batch-predict-") as work_dir:  # removed after
+      measure(f, export_dir, lines, work_dir)
+
+
+def measure(f, export_dir, lines, work_dir):
+  """Times each of f.modes on `lines`, writing its files under `work_dir`, and prints the rates
+  and ratios."""
   path = write_lines(os.path.join(work_dir, "input.txt"), lines)
   cli.start_tensorflow_quietly()
   print(f"{len(lines):,} lines of {f.input}; export {export_dir}; {common.device_description()}")

@@ -87,8 +87,15 @@ def compare_exports(args, batch_sizes=(1, 32)):
   Serving's session loader), replays their warm-up records, and times serving_default on
   consecutive batches of the texts, interleaving the two exports. Returns {batch size: {mode:
   {"p50_ms", "p99_ms", "rows_per_second"}}}."""
-  import statistics
   import tempfile
+
+  with tempfile.TemporaryDirectory(prefix="decode-speed-") as base:  # the two exports
+    return _time_exports(args, base, batch_sizes)
+
+
+def _time_exports(args, base, batch_sizes):
+  """compare_exports with its exports written under `base`."""
+  import statistics
   import time
 
   from serving import export
@@ -96,7 +103,6 @@ def compare_exports(args, batch_sizes=(1, 32)):
   from tfattn import text
   from tfattn.support.run_dir import RunDir
 
-  base = tempfile.mkdtemp(prefix="decode-speed-")
   options = DecodeOptions(beam_size=args.beam)
   paths = {
     mode: export.export(

@@ -198,14 +198,14 @@ def op_shares(args, model, rows, options, policy, log=print, top=12):
   search = searcher(model, options, _policy(policy))
   work = batches(rows, args.batch, args.order[0])[:3]
   search(work[0])
-  logdir = tempfile.mkdtemp(prefix="search_profile_")
-  tf.profiler.experimental.start(logdir)
-  for ids in work:
-    search(ids)
-  tf.profiler.experimental.stop()
   space = xplane_pb2.XSpace()
-  with open(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1], "rb") as f:
-    space.ParseFromString(f.read())
+  with tempfile.TemporaryDirectory(prefix="search_profile_") as logdir:  # read, then removed
+    tf.profiler.experimental.start(logdir)
+    for ids in work:
+      search(ids)
+    tf.profiler.experimental.stop()
+    with open(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1], "rb") as f:
+      space.ParseFromString(f.read())
   by_type, by_scope = collections.Counter(), collections.Counter()
   for plane in space.planes:
     if "host" not in plane.name.lower():

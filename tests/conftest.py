@@ -94,6 +94,22 @@ def pytest_sessionfinish(session):
 
 
 @pytest.fixture
+def temp_folder_left_empty(tmp_path, monkeypatch):
+  """A fresh folder as `tempfile`'s, which the test must leave empty: what a program writes to
+  a temporary folder (a benchmark's exports, a profile) it removes itself. Yields the folder
+  (a test of a subprocess passes it as TMPDIR)."""
+  import tempfile
+
+  folder = tmp_path / "tempfile"
+  folder.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(folder))
+  yield folder
+  # AutoGraph writes each function it converts there and keeps it (TensorFlow's, not ours).
+  left = sorted(p.name for p in folder.iterdir() if not p.name.startswith("__autograph_generated"))
+  assert not left, f"left in the temporary folder: {left}"
+
+
+@pytest.fixture
 def tiny_config():
   return tfattn.TransformerConfig.preset(
     "tiny", source_vocab_size=40, target_vocab_size=40, max_length=64

@@ -17,8 +17,10 @@ own hash seed (children share the server's, so two runs compared for equal outpu
 cold when set or dict order could be the difference).
 """
 
+import atexit
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +34,9 @@ _LAUNCHER = os.path.join(TESTS, "warm_start_launcher.py")
 
 _started = {}  # "socket", "cpu_file", "process" of this test process's server
 _starting = threading.Lock()  # tests call python() from several threads at once
+# The temporary folder as the test process started: the server's outlives any test that points
+# tempfile elsewhere.
+_TEMP = tempfile.gettempdir()
 
 
 def environment(**extra):
@@ -61,7 +66,7 @@ def launcher_command(socket_path):
 
 
 def _start_server():
-  directory = tempfile.mkdtemp(prefix="tfattn-warm-start-")
+  directory = tempfile.mkdtemp(prefix="tfattn-warm-start-", dir=_TEMP)
   socket_path = os.path.join(directory, "socket")
   cpu_file = os.path.join(directory, "cpu_seconds")
   with open(os.path.join(directory, "server.log"), "wb") as log:
@@ -80,6 +85,19 @@ def _start_server():
       break  # no server: every launcher runs the real interpreter
     time.sleep(0.01)
   _started.update(socket=socket_path, cpu_file=cpu_file, process=process)
+  atexit.register(_stop_server, process, directory)
+
+
+def _stop_server(process, directory):
+  """At the test process's exit: ends the server (EOF on its lifeline; it kills what still
+  runs) and removes its folder (socket, log, CPU file)."""
+  process.stdin.close()
+  try:
+    process.wait(timeout=30)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    process.wait()
+  shutil.rmtree(directory, ignore_errors=True)
 
 
 def process_cpu_seconds():

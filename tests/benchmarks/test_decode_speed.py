@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.slow  # two exports (one compiled with XLA per length bucket)
 
 
-def test_export_comparison_times_both_exports_of_a_run(trained_run, capsys):
+def test_export_comparison_times_both_exports_of_a_run(trained_run, capsys, temp_folder_left_empty):
   args = types.SimpleNamespace(run_dir=str(trained_run), beam=2, seconds=0.0, texts_file=None)
   results = decode_speed.compare_exports(args, batch_sizes=(1, 3))
   assert sorted(results) == [1, 3]

@@ -30,7 +30,7 @@ def _args(**changes):
 
 
 @pytest.mark.parametrize("beam", [2, 1])
-def test_waste_profile_and_policies_on_a_tiny_random_model(beam):
+def test_waste_profile_and_policies_on_a_tiny_random_model(beam, temp_folder_left_empty):
   args = _args(beam=beam)
   model, rows, base = search_profile._model_and_sentences(args)
   options = search_profile._options(args, base)

@@ -6,9 +6,11 @@ tests/fixtures/ctranslate2/expected.json must still give the ids CTranslate2 gav
 fixture was made (make_fixture.py there); with it (`make check-ctranslate2`), the models are
 converted and decoded live as well."""
 
+import atexit
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,9 @@ import make_fixture  # noqa: E402
 @functools.lru_cache(maxsize=None)
 def _marian_run(name):
   """tests/fixtures/marian/<name> imported once per session (a temporary run directory)."""
-  return make_fixture.import_marian(name, tempfile.mkdtemp(prefix="ct2-marian-"))
+  directory = tempfile.mkdtemp(prefix="ct2-marian-")
+  atexit.register(shutil.rmtree, directory, True)  # the tests only read it
+  return make_fixture.import_marian(name, directory)
 
 
 @functools.lru_cache(maxsize=None)
