@@ -12,21 +12,54 @@ MAX_SHUFFLE_BUFFER = 200_000
 # Streamed files (size unknown): a smaller buffer. A checkpoint saves the buffer with the input
 # position (exact resume), ~160 bytes a slot plus the text: ~20 MB at 250-byte lines.
 STREAM_SHUFFLE_BUFFER = 50_000
+# Shuffled examples are looked up this many at a time (`_permuted`).
+PERMUTED_BLOCK = 512
 # Training pairs whose lengths choose the packed row length (`packed_row_length`).
 ROW_LENGTH_SAMPLE = 2000
 
 
-def shuffled(raw, seed):
-  """Shuffles examples each epoch. Files are often sorted (all negative reviews, then all
-  positive ones): a small buffer would feed the model one class for thousands of steps, so
-  the whole dataset is shuffled when its size is known and fits the buffer. Streamed files
-  (unknown size) already arrive in a seeded file order, interleaved across files."""
+def shuffled(raw, seed, repeat=False):
+  """Examples in a new order each epoch (epoch after epoch with `repeat`). Files are often
+  sorted (all negative reviews, then all positive ones): a small buffer would feed the model one
+  class for thousands of steps, so the whole dataset is shuffled when its size is known and at
+  most MAX_SHUFFLE_BUFFER (`_permuted`: a checkpoint saves a position, not the examples).
+  Streamed files (unknown size) already arrive in a seeded file order, interleaved across files,
+  and go through a buffer of STREAM_SHUFFLE_BUFFER examples."""
   size = int(raw.cardinality())
-  if size == tf.data.UNKNOWN_CARDINALITY:
-    buffer = STREAM_SHUFFLE_BUFFER
-  else:
-    buffer = size if 0 < size <= MAX_SHUFFLE_BUFFER else MAX_SHUFFLE_BUFFER
-  return raw.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+  scalars = all(spec.shape.rank == 0 for spec in tf.nest.flatten(raw.element_spec))
+  if 0 < size <= MAX_SHUFFLE_BUFFER and scalars:
+    return _permuted(raw, size, seed, repeat)
+  buffer = STREAM_SHUFFLE_BUFFER if size == tf.data.UNKNOWN_CARDINALITY else MAX_SHUFFLE_BUFFER
+  if 0 < size < buffer:
+    buffer = size
+  ds = raw.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+  return ds.repeat() if repeat else ds
+
+
+def _permuted(raw, size, seed, repeat):
+  """`raw`'s `size` examples read once into tensors, then position p of the stream is example
+  `index_shuffle(p % size)` of epoch `p // size`: a seeded random permutation of the whole set,
+  a new one each epoch (stateless). The iterator's state is one counter, where a shuffle buffer
+  is checkpointed slot by slot: a save of the default task takes 0.13 s instead of 1.08 s
+  (`benchmarks/checkpoint_cost.py`)."""
+  examples = next(iter(raw.batch(size)))  # each component `[size]`
+  positions = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(size)
+
+  def block(position):  # `[n]` consecutive positions -> their `[n]` examples
+    epoch, index = position // size, position % size
+    # The raw op: tf.random.experimental.index_shuffle pads a batch of seeds along the wrong
+    # axis (TF 2.21). Seed [seed, epoch, 0]: a new permutation each epoch.
+    seeds = tf.stack([tf.fill(tf.shape(epoch), tf.constant(seed, tf.int64)), epoch, 0 * epoch], 1)
+    order = tf.raw_ops.RandomIndexShuffle(
+      index=index, seed=seeds, max_index=tf.constant(size - 1, tf.int64), rounds=4
+    )
+    return tf.nest.map_structure(lambda column: tf.gather(column, order), examples)
+
+  # Looked up in blocks: one example at a time took 28 CPU s for 3,000 default-task batches
+  # against the buffer's 21 (one run each). A checkpoint holds the current block as one tensor
+  # per component.
+  blocks = positions.batch(PERMUTED_BLOCK).map(block, num_parallel_calls=tf.data.AUTOTUNE)
+  return blocks.unbatch()
 
 
 def bucket_lengths(max_length):
@@ -118,8 +151,8 @@ def seq2seq_dataset(
   if pack and pack_row_length is None:
     pack_row_length = packed_row_length(raw, source_tokenizer, target_tokenizer, max_length)
   if shuffle_seed is not None:
-    raw = shuffled(raw, shuffle_seed)
-  if repeat:
+    raw = shuffled(raw, shuffle_seed, repeat)
+  elif repeat:
     raw = raw.repeat()
 
   def tokenize(source, target):
@@ -220,8 +253,8 @@ def classification_dataset(
   Long texts are truncated to max_length on the `truncate` side rather than dropped.
   `batch_tokens`, `multiple_of`, `pad_to_bucket`: as in `seq2seq_dataset`."""
   if shuffle_seed is not None:
-    raw = shuffled(raw, shuffle_seed)
-  if repeat:
+    raw = shuffled(raw, shuffle_seed, repeat)
+  elif repeat:
     raw = raw.repeat()
   ds = (
     raw.batch(512)

@@ -200,6 +200,45 @@ def test_bleu_of_an_identical_corpus_is_100_and_case_counts():
   assert lowered["bleu_lowercase_signature"].startswith("nrefs:1|case:lc")
 
 
+def test_each_epoch_reads_every_example_once_in_a_new_seeded_order():
+  size = 1000
+  raw = tf.data.Dataset.from_tensor_slices(([str(i) for i in range(size)], list(range(size))))
+
+  def epochs(seed, repeat=True):
+    stream = data.shuffled(raw, seed, repeat=repeat).take(3 * size if repeat else size + 1)
+    labels = [int(y) for _, y in stream]
+    return [labels[i : i + size] for i in range(0, len(labels), size)]
+
+  first = epochs(seed=3)
+  for epoch in first:
+    assert sorted(epoch) == list(range(size))  # a permutation: each example once
+  assert first[0] != list(range(size)) and first[0] != first[1] != first[2]
+  assert epochs(seed=3) == first and epochs(seed=4)[0] != first[0]
+  assert epochs(seed=3, repeat=False) == first[:1]  # no repeat: one epoch, then the end
+  # The components stay together.
+  assert all(int(s) == y for s, y in data.shuffled(raw, 3).take(50).as_numpy_iterator())
+
+
+def test_a_training_iterator_checkpoint_saves_a_position_not_the_examples(tmp_path):
+  """A shuffle buffer of the same 20,000 examples is saved slot by slot (~4 MB); the permuted
+  stream's state is a counter, and restoring it gives the same next examples."""
+
+  def stream():
+    raw = tf.data.Dataset.from_tensor_slices(([f"example {i}" for i in range(20_000)],))
+    return iter(data.shuffled(raw, seed=5, repeat=True).batch(7))
+
+  iterator = stream()
+  for _ in range(3000):  # into the second epoch
+    next(iterator)
+  path = tf.train.Checkpoint(data=iterator).write(str(tmp_path / "ckpt"))
+  size = sum(f.stat().st_size for f in tmp_path.iterdir())
+  assert size < 50_000, size
+  restored = stream()
+  tf.train.Checkpoint(data=restored).read(path).assert_consumed()
+  for _ in range(20):
+    assert next(restored)[0].numpy().tolist() == next(iterator)[0].numpy().tolist()
+
+
 def test_sorted_data_is_shuffled_whole():
   """A TSV sorted by label must not feed one class for thousands of steps."""
   labels = [0] * 15000 + [1] * 15000  # more than a 10k buffer would mix
