@@ -58,7 +58,9 @@ def _permuted(raw, size, seed, repeat):
   # Looked up in blocks: one example at a time took 28 CPU s for 3,000 default-task batches
   # against the buffer's 21 (one run each). A checkpoint holds the current block as one tensor
   # per component.
-  blocks = positions.batch(PERMUTED_BLOCK).map(block, num_parallel_calls=tf.data.AUTOTUNE)
+  blocks = positions.batch(PERMUTED_BLOCK).map(
+    block, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+  )
   return blocks.unbatch()
 
 
