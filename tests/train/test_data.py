@@ -232,7 +232,7 @@ def test_a_training_iterator_checkpoint_saves_a_position_not_the_examples(tmp_pa
     next(iterator)
   path = tf.train.Checkpoint(data=iterator).write(str(tmp_path / "ckpt"))
   size = sum(f.stat().st_size for f in tmp_path.iterdir())
-  assert size < 50_000, size
+  assert size < 100_000, size  # at most one block of 512 examples (44.5 KB here)
   restored = stream()
   tf.train.Checkpoint(data=restored).read(path).assert_consumed()
   for _ in range(20):
