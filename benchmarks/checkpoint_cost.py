@@ -50,25 +50,31 @@ VARIANTS = ("permuted", "shuffle buffer")
 
 
 def trainers(args, work_dir):
-  """{variant: Trainer} of the default task, each in its own run directory under `work_dir`."""
+  """{variant: Trainer} of the default task (prepared once), each in its own run directory under
+  `work_dir`."""
   from train.run_config import RunConfig
   from train.trainer import Trainer, prepare
 
-  result = {}
-  for variant in VARIANTS:
-    overrides = {"model": args.model} if args.model else {}
-    config = RunConfig.of(
-      run_dir=os.path.join(work_dir, variant.replace(" ", "_")),
-      builtin_train_examples=args.examples,
-      attention_images=0,
-      **overrides,
+  overrides = {"model": args.model} if args.model else {}
+  config = RunConfig.of(builtin_train_examples=args.examples, attention_images=0, **overrides)
+  config, task, strategy = prepare(config)
+  streamed = dataclasses.replace(task, train=lambda: task.train().filter(lambda *_: True))
+  tasks = {"permuted": task, "shuffle buffer": streamed}  # unknown size: shuffled's buffer
+  return {
+    variant: Trainer(
+      config.replace(run_dir=os.path.join(work_dir, variant.replace(" ", "_"))),
+      tasks[variant],
+      strategy,
     )
-    config, task, strategy = prepare(config)
-    if variant == "shuffle buffer":  # an unknown size: train.data.shuffled's buffer
-      train = task.train
-      task = dataclasses.replace(task, train=lambda train=train: train().filter(lambda *_: True))
-    result[variant] = Trainer(config, task, strategy)
-  return result
+    for variant in VARIANTS
+  }
+
+
+def _megabytes(prefix):
+  """The size of the checkpoint files of `prefix` (its index and data shards)."""
+  folder, name = os.path.split(prefix)
+  files = [f for f in os.listdir(folder) if f.startswith(name + ".")]
+  return sum(os.path.getsize(os.path.join(folder, f)) for f in files) / 1e6
 
 
 def save_costs(args, work_dir):
@@ -81,14 +87,8 @@ def save_costs(args, work_dir):
         trainer.iterator.get_next()
       cpu, wall = time.process_time(), time.perf_counter()
       prefix = trainer.manager.save(checkpoint_number=number)
-      samples[variant].append((time.perf_counter() - wall, time.process_time() - cpu))
-      folder, name = os.path.split(prefix)
-      size = sum(
-        os.path.getsize(os.path.join(folder, f))
-        for f in os.listdir(folder)
-        if f.startswith(name + ".")
-      )
-      samples[variant][-1] += (size / 1e6,)
+      seconds = (time.perf_counter() - wall, time.process_time() - cpu)
+      samples[variant].append((*seconds, _megabytes(prefix)))
   return {
     variant: {
       key: statistics.median(sample[i] for sample in values)

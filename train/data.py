@@ -40,7 +40,7 @@ def _permuted(raw, size, seed, repeat):
   """`raw`'s `size` examples read once into tensors, then read epoch by epoch in a seeded random
   permutation, a new one each epoch: position i of epoch e is example
   `RandomIndexShuffle(i, key(seed, e))` (stateless). The iterator's state is a position, where a
-  shuffle buffer is checkpointed slot by slot: a save of the default task takes 0.14-0.20 s
+  shuffle buffer is checkpointed slot by slot: a save of the default task takes 0.13-0.20 s
   instead of 1.05-1.28 s (`benchmarks/checkpoint_cost.py`)."""
   examples = next(iter(raw.batch(size)))  # each component `[size]`
   epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
